@@ -1,0 +1,40 @@
+"""fabrique: an in-cluster image factory that deploys by frozen digest.
+
+The public surface: the site config, the error tree, and the names every caller shares.
+"""
+
+from .config import Site, load_site
+from .errors import (
+    ConfigError,
+    DigestMismatch,
+    FabriqueError,
+    GiteaError,
+    ImageNotFound,
+    InputError,
+    KubeError,
+    RegistryError,
+    RemoteError,
+    RenderError,
+    ValidationFailed,
+)
+from .names import workflow_name
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConfigError",
+    "DigestMismatch",
+    "FabriqueError",
+    "GiteaError",
+    "ImageNotFound",
+    "InputError",
+    "KubeError",
+    "RegistryError",
+    "RemoteError",
+    "RenderError",
+    "Site",
+    "ValidationFailed",
+    "__version__",
+    "load_site",
+    "workflow_name",
+]

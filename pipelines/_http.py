@@ -1,0 +1,81 @@
+"""HTTP plumbing shared by the clients: timeouts and bounded retries with backoff.
+
+A request is retried only when retrying can help: the connection failed or timed out,
+or the server answered 429 or a 5xx gateway/unavailable status. Everything else is the
+caller's to interpret. Request headers are never logged (they carry tokens).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+
+log = logging.getLogger("fabrique.http")
+
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=5.0)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 4
+    base_delay: float = 0.5
+    max_delay: float = 8.0
+
+    def delay(self, attempt: int) -> float:
+        """Exponential backoff with full jitter, for the ``attempt``-th retry (1-based)."""
+        ceiling = min(self.max_delay, self.base_delay * 2 ** (attempt - 1))
+        return random.uniform(ceiling / 2, ceiling)
+
+
+NO_RETRY = RetryPolicy(attempts=1)
+
+
+class Unreachable(Exception):
+    """Raised by ``send`` after the last attempt failed at the transport level."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        self.url = url
+        self.reason = reason
+        super().__init__(f"{url}: {reason}")
+
+
+def send(
+    client: httpx.Client,
+    method: str,
+    url: str,
+    *,
+    retry: RetryPolicy,
+    sleep: Callable[[float], None] = time.sleep,
+    **kwargs: object,
+) -> httpx.Response:
+    """Send a request, retrying transport errors and retryable statuses.
+
+    Returns the last response (which may still be a 5xx after the last attempt), or
+    raises Unreachable when no attempt got an answer.
+    """
+    last_error = ""
+    for attempt in range(1, retry.attempts + 1):
+        try:
+            response = client.request(method, url, **kwargs)  # type: ignore[arg-type]
+        except httpx.TimeoutException:
+            last_error = "timed out"
+        except httpx.TransportError as exc:
+            last_error = f"connection failed ({exc.__class__.__name__})"
+        else:
+            if response.status_code not in RETRY_STATUSES or attempt == retry.attempts:
+                return response
+            last_error = f"HTTP {response.status_code}"
+        if attempt < retry.attempts:
+            delay = retry.delay(attempt)
+            log.warning(
+                "%s %s: %s; retry %d/%d in %.1fs",
+                method, url, last_error, attempt, retry.attempts - 1, delay,
+            )
+            sleep(delay)
+    raise Unreachable(url, f"{last_error} after {retry.attempts} attempt(s)")

@@ -1,0 +1,342 @@
+"""WorkflowTemplate ``fabrique-build``: what runs where. No business logic lives here.
+
+    plan ─► checkout ─► build ─► verify-digest ─► (write-back: the write-back step)
+    tools    git         rootless   tools
+                         BuildKit
+
+- ``plan`` (``fabrique plan``) checks the revision and resolves the app from the site
+  ConfigMap; a bad revision or an unknown app fails the Workflow here.
+- ``checkout`` clones the code repo at the revision, sparse to the app's context, into
+  the Workflow's volume.
+- ``build`` runs rootless BuildKit (``buildctl-daemonless.sh``) and pushes
+  ``<registry>/<image>:<sha12>``; it is the only pod that needs an Unconfined profile,
+  and it never lands on a control-plane node.
+- ``verify-digest`` (``fabrique digest verify``) compares buildctl's metadata with the
+  registry and outputs the digest.
+
+Step values reach the shell scripts as environment variables, never spliced into the
+script text, so a parameter cannot inject shell.
+"""
+
+from __future__ import annotations
+
+from hera.workflows import (
+    ConfigMapVolume,
+    Container,
+    EmptyDirVolume,
+    Env,
+    Parameter,
+    RetryStrategy,
+    SecretEnv,
+    Steps,
+    Volume,
+    WorkflowTemplate,
+)
+from hera.workflows import models as m
+
+from .config import Site, load_site
+from .names import LABEL_APP, LABEL_MANAGED_BY, LABEL_PART_OF, LABEL_REVISION, TEMPLATE_NAME
+
+SERVICE_ACCOUNT = "fabrique-build"
+BUILDKITD_CONFIGMAP = "fabrique-buildkitd"
+SITE_CONFIGMAP = "fabrique-site"
+SITE_MOUNT = "/etc/fabrique"
+WORKSPACE = "/workspace"
+BUILDKIT_CONFIG_DIR = "/home/user/.config/buildkit"
+BUILDKIT_STATE_DIR = "/home/user/.local/share/buildkit"
+METADATA_FILE = f"{WORKSPACE}/build-metadata.json"
+PLAN_DIR = "/tmp/fabrique/plan"
+DIGEST_FILE = "/tmp/fabrique/digest"
+BUILDER_UID = 1000
+CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
+
+APP = "{{workflow.parameters.app}}"
+REVISION = "{{workflow.parameters.revision}}"
+POD_LABELS = {LABEL_APP: APP, LABEL_REVISION: REVISION, LABEL_PART_OF: "fabrique"}
+
+CHECKOUT_SCRIPT = r"""set -eu
+if [ -n "${GITEA_TOKEN:-}" ]; then
+  # passed to git through the environment: never on a command line, never in a log
+  export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=http.extraHeader
+  export GIT_CONFIG_VALUE_0="Authorization: token ${GITEA_TOKEN}"
+fi
+src="$WORKSPACE/src"
+rm -rf "$src"
+git init -q "$src"
+cd "$src"
+git remote add origin "$REPO_URL"
+git sparse-checkout set --cone -- "$CONTEXT"
+echo "checkout: fetching $REVISION (sparse: $CONTEXT)"
+git fetch -q --depth=1 --filter=blob:none origin "$REVISION"
+git -c advice.detachedHead=false checkout -q --detach FETCH_HEAD
+head="$(git rev-parse HEAD)"
+if [ "$head" != "$REVISION" ]; then
+  echo "checkout: fetched $head, expected $REVISION" >&2
+  exit 1
+fi
+if [ ! -f "$CONTEXT/$DOCKERFILE" ]; then
+  echo "checkout: $CONTEXT/$DOCKERFILE not found at $REVISION" >&2
+  exit 2
+fi
+echo "checkout: $REVISION ready in $src/$CONTEXT"
+"""
+
+
+def _build_script(site: Site) -> str:
+    cache = (
+        '  --export-cache "type=registry,ref=$CACHE_REF,mode=max" \\\n'
+        '  --import-cache "type=registry,ref=$CACHE_REF" \\\n'
+        if site.build.cache
+        else ""
+    )
+    # Off by default: with attestations BuildKit pushes an index, and the index digest
+    # is what gets deployed. An empty "attest:provenance=" would turn provenance ON.
+    attest = '  --opt "attest:provenance=mode=max" \\\n' if site.build.attestations else ""
+    return (
+        "set -eu\n"
+        'src="$WORKSPACE/src/$CONTEXT"\n'
+        'dockerfile_dir="$(dirname "$src/$DOCKERFILE")"\n'
+        'set -- build --frontend dockerfile.v0 \\\n'
+        '  --local "context=$src" --local "dockerfile=$dockerfile_dir" \\\n'
+        '  --opt "filename=$(basename "$DOCKERFILE")" \\\n'
+        '  --opt "label:org.opencontainers.image.revision=$REVISION" \\\n'
+        '  --opt "label:org.opencontainers.image.source=$SOURCE_URL" \\\n'
+        '  --output "type=image,name=$IMAGE_REF,push=true" \\\n'
+        f"{cache}{attest}"
+        '  --metadata-file "$METADATA_FILE"\n'
+        "# one build arg per line, each kept whole whatever it contains\n"
+        'while IFS= read -r opt; do\n'
+        '  if [ -n "$opt" ]; then set -- "$@" --opt "$opt"; fi\n'
+        'done <<EOF\n'
+        "$BUILD_OPTS\n"
+        "EOF\n"
+        'echo "build: $IMAGE_REF from $CONTEXT at $REVISION"\n'
+        'exec buildctl-daemonless.sh "$@"\n'
+    )
+
+
+def buildkitd_toml(site: Site) -> str:
+    """buildkitd.toml: plain HTTP for the site registry, keyed by its exact host:port."""
+    if not site.registry.plain_http:
+        return "# the registry is served over HTTPS: no override needed\n"
+    # `http = true` alone: since BuildKit v0.23 `insecure` means HTTPS with an
+    # unverified certificate, and must not be combined with plain HTTP.
+    return f'[registry."{site.registry.host}"]\n  http = true\n'
+
+
+def _retry(site: Site) -> RetryStrategy:
+    return RetryStrategy(
+        limit=str(site.build.retries),
+        retry_policy="Always",
+        backoff=m.Backoff(duration="10s", factor="2", max_duration="5m"),
+    )
+
+
+def _restricted(read_only_root: bool = True) -> m.SecurityContext:
+    """The container securityContext of every step but the build: Pod Security restricted."""
+    return m.SecurityContext(
+        allow_privilege_escalation=False,
+        capabilities=m.Capabilities(drop=["ALL"]),
+        read_only_root_filesystem=read_only_root,
+        run_as_non_root=True,
+    )
+
+
+def _no_control_plane() -> m.Affinity:
+    return m.Affinity(
+        node_affinity=m.NodeAffinity(
+            required_during_scheduling_ignored_during_execution=m.NodeSelector(
+                node_selector_terms=[
+                    m.NodeSelectorTerm(
+                        match_expressions=[
+                            m.NodeSelectorRequirement(key=CONTROL_PLANE_LABEL, operator="DoesNotExist")
+                        ]
+                    )
+                ]
+            )
+        )
+    )
+
+
+def _env(**values: str) -> list[Env]:
+    return [Env(name=name, value=value) for name, value in values.items()]
+
+
+def _inputs(*names: str) -> list[Parameter]:
+    return [Parameter(name=name) for name in names]
+
+
+def _resources(cpu: str, memory: str, memory_limit: str) -> m.ResourceRequirements:
+    return m.ResourceRequirements(
+        requests={"cpu": cpu, "memory": memory}, limits={"memory": memory_limit}
+    )
+
+
+def build_template(site: Site) -> WorkflowTemplate:
+    """The ``fabrique-build`` WorkflowTemplate for ``site``."""
+    workspace = Volume(
+        name="workspace",
+        mount_path=WORKSPACE,
+        access_modes=["ReadWriteOnce"],
+        size=site.build.workspace_size,
+        storage_class_name=site.build.storage_class_name,
+    )
+    tmp = EmptyDirVolume(name="tmp", mount_path="/tmp")
+    site_config = ConfigMapVolume(name=SITE_CONFIGMAP, mount_path=SITE_MOUNT, read_only=True)
+    tools_env = _env(FABRIQUE_VALUES=f"{SITE_MOUNT}/site.yaml")
+
+    with WorkflowTemplate(
+        name=TEMPLATE_NAME,
+        namespace=site.namespaces.build,
+        labels={LABEL_PART_OF: "fabrique", LABEL_MANAGED_BY: "fabrique"},
+        annotations={
+            "workflows.argoproj.io/description": (
+                "Build an app at a commit with rootless BuildKit, push it, verify its digest."
+            )
+        },
+        entrypoint="main",
+        arguments=[Parameter(name="app"), Parameter(name="revision")],
+        service_account_name=SERVICE_ACCOUNT,
+        workflow_metadata=m.WorkflowMetadata(
+            labels={LABEL_PART_OF: "fabrique"},
+            labels_from={
+                LABEL_APP: m.LabelValueFrom(expression="workflow.parameters.app"),
+                LABEL_REVISION: m.LabelValueFrom(expression="workflow.parameters.revision"),
+            },
+        ),
+        # Builds of one app run one at a time; other apps build in parallel.
+        synchronization=m.Synchronization(mutexes=[m.Mutex(name="fabrique-build-" + APP)]),
+        active_deadline_seconds=site.build.active_deadline_seconds,
+        pod_gc=m.PodGC(strategy="OnPodSuccess"),
+        ttl_strategy=m.TTLStrategy(seconds_after_success=86400, seconds_after_failure=604800),
+        volume_claim_gc=m.VolumeClaimGC(strategy="OnWorkflowCompletion"),
+        security_context=m.PodSecurityContext(
+            run_as_non_root=True,
+            run_as_user=BUILDER_UID,
+            run_as_group=BUILDER_UID,
+            fs_group=BUILDER_UID,
+            seccomp_profile=m.SeccompProfile(type="RuntimeDefault"),
+        ),
+    ) as template:
+        plan = Container(
+            name="plan",
+            labels=POD_LABELS,
+            image=site.images.tools,
+            command=["fabrique"],
+            args=["plan", "--app", APP, "--revision", REVISION, "--out", PLAN_DIR],
+            env=tools_env,
+            volumes=[tmp, site_config],
+            security_context=_restricted(),
+            resources=_resources("50m", "64Mi", "256Mi"),
+            outputs=[
+                Parameter(name=name, value_from=m.ValueFrom(path=f"{PLAN_DIR}/{name}"))
+                for name in ("image-ref", "cache-ref", "repo-url", "context", "dockerfile", "build-opts")
+            ],
+        )
+        checkout = Container(
+            name="checkout",
+            labels=POD_LABELS,
+            image=site.images.git,
+            command=["sh", "-c", CHECKOUT_SCRIPT],
+            inputs=_inputs("repo-url", "context", "dockerfile"),
+            env=[
+                *_env(
+                    HOME="/tmp",
+                    WORKSPACE=WORKSPACE,
+                    REVISION=REVISION,
+                    REPO_URL="{{inputs.parameters.repo-url}}",
+                    CONTEXT="{{inputs.parameters.context}}",
+                    DOCKERFILE="{{inputs.parameters.dockerfile}}",
+                ),
+                SecretEnv(
+                    name="GITEA_TOKEN",
+                    secret_name=site.gitea.token_secret.name,
+                    secret_key=site.gitea.token_secret.key,
+                    optional=True,
+                ),
+            ],
+            volumes=[workspace, tmp],
+            security_context=_restricted(),
+            resources=_resources("100m", "128Mi", "1Gi"),
+            retry_strategy=_retry(site),
+        )
+        build = Container(
+            name="build",
+            labels=POD_LABELS,
+            image=site.images.buildkit,
+            command=["sh", "-c", _build_script(site)],
+            inputs=_inputs("image-ref", "cache-ref", "context", "dockerfile", "build-opts"),
+            env=_env(
+                BUILDKITD_FLAGS="--oci-worker-no-process-sandbox",
+                WORKSPACE=WORKSPACE,
+                REVISION=REVISION,
+                SOURCE_URL=site.gitea.repo_url(site.gitea.code_repo),
+                METADATA_FILE=METADATA_FILE,
+                IMAGE_REF="{{inputs.parameters.image-ref}}",
+                CACHE_REF="{{inputs.parameters.cache-ref}}",
+                CONTEXT="{{inputs.parameters.context}}",
+                DOCKERFILE="{{inputs.parameters.dockerfile}}",
+                BUILD_OPTS="{{inputs.parameters.build-opts}}",
+            ),
+            volumes=[
+                workspace,
+                EmptyDirVolume(name="buildkit-state", mount_path=BUILDKIT_STATE_DIR),
+                ConfigMapVolume(
+                    name=BUILDKITD_CONFIGMAP, mount_path=BUILDKIT_CONFIG_DIR, read_only=True
+                ),
+            ],
+            # Rootless BuildKit needs user namespaces: seccomp and AppArmor Unconfined,
+            # on this container only. Not privileged. newuidmap is setuid, so privilege
+            # escalation and the file capabilities it relies on stay allowed here.
+            security_context=m.SecurityContext(
+                run_as_user=BUILDER_UID,
+                run_as_group=BUILDER_UID,
+                run_as_non_root=True,
+                seccomp_profile=m.SeccompProfile(type="Unconfined"),
+                app_armor_profile=m.AppArmorProfile(type="Unconfined"),
+            ),
+            affinity=_no_control_plane(),
+            resources=_resources("500m", "1Gi", "4Gi"),
+            retry_strategy=_retry(site),
+        )
+        verify = Container(
+            name="verify-digest",
+            labels=POD_LABELS,
+            image=site.images.tools,
+            command=["fabrique"],
+            args=[
+                "digest", "verify", "--app", APP, "--revision", REVISION,
+                "--metadata", METADATA_FILE, "--output", DIGEST_FILE,
+            ],
+            env=tools_env,
+            volumes=[tmp, site_config],
+            volume_mounts=[m.VolumeMount(name="workspace", mount_path=WORKSPACE, read_only=True)],
+            security_context=_restricted(),
+            resources=_resources("50m", "64Mi", "256Mi"),
+            retry_strategy=_retry(site),
+            outputs=[Parameter(name="digest", value_from=m.ValueFrom(path=DIGEST_FILE))],
+        )
+
+        with Steps(name="main"):
+            planned = plan()
+            checkout(
+                arguments={
+                    name: planned.get_parameter(name).value
+                    for name in ("repo-url", "context", "dockerfile")
+                }
+            )
+            build(
+                arguments={
+                    name: planned.get_parameter(name).value
+                    for name in ("image-ref", "cache-ref", "context", "dockerfile", "build-opts")
+                }
+            )
+            verify()
+            # The write-back step goes here: it takes the verified digest
+            # ({{steps.verify-digest.outputs.parameters.digest}}), app and revision.
+    return template
+
+
+# `hera generate yaml pipelines/` finds this object; `fabrique render` calls
+# build_template() with the site it was given.
+workflow_template = build_template(load_site())

@@ -1,0 +1,217 @@
+"""The ``fabrique`` command line.
+
+Results go to stdout, logs and errors to stderr. An error is one line, ``error: …``,
+and the exit code comes from the exception tree (see ``pipelines.errors``).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from . import __version__
+from .config import Site, load_site
+from .errors import FabriqueError, ValidationFailed
+
+log = logging.getLogger("fabrique")
+
+
+class _Group(click.Group):
+    """Maps the FabriqueError tree to one stderr line and its exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ValidationFailed as err:
+            for problem in err.problems:
+                click.echo(problem, err=True)
+            click.echo(f"error: {err}", err=True)
+            ctx.exit(err.exit_code)
+        except FabriqueError as err:
+            click.echo(f"error: {err}", err=True)
+            ctx.exit(err.exit_code)
+
+
+class _State:
+    def __init__(self, values: str | None) -> None:
+        self.values = values
+        self._site: Site | None = None
+
+    @property
+    def site(self) -> Site:
+        if self._site is None:
+            self._site = load_site(self.values)
+        return self._site
+
+
+pass_state = click.make_pass_decorator(_State)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--values",
+    "-f",
+    metavar="FILE",
+    envvar="FABRIQUE_VALUES",
+    help="Site values file over the embedded default site (env: FABRIQUE_VALUES).",
+)
+@click.option("--verbose", "-v", is_flag=True, help="Log debug details to stderr.")
+@click.version_option(__version__, prog_name="fabrique")
+@click.pass_context
+def cli(ctx: click.Context, values: str | None, verbose: bool) -> None:
+    """fabrique: build app images with rootless BuildKit and deploy them by digest."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in ("httpx", "httpcore", "urllib3", "kubernetes"):
+        logging.getLogger(noisy).setLevel(logging.DEBUG if verbose else logging.WARNING)
+    ctx.obj = _State(values)
+
+
+@cli.command()
+@click.option("--out", "-o", default="manifests", show_default=True, type=click.Path(path_type=Path))
+@pass_state
+def render(state: _State, out: Path) -> None:
+    """Write the whole manifest tree for the site (kubectl apply -k / Argo CD ready)."""
+    from .render import render_tree, write_tree
+
+    tree = render_tree(state.site)
+    write_tree(tree, out)
+    click.echo(f"rendered {len(tree)} files into {out}")
+
+
+@cli.command()
+@click.argument("directory", default="manifests", type=click.Path(path_type=Path))
+@click.option("--specs", metavar="DIR", help="Upstream specs (default: ../shared/specs; env FABRIQUE_SPECS).")
+@click.option("--k8s-version", metavar="X.Y.Z", help="Kubernetes schema version for core kinds.")
+def validate(directory: Path, specs: str | None, k8s_version: str | None) -> None:
+    """Check every rendered document strictly; list every error with its place."""
+    from .validate import find_specs, kustomize_check, validate_tree
+
+    problems = [str(p) for p in validate_tree(directory, find_specs(specs), k8s_version=k8s_version)]
+    try:
+        kustomize_error = kustomize_check(directory)
+    except FileNotFoundError:
+        click.echo("notice: kubectl not found; the `kubectl kustomize` check was skipped", err=True)
+    else:
+        if kustomize_error:
+            problems.append(f"{directory}: kubectl kustomize: {kustomize_error}")
+    if problems:
+        raise ValidationFailed(problems)
+    click.echo(f"{directory}: valid")
+
+
+@cli.command()
+@click.option("--app", required=True, help="App name from the site config.")
+@click.option("--revision", required=True, help="Full 40-hex commit id.")
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="Output directory.")
+@pass_state
+def plan(state: _State, app: str, revision: str, out: Path) -> None:
+    """Resolve an app and revision into build parameters (first step of fabrique-build)."""
+    from .plan import make_plan, write_outputs
+
+    build_plan = make_plan(state.site, app, revision)
+    write_outputs(build_plan, out)
+    click.echo(f"plan: {build_plan.app} at {build_plan.revision} -> {build_plan.image_ref}")
+
+
+@cli.group()
+def digest() -> None:
+    """Digest checks."""
+
+
+@digest.command("verify")
+@click.option("--app", required=True)
+@click.option("--revision", required=True)
+@click.option("--metadata", required=True, type=click.Path(path_type=Path), help="buildctl --metadata-file output.")
+@click.option("--output", type=click.Path(path_type=Path), help="Also write the digest to this file.")
+@pass_state
+def digest_verify(state: _State, app: str, revision: str, metadata: Path, output: Path | None) -> None:
+    """Check that the pushed tag's registry digest equals the build's; print it."""
+    from .digest import verify_pushed
+    from .names import short_sha
+    from .plan import write_atomic
+    from .registry import RegistryClient
+
+    site = state.site
+    app_config = site.app(app)
+    tag = short_sha(revision)
+    with RegistryClient(site.registry.host, plain_http=site.registry.plain_http) as client:
+        verified = verify_pushed(client, app_config.image, tag, metadata)
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(output, verified)
+    log.info("verified %s/%s:%s = %s", site.registry.host, app_config.image, tag, verified)
+    click.echo(verified)
+
+
+@cli.command()
+@click.option("--app", required=True, help="App name from the site config.")
+@click.option("--revision", help="Full 40-hex commit id to build.")
+@click.option("--head", is_flag=True, help="Build the branch head, resolved through Gitea.")
+@click.option("--dry-run", is_flag=True, help="Print the Workflow YAML; create nothing.")
+@click.option("--print-argo", is_flag=True, help="Print the equivalent `argo submit` line; create nothing.")
+@click.option("--context", "kube_context", envvar="FABRIQUE_KUBECONTEXT", help="kubeconfig context.")
+@pass_state
+def submit(
+    state: _State,
+    app: str,
+    revision: str | None,
+    head: bool,
+    dry_run: bool,
+    print_argo: bool,
+    kube_context: str | None,
+) -> None:
+    """Create the Workflow fabrique-<app>-<sha12> by hand (first-step mode)."""
+    from .errors import InputError
+    from .workflow import argo_submit_line, build_workflow
+
+    site = state.site
+    site.app(app)
+    if bool(revision) == head:
+        raise InputError("give exactly one of --revision SHA or --head")
+    if head:
+        from .gitea import GiteaClient, token_from_env
+
+        with GiteaClient(site.gitea.url, token_from_env()) as gitea:
+            revision = gitea.branch_head(site.gitea.code_repo, site.gitea.branch)
+        log.info("head of %s@%s is %s", site.gitea.code_repo, site.gitea.branch, revision)
+    assert revision is not None
+    body = build_workflow(site, app, revision, submitted_by="cli")
+    if print_argo:
+        click.echo(argo_submit_line(site, app, revision))
+        return
+    if dry_run:
+        from .render import dump_documents
+
+        click.echo(dump_documents([body], header=False), nl=False)
+        return
+    from .kube import KubeClient, connect
+
+    result = KubeClient(connect(kube_context)).create_workflow(body)
+    state_word = "created" if result.created else "already exists"
+    click.echo(f"{state_word}: workflow {result.namespace}/{result.name}")
+
+
+@cli.group()
+def config() -> None:
+    """The effective site config."""
+
+
+@config.command("show")
+@pass_state
+def config_show(state: _State) -> None:
+    """Print the site config after the values file and FABRIQUE_* overrides."""
+    from .render import dump_documents
+
+    click.echo(dump_documents([state.site.to_values()], header=False), nl=False)
+
+
+def main() -> None:
+    cli(prog_name="fabrique")

@@ -1,0 +1,430 @@
+"""The site config: one typed, validated model of a fabrique site.
+
+Three layers, each over the one before:
+
+1. the embedded default site (``site.default.yaml``: generic values only);
+2. a values file (``--values site.yaml`` or ``FABRIQUE_VALUES``), merged key by key,
+   lists replaced whole;
+3. ``FABRIQUE_<PATH>`` environment variables, the path in upper snake case with ``__``
+   between levels and list indexes as numbers: ``FABRIQUE_REGISTRY__HOST=registry:5000``,
+   ``FABRIQUE_APPS__0__CONTEXT=src/app``.
+
+The result is validated once, here. A bad value raises ConfigError with one line that
+names the field path and the reason: ``apps[1].context: must be a relative path``.
+Tokens are never part of the config; it only names the Secrets that hold them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+from .errors import ConfigError, InputError
+from .names import (
+    DNS_LABEL_RE,
+    MAX_APP_NAME_LEN,
+    REPOSITORY_RE,
+    ImageRef,
+)
+
+ENV_PREFIX = "FABRIQUE_"
+# FABRIQUE_* variables that are not config overrides.
+ENV_RESERVED = frozenset({"FABRIQUE_VALUES", "FABRIQUE_GITEA_TOKEN", "FABRIQUE_KUBECONTEXT"})
+
+
+def _dns_label(value: str) -> str:
+    if len(value) > 63 or not DNS_LABEL_RE.match(value):
+        raise ValueError("must be a DNS-1123 label (lowercase letters, digits, '-', at most 63)")
+    return value
+
+
+def _app_name(value: str) -> str:
+    _dns_label(value)
+    if len(value) > MAX_APP_NAME_LEN:
+        raise ValueError(
+            f"must be at most {MAX_APP_NAME_LEN} characters so that "
+            "fabrique-<app>-<sha12> fits in 63"
+        )
+    return value
+
+
+def _relative_path(value: str) -> str:
+    path = PurePosixPath(value)
+    if (
+        not value
+        or "\\" in value
+        or path.is_absolute()
+        or ".." in path.parts
+        or str(path) in (".", "")
+        or str(path) != value.rstrip("/")
+    ):
+        raise ValueError("must be a relative path inside the repository, without '..'")
+    return str(path)
+
+
+def _repo_slug(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", value) or value.endswith(".git"):
+        raise ValueError("must be owner/name")
+    return value
+
+
+def _branch(value: str) -> str:
+    bad = (
+        not value
+        or value.startswith(("-", "/", "refs/"))
+        or value.endswith(("/", ".lock", "."))
+        or ".." in value
+        or "@{" in value
+        or re.search(r"[\s~^:?*\[\\\x00-\x1f\x7f]", value)
+    )
+    if bad:
+        raise ValueError("must be a plain branch name such as main (no refs/heads/ prefix)")
+    return value
+
+
+def _url(value: str) -> str:
+    if not re.fullmatch(r"https?://[^\s/?#@]+(?::\d+)?(/[^\s?#]*)?", value):
+        raise ValueError("must be an http:// or https:// URL without credentials")
+    return value.rstrip("/")
+
+
+def _registry_host(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9.-]+(:\d{1,5})?|\[[0-9a-fA-F:]+\](:\d{1,5})?", value):
+        raise ValueError("must be host or host:port, without a scheme")
+    return value
+
+
+def _image_ref(value: str) -> str:
+    try:
+        ref = ImageRef.parse(value)
+    except InputError:
+        raise ValueError("must be an image reference [host/]name:tag[@sha256:…]") from None
+    if ref.tag is None and ref.digest is None:
+        raise ValueError("must carry a tag or a digest (no implicit :latest)")
+    return value
+
+
+def _repository(value: str) -> str:
+    if not REPOSITORY_RE.match(value):
+        raise ValueError("must be a registry repository name such as citation-dagster")
+    return value
+
+
+def _quantity(value: str) -> str:
+    if not re.fullmatch(r"[1-9][0-9]*(Ki|Mi|Gi|Ti)", value):
+        raise ValueError("must be a size such as 2Gi")
+    return value
+
+
+def _build_args(value: dict[str, str]) -> dict[str, str]:
+    for key, arg in value.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise ValueError(f"key {key!r} must be a build-arg name ([A-Za-z_][A-Za-z0-9_]*)")
+        if "\n" in arg or "\r" in arg:
+            raise ValueError(f"value of {key} must be a single line")
+    return value
+
+
+DnsLabel = Annotated[str, AfterValidator(_dns_label)]
+RelativePath = Annotated[str, AfterValidator(_relative_path)]
+RepoSlug = Annotated[str, AfterValidator(_repo_slug)]
+ImageReference = Annotated[str, AfterValidator(_image_ref)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        alias_generator=to_camel,
+        populate_by_name=True,
+        strict=False,
+    )
+
+
+class SecretKeyRef(_Model):
+    """A key in a Kubernetes Secret of the namespace that uses it."""
+
+    name: DnsLabel
+    key: Annotated[str, Field(pattern=r"^[-._a-zA-Z0-9]+$")]
+
+
+class GiteaConfig(_Model):
+    url: Annotated[str, AfterValidator(_url)]
+    code_repo: RepoSlug
+    branch: Annotated[str, AfterValidator(_branch)]
+    apps_repo: RepoSlug
+    token_secret: SecretKeyRef
+
+    def repo_url(self, repo: str) -> str:
+        return f"{self.url}/{repo}.git"
+
+
+class RegistryConfig(_Model):
+    host: Annotated[str, AfterValidator(_registry_host)]
+    plain_http: bool
+
+
+class Namespaces(_Model):
+    control: DnsLabel
+    build: DnsLabel
+    gitea: DnsLabel
+
+    @model_validator(mode="after")
+    def _distinct(self) -> Namespaces:
+        if self.build == self.control:
+            raise ValueError(
+                "build: must differ from control (the builder namespace is the only "
+                "privileged one)"
+            )
+        return self
+
+
+class Images(_Model):
+    buildkit: ImageReference
+    git: ImageReference
+    tools: ImageReference
+
+    @model_validator(mode="after")
+    def _rootless(self) -> Images:
+        tag = ImageRef.parse(self.buildkit).tag or ""
+        if not tag.endswith("-rootless"):
+            raise ValueError("buildkit: must be a -rootless BuildKit image (moby/buildkit:<v>-rootless)")
+        return self
+
+
+class BuildConfig(_Model):
+    attestations: bool
+    cache: bool
+    active_deadline_seconds: Annotated[int, Field(ge=60, le=86400)]
+    retries: Annotated[int, Field(ge=0, le=10)]
+    workspace_size: Annotated[str, AfterValidator(_quantity)]
+    storage_class_name: DnsLabel | None = None
+
+
+class WriteBackTarget(_Model):
+    kind: Literal["kustomize-images", "argocd-application"] = "kustomize-images"
+    repo: RepoSlug
+    path: RelativePath
+    create: bool = False
+
+
+class AppConfig(_Model):
+    name: Annotated[str, AfterValidator(_app_name)]
+    image: Annotated[str, AfterValidator(_repository)]
+    context: RelativePath
+    dockerfile: RelativePath = "Dockerfile"
+    build_args: Annotated[dict[str, str], AfterValidator(_build_args)] = Field(
+        default_factory=dict
+    )
+    writeback: WriteBackTarget
+
+
+class Site(_Model):
+    gitea: GiteaConfig
+    registry: RegistryConfig
+    namespaces: Namespaces
+    images: Images
+    build: BuildConfig
+    apps: Annotated[list[AppConfig], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _unique_apps(self) -> Site:
+        seen_names: set[str] = set()
+        seen_images: dict[str, str] = {}
+        for index, app in enumerate(self.apps):
+            if app.name in seen_names:
+                raise ValueError(f"apps[{index}].name: duplicate app name {app.name!r}")
+            if app.image in seen_images:
+                raise ValueError(
+                    f"apps[{index}].image: {app.image!r} is already the image of app "
+                    f"{seen_images[app.image]!r}; two apps would overwrite each other's tags"
+                )
+            seen_names.add(app.name)
+            seen_images[app.image] = app.name
+        return self
+
+    def app(self, name: str) -> AppConfig:
+        for app in self.apps:
+            if app.name == name:
+                return app
+        known = ", ".join(app.name for app in self.apps)
+        raise InputError(f"app {name!r}: not in the site config (known apps: {known})")
+
+    def image_ref(self, app: AppConfig, tag: str) -> str:
+        """``<registry>/<image>:<tag>``: where the build pushes."""
+        return f"{self.registry.host}/{app.image}:{tag}"
+
+    def to_values(self) -> dict[str, Any]:
+        """The config as a values document (camelCase), as a values file would say it."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+def default_values() -> dict[str, Any]:
+    text = resources.files(__package__).joinpath("site.default.yaml").read_text("utf-8")
+    data = yaml.safe_load(text)
+    assert isinstance(data, dict)
+    return data
+
+
+def load_site(values: str | Path | None = None, env: Mapping[str, str] | None = None) -> Site:
+    """Build the Site from defaults, a values file and ``FABRIQUE_*`` variables.
+
+    ``values`` falls back to ``$FABRIQUE_VALUES``; ``env`` defaults to ``os.environ``.
+    """
+    env = os.environ if env is None else env
+    data = default_values()
+    values = values or env.get("FABRIQUE_VALUES") or None
+    if values is not None:
+        data = merge(data, read_values_file(Path(values)))
+    for name in sorted(env):
+        if name.startswith(ENV_PREFIX) and name not in ENV_RESERVED:
+            apply_env_override(data, name, env[name])
+    return parse_site(data)
+
+
+def parse_site(data: Any) -> Site:
+    try:
+        return Site.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc)) from None
+
+
+def read_values_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text("utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"values file {path}: not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"values file {path}: cannot be read ({exc.__class__.__name__})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ConfigError(f"values file {path}:{where}: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"values file {path}: must be a mapping at the top level")
+    return data
+
+
+def merge(base: Any, override: Any) -> Any:
+    """Deep-merge mappings; anything else in ``override`` replaces ``base`` whole."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        merged = dict(base)
+        for key, value in override.items():
+            merged[key] = merge(base.get(key), value) if key in base else value
+        return merged
+    return override
+
+
+def _field_aliases(model: type[BaseModel]) -> dict[str, str]:
+    """snake_case field name -> camelCase alias."""
+    return {name: (info.alias or name) for name, info in model.model_fields.items()}
+
+
+def apply_env_override(data: dict[str, Any], name: str, raw: str) -> None:
+    """Apply ``FABRIQUE_A__B__0__C=value`` to ``data`` in place.
+
+    The value stays a string (pydantic turns ``false`` or ``3600`` into the field's type);
+    an empty value means "unset" (null).
+    """
+    parts = name[len(ENV_PREFIX) :].split("__")
+    model: Any = Site
+    node: Any = data
+    path = ""
+    for position, part in enumerate(parts):
+        key: Any
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ConfigError(f"{name}: {path} has no item {part.lower()!r}")
+            key = int(part)
+            path += f"[{key}]"
+        else:
+            fields = _field_aliases(model) if model is not None else {}
+            if part.lower() not in fields:
+                hint = ""
+                if "_" in part and position == 0:
+                    hint = f" (nested settings use '__' between levels: {ENV_PREFIX}REGISTRY__HOST)"
+                raise ConfigError(f"{name}: unknown setting {part.lower()!r}{hint}")
+            key = fields[part.lower()]
+            path += f".{key}" if path else key
+            model = _unwrap(model.model_fields[part.lower()].annotation)
+        if position == len(parts) - 1:
+            node[key] = raw if raw != "" else None
+            return
+        if isinstance(node, dict) and not isinstance(node.get(key), dict | list):
+            node[key] = {}
+        node = node[key]
+
+
+def _unwrap(annotation: Any) -> Any:
+    """The model class behind ``X``, ``list[X]``, ``X | None`` or ``Annotated[…]``, if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _unwrap(arg)
+        if found is not None:
+            return found
+    origin = getattr(annotation, "__origin__", None)
+    return _unwrap(origin) if origin is not None and origin is not annotation else None
+
+
+_NAMED_FIELD = re.compile(r"^([A-Za-z][A-Za-z0-9]*(?:\[\d+\])?(?:\.[A-Za-z][A-Za-z0-9]*(?:\[\d+\])?)*): (.+)$")
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line: the first error's field path and reason, and how many more there are."""
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    path = _format_loc(first["loc"])
+    message = _clean_message(first)
+    # a model validator names the field it blames: "build: must differ from control"
+    named = _NAMED_FIELD.match(message) if first["type"] == "value_error" else None
+    if named:
+        path = f"{path}.{named[1]}" if path else named[1]
+        message = named[2]
+    line = f"{path}: {message}" if path else message
+    shown = first.get("input")
+    if first["type"] not in ("missing", "extra_forbidden") and isinstance(
+        shown, str | int | float | bool
+    ):
+        line += f" (got {shown!r})" if len(repr(shown)) <= 80 else ""
+    if len(errors) > 1:
+        line += f" [+{len(errors) - 1} more]"
+    return line
+
+
+def _format_loc(loc: tuple[int | str, ...]) -> str:
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif part.startswith(("function-after", "function-before", "union")):
+            continue
+        else:
+            text += f".{part}" if text else part
+    return text
+
+
+def _clean_message(error: Mapping[str, Any]) -> str:
+    kind = error["type"]
+    if kind == "missing":
+        return "required"
+    if kind == "extra_forbidden":
+        return "unknown field"
+    message = str(error["msg"])
+    return message.removeprefix("Value error, ").removeprefix("Assertion failed, ")

@@ -1,0 +1,82 @@
+"""The one exception tree of fabrique.
+
+Every error a user can meet says what failed, the value that was wrong and what to do.
+The CLI maps each branch to an exit code (``exit_code``) and prints ``str(err)`` on one
+line; nothing else reaches the terminal.
+
+    FabriqueError                  1  anything fabrique raises on purpose
+    ├── ConfigError                2  the site config (values file, FABRIQUE_* variables)
+    ├── InputError                 2  a command-line value: app, revision, digest, path
+    ├── RemoteError                3  a server was unreachable or answered wrongly
+    │   ├── RegistryError             the OCI registry
+    │   │   └── ImageNotFound         a tag or digest the registry does not hold
+    │   ├── GiteaError                the Gitea API
+    │   └── KubeError                 the Kubernetes API
+    ├── DigestMismatch             4  two digests that must be equal are not
+    ├── RenderError                5  the manifest tree could not be written
+    └── ValidationFailed           6  rendered documents broke a schema or a rule
+"""
+
+from __future__ import annotations
+
+
+class FabriqueError(Exception):
+    """Base of every error fabrique raises on purpose."""
+
+    exit_code = 1
+
+
+class ConfigError(FabriqueError):
+    """The site config is invalid; the message starts with the field path."""
+
+    exit_code = 2
+
+
+class InputError(FabriqueError):
+    """A value given on the command line is invalid."""
+
+    exit_code = 2
+
+
+class RemoteError(FabriqueError):
+    """A remote system was unreachable, timed out, or answered something unusable."""
+
+    exit_code = 3
+
+
+class RegistryError(RemoteError):
+    """The OCI registry failed or answered wrongly."""
+
+
+class ImageNotFound(RegistryError):
+    """The registry does not hold the requested tag or digest."""
+
+
+class GiteaError(RemoteError):
+    """The Gitea API failed or answered wrongly."""
+
+
+class KubeError(RemoteError):
+    """The Kubernetes API failed or answered wrongly."""
+
+
+class DigestMismatch(FabriqueError):
+    """Two digests that must be equal differ (build metadata versus registry)."""
+
+    exit_code = 4
+
+
+class RenderError(FabriqueError):
+    """The manifest tree could not be written; the previous tree is left as it was."""
+
+    exit_code = 5
+
+
+class ValidationFailed(FabriqueError):
+    """Rendered documents failed validation; ``problems`` lists every one."""
+
+    exit_code = 6
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__(f"{len(problems)} validation error(s)")

@@ -1,0 +1,112 @@
+"""The one module that talks to the Kubernetes API.
+
+Everything else asks it for typed results. Connection settings come from a kubeconfig
+(``--context`` or ``FABRIQUE_KUBECONTEXT``) or, inside a pod, the in-cluster config.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import urllib3
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from ._http import RetryPolicy
+from .errors import KubeError
+
+log = logging.getLogger("fabrique.kube")
+
+ARGO_GROUP = "argoproj.io"
+ARGO_VERSION = "v1alpha1"
+REQUEST_TIMEOUT = (5, 30)  # connect, read (seconds)
+
+
+@dataclass(frozen=True)
+class CreateResult:
+    name: str
+    namespace: str
+    created: bool  # False: a Workflow of that name already existed
+
+
+def connect(context: str | None = None) -> k8s.ApiClient:
+    """An API client from the kubeconfig (``context``), else the in-cluster config."""
+    try:
+        return k8s_config.new_client_from_config(context=context)
+    except (ConfigException, FileNotFoundError) as kubeconfig_error:
+        if context:
+            raise KubeError(f"kube context {context!r}: {kubeconfig_error}") from None
+        try:
+            k8s_config.load_incluster_config()
+        except ConfigException:
+            raise KubeError(
+                "no Kubernetes config: set KUBECONFIG or ~/.kube/config, or run in a pod"
+            ) from None
+        return k8s.ApiClient()
+
+
+class KubeClient:
+    def __init__(
+        self,
+        api: k8s.ApiClient,
+        *,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._custom = k8s.CustomObjectsApi(api)
+        self._retry = retry or RetryPolicy()
+        self._sleep = sleep
+        self._server = api.configuration.host
+
+    def create_workflow(self, body: dict[str, Any]) -> CreateResult:
+        """Create a Workflow; an existing one of the same name is reported, not an error."""
+        meta = body["metadata"]
+        name, namespace = meta["name"], meta["namespace"]
+        try:
+            self._call(
+                f"create Workflow {namespace}/{name}",
+                lambda: self._custom.create_namespaced_custom_object(
+                    ARGO_GROUP, ARGO_VERSION, namespace, "workflows", body,
+                    _request_timeout=REQUEST_TIMEOUT,
+                ),
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return CreateResult(name, namespace, created=False)
+            raise self._error(f"create Workflow {namespace}/{name}", exc) from None
+        return CreateResult(name, namespace, created=True)
+
+    def _call(self, what: str, call: Callable[[], Any]) -> Any:
+        for attempt in range(1, self._retry.attempts + 1):
+            try:
+                return call()
+            except ApiException as exc:
+                if exc.status not in (429, 500, 502, 503, 504) or attempt == self._retry.attempts:
+                    raise
+                reason = f"HTTP {exc.status}"
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                if attempt == self._retry.attempts:
+                    raise KubeError(
+                        f"{what}: Kubernetes API at {self._server} unreachable "
+                        f"({exc.__class__.__name__}) after {attempt} attempt(s)"
+                    ) from None
+                reason = exc.__class__.__name__
+            delay = self._retry.delay(attempt)
+            log.warning("%s: %s; retry %d in %.1fs", what, reason, attempt, delay)
+            self._sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _error(self, what: str, exc: ApiException) -> KubeError:
+        hint = {
+            401: "the credentials were refused",
+            403: "forbidden: the ServiceAccount or user lacks RBAC for this",
+            404: "not found: are Argo Workflows' CRDs installed, and does the namespace exist?",
+            422: "the API rejected the object as invalid",
+        }.get(exc.status or 0, "")
+        return KubeError(f"{what}: HTTP {exc.status} {exc.reason}" + (f" ({hint})" if hint else ""))

@@ -1,0 +1,108 @@
+"""Names and identifiers that several parts of fabrique must agree on.
+
+The Workflow name ``fabrique-<app>-<sha12>`` is the deduplication key of the whole
+factory: the Sensor, the reconciler and ``fabrique submit`` all derive it from here, so
+the Kubernetes API refuses a second build of the same commit.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import InputError
+
+WORKFLOW_PREFIX = "fabrique-"
+SHORT_SHA_LEN = 12
+# A Workflow name is also a pod-name prefix and a label value: keep it to 63 characters.
+MAX_NAME_LEN = 63
+MAX_APP_NAME_LEN = MAX_NAME_LEN - len(WORKFLOW_PREFIX) - 1 - SHORT_SHA_LEN
+
+REVISION_RE = re.compile(r"^[0-9a-f]{40}$")
+DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+LABEL_APP = "fabrique.io/app"
+LABEL_REVISION = "fabrique.io/revision"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_PART_OF = "app.kubernetes.io/part-of"
+
+TEMPLATE_NAME = "fabrique-build"
+
+
+def check_revision(revision: str) -> str:
+    """Return ``revision`` if it is a full 40-hex commit id, else raise InputError."""
+    if not REVISION_RE.match(revision):
+        raise InputError(
+            f"revision {revision!r}: must be a full 40-character lowercase hex commit id"
+        )
+    return revision
+
+
+def check_digest(digest: str, *, what: str = "digest") -> str:
+    """Return ``digest`` if it is ``sha256:<64 hex>``, else raise InputError."""
+    if not DIGEST_RE.match(digest):
+        raise InputError(f"{what} {digest!r}: must match sha256:<64 lowercase hex>")
+    return digest
+
+
+def short_sha(revision: str) -> str:
+    """The 12-character prefix used in tags and Workflow names."""
+    return check_revision(revision)[:SHORT_SHA_LEN]
+
+
+def workflow_name(app: str, revision: str) -> str:
+    """``fabrique-<app>-<sha12>``: the one name every caller gives a build of a commit."""
+    return f"{WORKFLOW_PREFIX}{app}-{short_sha(revision)}"
+
+
+_HOST = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]{1,5})?|\[[0-9a-fA-F:]+\](?::[0-9]{1,5})?)"
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+REPOSITORY_RE = re.compile(rf"^{_COMPONENT}(?:/{_COMPONENT})*$")
+_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+IMAGE_REF_RE = re.compile(
+    rf"^(?:(?P<host>{_HOST})/)?(?P<repo>{_COMPONENT}(?:/{_COMPONENT})*)"
+    rf"(?::(?P<tag>{_TAG}))?(?:@(?P<digest>sha256:[0-9a-f]{{64}}))?$"
+)
+
+
+class ImageRef:
+    """A parsed image reference ``[host/]repository[:tag][@digest]``.
+
+    A first path part counts as a registry host only when it looks like one (a dot, a
+    port or ``localhost``), the way Docker's reference grammar reads it.
+    """
+
+    __slots__ = ("digest", "host", "repository", "tag")
+
+    def __init__(self, host: str | None, repository: str, tag: str | None, digest: str | None):
+        self.host = host
+        self.repository = repository
+        self.tag = tag
+        self.digest = digest
+
+    @classmethod
+    def parse(cls, text: str) -> ImageRef:
+        match = IMAGE_REF_RE.match(text)
+        if not match:
+            raise InputError(f"image reference {text!r}: not of the form [host/]name[:tag][@sha256:…]")
+        host, repo = match["host"], match["repo"]
+        if host and not ("." in host or ":" in host or host == "localhost" or host.startswith("[")):
+            repo, host = f"{host}/{repo}", None
+        return cls(host, repo, match["tag"], match["digest"])
+
+    @property
+    def reference(self) -> str:
+        """What goes after ``/manifests/`` in the registry API: the digest, else the tag."""
+        return self.digest or self.tag or "latest"
+
+    def __str__(self) -> str:
+        text = f"{self.host}/{self.repository}" if self.host else self.repository
+        if self.tag:
+            text += f":{self.tag}"
+        if self.digest:
+            text += f"@{self.digest}"
+        return text
+
+    def __repr__(self) -> str:
+        return f"ImageRef({str(self)!r})"

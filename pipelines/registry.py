@@ -1,0 +1,107 @@
+"""OCI registry client (distribution API v2): what fabrique needs to read digests.
+
+Only reads. The digest of a tag is what the registry says in ``Docker-Content-Digest`` on
+a ``HEAD /v2/<name>/manifests/<reference>``, asked with every manifest and index media
+type so that the registry never converts the manifest (which would change its digest).
+If a registry leaves the header out, the manifest is fetched and hashed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import httpx
+
+from ._http import DEFAULT_TIMEOUT, RetryPolicy, Unreachable, send
+from .errors import ImageNotFound, RegistryError
+from .names import DIGEST_RE
+
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+MANIFEST_TYPES = (OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_MANIFEST_LIST)
+INDEX_TYPES = frozenset({OCI_INDEX, DOCKER_MANIFEST_LIST})
+
+
+@dataclass(frozen=True)
+class ManifestDigest:
+    """What the registry holds under a reference."""
+
+    reference: str  # host/name:tag as asked
+    digest: str
+    media_type: str
+
+    @property
+    def is_index(self) -> bool:
+        return self.media_type in INDEX_TYPES
+
+
+class RegistryClient:
+    """A client for one registry host, over HTTPS or, when the site says so, plain HTTP."""
+
+    def __init__(
+        self,
+        host: str,
+        *,
+        plain_http: bool,
+        retry: RetryPolicy | None = None,
+        timeout: httpx.Timeout = DEFAULT_TIMEOUT,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.host = host
+        self.base_url = f"{'http' if plain_http else 'https'}://{host}"
+        self.retry = retry or RetryPolicy()
+        self._client = httpx.Client(timeout=timeout, transport=transport, follow_redirects=False)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> RegistryClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def manifest_digest(self, repository: str, reference: str) -> ManifestDigest:
+        """The digest of ``repository:reference``; ImageNotFound if the registry lacks it."""
+        shown = f"{self.host}/{repository}{'@' if reference.startswith('sha256:') else ':'}{reference}"
+        url = f"{self.base_url}/v2/{repository}/manifests/{reference}"
+        headers = {"Accept": ", ".join(MANIFEST_TYPES)}
+        response = self._request("HEAD", url, shown, headers)
+        if response.status_code == 200 and "Docker-Content-Digest" not in response.headers:
+            response = self._request("GET", url, shown, headers)
+            digest = "sha256:" + hashlib.sha256(response.content).hexdigest()
+        else:
+            digest = response.headers.get("Docker-Content-Digest", "")
+        if not DIGEST_RE.match(digest):
+            raise RegistryError(
+                f"{shown}: registry answered a malformed digest {digest[:80]!r} "
+                "(expected sha256:<64 hex>)"
+            )
+        media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
+        return ManifestDigest(shown, digest, media_type)
+
+    def _request(
+        self, method: str, url: str, shown: str, headers: dict[str, str]
+    ) -> httpx.Response:
+        try:
+            response = send(self._client, method, url, retry=self.retry, headers=headers)
+        except Unreachable as exc:
+            raise RegistryError(
+                f"registry {self.host} unreachable: {exc.reason}; check the registry "
+                "address and that it is up"
+            ) from None
+        if response.status_code == 200:
+            return response
+        if response.status_code == 404:
+            raise ImageNotFound(
+                f"{shown}: not found in the registry (was the image pushed under this tag?)"
+            )
+        if response.status_code in (401, 403):
+            raise RegistryError(
+                f"{shown}: registry refused access (HTTP {response.status_code}); "
+                "check the registry credentials"
+            )
+        raise RegistryError(f"{shown}: registry answered HTTP {response.status_code}")

@@ -1,0 +1,227 @@
+"""``fabrique validate``: strict checks of a rendered tree, the way kubeconform -strict works.
+
+- Argo kinds against the upstream JSON Schemas (``../shared/specs``), with every object
+  schema closed (``additionalProperties: false``) so a misspelled field is an error.
+- Argo CD Applications against the CRD's openAPIV3Schema, closed the same way, except
+  where the CRD itself says ``x-kubernetes-preserve-unknown-fields``.
+- Core kinds with kubernetes-validate in strict mode.
+- Every ``metadata.name`` a DNS-1123 name (a label for Namespaces and Services).
+- The whole tree through ``kubectl kustomize`` when kubectl is installed.
+
+Each problem is reported as ``file: document N (Kind/name): json.path: message``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import yaml
+from kubernetes_validate.utils import latest_version
+
+from .errors import InputError
+from .names import DNS_LABEL_RE, DNS_SUBDOMAIN_RE
+
+SPECS_ENV = "FABRIQUE_SPECS"
+WORKFLOWS_SCHEMA = "argo-workflows-v4.1.2.schema.json"
+EVENTS_SCHEMA = "argo-events-v1.9.11.schema.json"
+ARGOCD_CRD = "argo-cd-v3.5.1.application-crd.yaml"
+
+WORKFLOW_KINDS = frozenset(
+    {"Workflow", "WorkflowTemplate", "ClusterWorkflowTemplate", "CronWorkflow", "WorkflowEventBinding"}
+)
+EVENTS_KINDS = frozenset({"EventSource", "Sensor", "EventBus"})
+LABEL_NAMED_KINDS = frozenset({"Namespace", "Service"})
+
+
+@dataclass(frozen=True)
+class Problem:
+    file: str
+    document: int
+    what: str
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f" {self.path}:" if self.path else ""
+        return f"{self.file}: document {self.document} ({self.what}):{where} {self.message}"
+
+
+def find_specs(explicit: str | Path | None = None) -> Path:
+    """The upstream specs directory: ``explicit``, ``$FABRIQUE_SPECS``, or ../shared/specs."""
+    candidates: list[Path] = []
+    if explicit:
+        candidates.append(Path(explicit))
+    elif os.environ.get(SPECS_ENV):
+        candidates.append(Path(os.environ[SPECS_ENV]))
+    else:
+        project = Path(__file__).resolve().parent.parent
+        candidates += [Path.cwd() / ".." / "shared" / "specs", project / ".." / "shared" / "specs"]
+    for candidate in candidates:
+        if (candidate / WORKFLOWS_SCHEMA).is_file():
+            return candidate.resolve()
+    tried = ", ".join(str(c) for c in candidates)
+    raise InputError(
+        f"upstream specs not found (tried {tried}); pass --specs DIR or set {SPECS_ENV}"
+    )
+
+
+def close_schema(node: Any) -> Any:
+    """A copy of a schema in which every object with ``properties`` rejects unknown keys."""
+    if isinstance(node, list):
+        return [close_schema(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    closed = {key: close_schema(value) for key, value in node.items()}
+    if (
+        "properties" in closed
+        and "additionalProperties" not in closed
+        and not closed.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        closed["additionalProperties"] = False
+    return closed
+
+
+class Schemas:
+    """Strict validators for the Argo and Argo CD kinds, built once per specs directory."""
+
+    def __init__(self, specs: Path) -> None:
+        self.specs = specs
+
+    @functools.cached_property
+    def _workflows(self) -> dict[str, Any]:
+        return close_schema(json.loads((self.specs / WORKFLOWS_SCHEMA).read_text("utf-8")))
+
+    @functools.cached_property
+    def _events(self) -> dict[str, Any]:
+        return close_schema(json.loads((self.specs / EVENTS_SCHEMA).read_text("utf-8")))
+
+    @functools.cached_property
+    def _application(self) -> dict[str, Any]:
+        crd = yaml.safe_load((self.specs / ARGOCD_CRD).read_text("utf-8"))
+        version = next(v for v in crd["spec"]["versions"] if v.get("storage"))
+        return close_schema(version["schema"]["openAPIV3Schema"])
+
+    @functools.cache  # noqa: B019 - one Schemas per run; the cache is the point
+    def validator(self, api_version: str, kind: str) -> jsonschema.protocols.Validator | None:
+        group = api_version.split("/")[0]
+        if group == "argoproj.io" and kind in WORKFLOW_KINDS:
+            return self._definition(self._workflows, f"io.argoproj.workflow.v1alpha1.{kind}")
+        if group == "argoproj.io" and kind in EVENTS_KINDS:
+            return self._definition(self._events, f"io.argoproj.events.v1alpha1.{kind}")
+        if group == "argoproj.io" and kind == "Application":
+            return jsonschema.Draft7Validator(self._application)
+        return None
+
+    @staticmethod
+    def _definition(document: dict[str, Any], name: str) -> jsonschema.protocols.Validator:
+        schema = {"$ref": f"#/definitions/{name}", "definitions": document["definitions"]}
+        return jsonschema.Draft7Validator(schema)
+
+
+def check_document(doc: Any, schemas: Schemas, k8s_version: str) -> Iterator[tuple[str, str]]:
+    """(json path, message) for every problem of one document."""
+    if not isinstance(doc, dict):
+        yield "", "a document must be a mapping"
+        return
+    api_version, kind = doc.get("apiVersion"), doc.get("kind")
+    if not isinstance(api_version, str) or not isinstance(kind, str):
+        yield "", "apiVersion and kind are required"
+        return
+    yield from _check_name(doc, kind)
+    validator = schemas.validator(api_version, kind)
+    if validator is not None:
+        for error in sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path)):
+            yield _json_path(error.absolute_path), error.message
+        return
+    if api_version.split("/")[0] in ("argoproj.io",):
+        yield "", f"no schema for {api_version} {kind}"
+        return
+    try:
+        kubernetes_validate.validate(doc, k8s_version, strict=True)
+    except kubernetes_validate.ValidationError as error:
+        yield _json_path(error.absolute_path), error.message
+    except kubernetes_validate.SchemaNotFoundError:
+        yield "", f"no schema for {api_version} {kind} in Kubernetes {k8s_version}"
+
+
+def _check_name(doc: dict[str, Any], kind: str) -> Iterator[tuple[str, str]]:
+    meta = doc.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    if not isinstance(name, str):
+        yield "metadata.name", "required"
+        return
+    pattern, limit, what = (
+        (DNS_LABEL_RE, 63, "DNS-1123 label")
+        if kind in LABEL_NAMED_KINDS
+        else (DNS_SUBDOMAIN_RE, 253, "DNS-1123 subdomain")
+    )
+    if len(name) > limit or not pattern.match(name):
+        yield "metadata.name", f"{name!r} is not a valid {what}"
+
+
+def _json_path(path: Iterable[Any]) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _describe(doc: Any) -> str:
+    if isinstance(doc, dict):
+        name = (doc.get("metadata") or {}).get("name", "?") if isinstance(doc.get("metadata"), dict) else "?"
+        return f"{doc.get('kind', '?')}/{name}"
+    return "?"
+
+
+def validate_tree(root: Path, specs: Path, *, k8s_version: str | None = None) -> list[Problem]:
+    """Every problem in every YAML file under ``root`` (kustomization files excepted)."""
+    if not root.is_dir():
+        raise InputError(f"{root}: not a directory")
+    schemas = Schemas(specs)
+    version = k8s_version or latest_version()
+    problems: list[Problem] = []
+    files = sorted(p for p in root.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
+    if not files:
+        raise InputError(f"{root}: no YAML files to validate")
+    for path in files:
+        relative = str(path.relative_to(root))
+        try:
+            documents = [d for d in yaml.safe_load_all(path.read_text("utf-8")) if d is not None]
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            line = f"line {mark.line + 1}: " if mark is not None else ""
+            problems.append(Problem(relative, 0, "?", "", f"{line}not valid YAML"))
+            continue
+        if path.name == "kustomization.yaml":
+            continue  # kustomize's own config: checked by `kubectl kustomize` below
+        for index, doc in enumerate(documents):
+            for json_path, message in check_document(doc, schemas, version):
+                problems.append(Problem(relative, index, _describe(doc), json_path, message))
+    return problems
+
+
+def kustomize_check(root: Path) -> str | None:
+    """``kubectl kustomize`` over the tree: None if it builds, else its error line.
+
+    Raises FileNotFoundError when kubectl is not installed (the caller says it skipped).
+    """
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        raise FileNotFoundError("kubectl")
+    result = subprocess.run(
+        [kubectl, "kustomize", str(root)], capture_output=True, text=True, timeout=120, check=False
+    )
+    if result.returncode == 0:
+        return None
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    return lines[-1] if lines else f"kubectl kustomize exited {result.returncode}"

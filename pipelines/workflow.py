@@ -1,0 +1,63 @@
+"""The Workflow object that starts one build: the same body for every caller.
+
+``fabrique submit``, the Sensor and the reconciler all create this object, named
+``fabrique-<app>-<sha12>``; the Kubernetes API refuses the second one with 409.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .config import Site
+from .names import (
+    LABEL_APP,
+    LABEL_MANAGED_BY,
+    LABEL_PART_OF,
+    LABEL_REVISION,
+    TEMPLATE_NAME,
+    check_revision,
+    workflow_name,
+)
+
+API_VERSION = "argoproj.io/v1alpha1"
+
+
+def build_workflow(site: Site, app: str, revision: str, *, submitted_by: str) -> dict[str, Any]:
+    """The Workflow for building ``app`` at ``revision`` from the ``fabrique-build`` template."""
+    site.app(app)
+    check_revision(revision)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Workflow",
+        "metadata": {
+            "name": workflow_name(app, revision),
+            "namespace": site.namespaces.build,
+            "labels": {
+                LABEL_APP: app,
+                LABEL_REVISION: revision,
+                LABEL_PART_OF: "fabrique",
+                LABEL_MANAGED_BY: "fabrique",
+                "fabrique.io/submitted-by": submitted_by,
+            },
+        },
+        "spec": {
+            "workflowTemplateRef": {"name": TEMPLATE_NAME},
+            "arguments": {
+                "parameters": [
+                    {"name": "app", "value": app},
+                    {"name": "revision", "value": revision},
+                ]
+            },
+        },
+    }
+
+
+def argo_submit_line(site: Site, app: str, revision: str) -> str:
+    """The equivalent ``argo submit`` command line, for people who prefer the argo CLI."""
+    site.app(app)
+    return (
+        f"argo submit -n {site.namespaces.build} --from workflowtemplate/{TEMPLATE_NAME} "
+        f"--name {workflow_name(app, revision)} "
+        f"-p app={app} -p revision={check_revision(revision)} "
+        f"-l {LABEL_APP}={app},{LABEL_REVISION}={revision}"
+    )
