@@ -1,0 +1,200 @@
+"""Shared fixtures: real servers on loopback (OCI registry, git daemon) and the doubles.
+
+Servers are session-scoped and started by the tests themselves. A missing server binary
+is a failure with the command that installs it, never a silent skip.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from click.testing import CliRunner, Result
+
+from pipelines.cli import cli
+from pipelines.validate import find_specs
+
+from .doubles.gitea import GiteaDouble
+from .doubles.kube import KubeApiDouble
+from .doubles.swagger import Swagger
+
+ROOT = Path(__file__).resolve().parent.parent
+GITEA_SPEC = "gitea-1.27.1.swagger.json"
+
+
+def require_binary(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(
+            f"{name} is not installed; `make test` installs it "
+            "(apt-get install -y docker-registry skopeo umoci)",
+            pytrace=False,
+        )
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_http(url: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1).status_code < 500:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up within {timeout}s")
+
+
+@pytest.fixture(scope="session")
+def specs() -> Path:
+    return find_specs(ROOT / ".." / "shared" / "specs")
+
+
+@pytest.fixture(scope="session")
+def gitea_swagger(specs: Path) -> Swagger:
+    return Swagger(specs / GITEA_SPEC)
+
+
+class Registry:
+    """A real Distribution registry (Debian's docker-registry) on 127.0.0.1."""
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.url = f"http://{host}"
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+    binary = require_binary("docker-registry")
+    root = tmp_path_factory.mktemp("registry")
+    port = free_port()
+    config = root / "config.yml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "version": 0.1,
+                "log": {"level": "error", "accesslog": {"disabled": True}},
+                "storage": {"filesystem": {"rootdirectory": str(root / "data")}, "delete": {"enabled": True}},
+                "http": {"addr": f"127.0.0.1:{port}"},
+            }
+        )
+    )
+    log = (root / "registry.log").open("w")
+    process = subprocess.Popen([binary, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/v2/")
+        yield Registry(f"127.0.0.1:{port}")
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        log.close()
+
+
+def make_commit(work: Path, files: dict[str, str], message: str) -> str:
+    for relative, content in files.items():
+        path = work / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content)
+    subprocess.run(["git", "-C", str(work), "add", "-A"], check=True)
+    subprocess.run(
+        ["git", "-C", str(work), "-c", "user.name=seed", "-c", "user.email=seed@example.invalid",
+         "commit", "-q", "-m", message],
+        check=True,
+    )
+    return subprocess.run(
+        ["git", "-C", str(work), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+class CodeRepo:
+    """A bare repository shaped like atlas/atlas, with a working clone to commit from."""
+
+    def __init__(self, root: Path) -> None:
+        self.bare = root / "atlas.git"
+        self.work = root / "atlas-work"
+        subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(self.bare)], check=True)
+        subprocess.run(["git", "init", "-q", "-b", "main", str(self.work)], check=True)
+        subprocess.run(["git", "-C", str(self.work), "remote", "add", "origin", str(self.bare)], check=True)
+
+    def commit(self, files: dict[str, str], message: str = "change") -> str:
+        sha = make_commit(self.work, files, message)
+        subprocess.run(["git", "-C", str(self.work), "push", "-q", "origin", "HEAD:main"], check=True)
+        return sha
+
+
+@pytest.fixture()
+def code_repo(tmp_path: Path) -> CodeRepo:
+    repo = CodeRepo(tmp_path)
+    repo.commit(
+        {
+            "dataops/citation-dagster/Dockerfile": "FROM scratch\nCOPY app.txt /\n",
+            "dataops/citation-dagster/app.txt": "citation\n",
+            "dataops/other-app/Dockerfile": "FROM scratch\n",
+            "README.md": "atlas\n",
+        },
+        "seed",
+    )
+    return repo
+
+
+@pytest.fixture()
+def gitea(gitea_swagger: Swagger, code_repo: CodeRepo) -> Iterator[GiteaDouble]:
+    double = GiteaDouble(gitea_swagger, {"atlas/atlas": code_repo.bare}, token="gitea-test-token-0f3c")
+    double.start()
+    try:
+        yield double
+    finally:
+        double.stop()
+    assert double.violations == [], "the Gitea double saw traffic outside Gitea's spec"
+
+
+@pytest.fixture()
+def kube(specs: Path) -> Iterator[KubeApiDouble]:
+    double = KubeApiDouble(specs).start()
+    try:
+        yield double
+    finally:
+        double.stop()
+
+
+def write_values(path: Path, **overrides: Any) -> Path:
+    """A values file: the generic site with ``overrides`` merged in (dotted keys)."""
+    data: dict[str, Any] = {}
+    for dotted, value in overrides.items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> Result:
+    """Run ``fabrique`` in-process, stdout and stderr kept apart."""
+    runner = CliRunner()
+    return runner.invoke(cli, list(args), env=env, catch_exceptions=False)
+
+
+@pytest.fixture(autouse=True)
+def _clean_fabrique_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests see only the FABRIQUE_* variables they set themselves."""
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("FABRIQUE_"):
+            monkeypatch.delenv(name)

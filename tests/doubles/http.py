@@ -1,0 +1,72 @@
+"""A tiny threaded HTTP server on loopback, the base of the API doubles."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+Handler = Callable[["Request"], tuple[int, Any]]
+
+
+class Request:
+    def __init__(self, method: str, raw_path: str, headers: dict[str, str], body: bytes) -> None:
+        split = urlsplit(raw_path)
+        self.method = method
+        self.path = split.path
+        self.query = dict(parse_qsl(split.query))
+        self.headers = headers
+        self.raw_body = body
+
+    def json(self) -> Any:
+        return json.loads(self.raw_body) if self.raw_body else None
+
+
+class LoopbackServer:
+    """Serves ``handle(request) -> (status, json body)`` on 127.0.0.1, in a thread."""
+
+    def __init__(self, handle: Handler) -> None:
+        outer = self
+
+        class _Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _serve(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                request = Request(
+                    self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body
+                )
+                status, payload = outer.handle(request)
+                data = b"" if payload is None else json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _serve
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.handle = handle
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> LoopbackServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

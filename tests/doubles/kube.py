@@ -1,0 +1,109 @@
+"""A Kubernetes API double for Argo Workflows objects. Not a Kubernetes API server.
+
+It answers what fabrique's kube client sends: create a Workflow (201, or 409
+AlreadyExists for a taken name, as the API server does) and get one. Each body is checked
+against the upstream Argo Workflows schema, closed (kubeconform -strict style): the real
+API server would accept a misspelled field (Argo's CRDs carry no schema) and the
+controller would then ignore it, so the double is stricter than the real thing on
+purpose. Faults can be queued: statuses to answer before the next real handling.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+from pipelines.validate import Schemas
+
+from .http import LoopbackServer, Request
+
+WORKFLOWS = re.compile(r"^/apis/argoproj\.io/v1alpha1/namespaces/([^/]+)/workflows(?:/([^/]+))?$")
+
+
+def status(code: int, reason: str, message: str, name: str | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+    if name:
+        body["details"] = {"name": name, "group": "argoproj.io", "kind": "workflows"}
+    return body
+
+
+class KubeApiDouble:
+    def __init__(self, specs: Path) -> None:
+        self.validator = Schemas(specs).validator("argoproj.io/v1alpha1", "Workflow")
+        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.requests: list[Request] = []
+        self.faults: list[int] = []
+        self.rejections: list[str] = []
+        self._lock = threading.Lock()
+        self.server = LoopbackServer(self._handle)
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def start(self) -> KubeApiDouble:
+        self.server.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def kubeconfig(self, path: Path, context: str = "double") -> Path:
+        path.write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters:\n- name: {context}\n  cluster:\n    server: {self.url}\n"
+            f"users:\n- name: {context}\n  user:\n    token: double-token\n"
+            f"contexts:\n- name: {context}\n  context:\n    cluster: {context}\n    user: {context}\n"
+            f"current-context: {context}\n"
+        )
+        return path
+
+    def _handle(self, request: Request) -> tuple[int, Any]:
+        with self._lock:
+            self.requests.append(request)
+            if self.faults:
+                code = self.faults.pop(0)
+                return code, status(code, "ServiceUnavailable", "injected fault")
+            match = WORKFLOWS.match(request.path)
+            if not match:
+                return 404, status(404, "NotFound", f"the server could not find {request.path}")
+            namespace, name = match[1], match[2]
+            if request.method == "POST" and name is None:
+                return self._create(namespace, request.json())
+            if request.method == "GET" and name is not None:
+                found = self.objects.get((namespace, name))
+                if found is None:
+                    return 404, status(404, "NotFound", f'workflows.argoproj.io "{name}" not found', name)
+                return 200, found
+            return 405, status(405, "MethodNotAllowed", f"{request.method} not served by the double")
+
+    def _create(self, namespace: str, body: Any) -> tuple[int, Any]:
+        errors = sorted(self.validator.iter_errors(body), key=lambda e: list(e.absolute_path))
+        if errors:
+            where = ".".join(str(p) for p in errors[0].absolute_path)
+            message = f"Workflow is invalid: {where}: {errors[0].message}"
+            self.rejections.append(message)
+            return 422, status(422, "Invalid", message)
+        meta = body.get("metadata", {})
+        if meta.get("namespace", namespace) != namespace:
+            return 400, status(400, "BadRequest", "the namespace of the object does not match the URL")
+        name = meta.get("name")
+        if not name:
+            return 422, status(422, "Invalid", "metadata.name: Required value")
+        if (namespace, name) in self.objects:
+            return 409, status(409, "AlreadyExists", f'workflows.argoproj.io "{name}" already exists', name)
+        stored = {**body, "metadata": {**meta, "namespace": namespace, "uid": str(uuid.uuid4()),
+                                       "resourceVersion": str(len(self.objects) + 1)}}
+        self.objects[(namespace, name)] = stored
+        return 201, stored

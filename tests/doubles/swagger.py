@@ -1,0 +1,93 @@
+"""Checks a double's traffic against Gitea's own OpenAPI (Swagger 2.0) document.
+
+Every request a double receives must be an operation the spec declares, with its
+required parameters; every answer must use a status the operation declares (or 401/403,
+which the spec's global security allows) and a body valid against the declared schema,
+closed so that a field Gitea does not have is an error. This keeps the double from
+drifting away from the real API without anyone noticing.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from pipelines.validate import close_schema
+
+GLOBAL_AUTH_STATUSES = {"401", "403"}
+
+
+class SpecViolation(AssertionError):
+    pass
+
+
+class Swagger:
+    def __init__(self, path: Path) -> None:
+        self.document = json.loads(path.read_text("utf-8"))
+        self.base_path = self.document.get("basePath", "")
+        self.definitions = close_schema(self.document["definitions"])
+        self._routes = [
+            (re.compile("^" + re.sub(r"\{[^}]+\}", "[^/]+", template) + "$"), template)
+            for template in self.document["paths"]
+        ]
+
+    def operation(self, method: str, path: str) -> tuple[str, dict[str, Any]]:
+        """The path template and operation that ``method path`` (without basePath) is."""
+        matches = [t for regex, t in self._routes if regex.match(path)]
+        # the most specific template wins: fewest {placeholders}
+        for template in sorted(matches, key=lambda t: t.count("{")):
+            operation = self.document["paths"][template].get(method.lower())
+            if operation is not None:
+                return template, operation
+        raise SpecViolation(f"{method} {path}: no such operation in the Gitea spec")
+
+    def check_request(
+        self, method: str, path: str, query: dict[str, str], body: Any | None
+    ) -> None:
+        template, operation = self.operation(method, path)
+        for parameter in operation.get("parameters", []):
+            if parameter.get("in") == "query" and parameter.get("required") and parameter["name"] not in query:
+                raise SpecViolation(f"{method} {template}: required query {parameter['name']} missing")
+            if parameter.get("in") == "body":
+                if body is None:
+                    if parameter.get("required"):
+                        raise SpecViolation(f"{method} {template}: body required")
+                    continue
+                self._validate(parameter["schema"], body, f"{method} {template} request body")
+        known = {p["name"] for p in operation.get("parameters", []) if p.get("in") == "query"}
+        unknown = set(query) - known
+        if unknown:
+            raise SpecViolation(f"{method} {template}: unknown query parameter(s) {sorted(unknown)}")
+
+    def check_response(self, method: str, path: str, status: int, body: Any | None) -> None:
+        template, operation = self.operation(method, path)
+        responses = operation.get("responses", {})
+        declared = responses.get(str(status))
+        if declared is None:
+            if str(status) in GLOBAL_AUTH_STATUSES:
+                return
+            raise SpecViolation(
+                f"{method} {template}: status {status} is not declared (declared: {sorted(responses)})"
+            )
+        if "$ref" in declared:
+            declared = self.document["responses"][declared["$ref"].split("/")[-1]]
+        schema = declared.get("schema")
+        if schema is not None and body is not None:
+            self._validate(schema, body, f"{method} {template} response {status}")
+
+    def _validate(self, schema: dict[str, Any], instance: Any, what: str) -> None:
+        validator = self._validator(json.dumps(schema, sort_keys=True))
+        error = jsonschema.exceptions.best_match(validator.iter_errors(instance))
+        if error is not None:
+            where = "/".join(str(p) for p in error.absolute_path) or "(root)"
+            raise SpecViolation(f"{what}: {where}: {error.message}")
+
+    @functools.lru_cache(maxsize=64)  # noqa: B019 - a handful of schemas per run
+    def _validator(self, schema_json: str) -> jsonschema.protocols.Validator:
+        schema = close_schema(json.loads(schema_json))
+        return jsonschema.Draft4Validator({**schema, "definitions": self.definitions})

@@ -1,0 +1,160 @@
+"""The site config: defaults, values file, FABRIQUE_* overrides, and one-line errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipelines.config import load_site
+from pipelines.errors import ConfigError
+from pipelines.names import MAX_APP_NAME_LEN, workflow_name
+
+from .conftest import run_cli, write_values
+
+REV = "0123456789abcdef0123456789abcdef01234567"
+
+
+def _app(**fields: object) -> dict[str, object]:
+    app: dict[str, object] = {
+        "name": "citation",
+        "image": "citation-dagster",
+        "context": "dataops/citation-dagster",
+        "writeback": {"repo": "atlas/atlas", "path": "deploy/kustomization.yaml"},
+    }
+    app.update(fields)
+    return app
+
+
+def test_default_site_is_the_generic_one() -> None:
+    site = load_site(env={})
+    assert site.gitea.code_repo == "atlas/atlas"
+    assert site.gitea.apps_repo == "cluster/apps"
+    assert site.registry.host == "registry:80"
+    assert site.images.buildkit == "moby/buildkit:v0.32.2-rootless"
+    app = site.app("citation")
+    assert (app.image, app.context) == ("citation-dagster", "dataops/citation-dagster")
+    assert app.writeback.kind == "kustomize-images"
+    assert app.writeback.path == "dataops/citation-dagster/deploy/overlays/prod/kustomization.yaml"
+
+
+def test_values_file_and_env_layer_over_defaults(tmp_path: Path) -> None:
+    values = write_values(tmp_path / "site.yaml", **{"registry.host": "registry.example:5000"})
+    site = load_site(values, env={"FABRIQUE_BUILD__RETRIES": "5", "FABRIQUE_REGISTRY__PLAIN_HTTP": "false"})
+    assert site.registry.host == "registry.example:5000"
+    assert site.registry.plain_http is False
+    assert site.build.retries == 5
+    # untouched defaults stay
+    assert site.gitea.code_repo == "atlas/atlas"
+
+
+def test_env_names_the_values_file(tmp_path: Path) -> None:
+    values = write_values(tmp_path / "site.yaml", **{"gitea.branch": "release"})
+    assert load_site(env={"FABRIQUE_VALUES": str(values)}).gitea.branch == "release"
+
+
+def test_env_override_indexes_into_lists() -> None:
+    site = load_site(env={"FABRIQUE_APPS__0__DOCKERFILE": "docker/Dockerfile.prod"})
+    assert site.apps[0].dockerfile == "docker/Dockerfile.prod"
+
+
+def test_app_name_limit_keeps_workflow_name_within_63() -> None:
+    longest = "a" * MAX_APP_NAME_LEN
+    site = load_site(env={"FABRIQUE_APPS__0__NAME": longest})
+    assert len(workflow_name(site.apps[0].name, REV)) == 63
+    with pytest.raises(ConfigError, match=r"^apps\[0\]\.name: must be at most 41 characters"):
+        load_site(env={"FABRIQUE_APPS__0__NAME": longest + "a"})
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ({"apps": [_app(), _app(name="Bad_Name", image="other")]}, r"^apps\[1\]\.name: must be a DNS-1123 label"),
+        ({"apps": [_app(context="/abs/path")]}, r"^apps\[0\]\.context: must be a relative path"),
+        ({"apps": [_app(context="a/../../b")]}, r"^apps\[0\]\.context: must be a relative path"),
+        ({"apps": [_app(dockerfile="../Dockerfile")]}, r"^apps\[0\]\.dockerfile: must be a relative path"),
+        ({"apps": [_app(image="Citation")]}, r"^apps\[0\]\.image: must be a registry repository name"),
+        ({"apps": [_app(buildArgs={"BAD-KEY": "x"})]}, r"^apps\[0\]\.buildArgs: .*BAD-KEY"),
+        ({"apps": [_app(buildArgs={"K": "two\nlines"})]}, r"^apps\[0\]\.buildArgs: value of K must be a single line"),
+        ({"apps": [_app(writeback={"repo": "atlas", "path": "k.yaml"})]}, r"^apps\[0\]\.writeback\.repo: must be owner/name"),
+        ({"apps": [_app(writeback={"repo": "a/b", "path": "k.yaml", "kind": "helm"})]}, r"^apps\[0\]\.writeback\.kind: "),
+        ({"apps": [_app(), _app()]}, r"^apps\[1\]\.name: duplicate app name 'citation'"),
+        ({"apps": [_app(), _app(name="other")]}, r"^apps\[1\]\.image: 'citation-dagster' is already the image of app"),
+        ({"apps": []}, r"^apps: List should have at least 1 item"),
+        ({"apps": [_app(contxt="x")]}, r"^apps\[0\]\.contxt: unknown field"),
+        ({"gitea": {"url": "ftp://gitea"}}, r"^gitea\.url: must be an http"),
+        ({"gitea": {"url": "https://user:pw@gitea"}}, r"^gitea\.url: must be an http"),
+        ({"gitea": {"branch": "refs/heads/main"}}, r"^gitea\.branch: must be a plain branch name"),
+        ({"registry": {"host": "http://registry:80"}}, r"^registry\.host: must be host or host:port"),
+        ({"namespaces": {"build": "fabrique"}}, r"^namespaces\.build: must differ from control"),
+        ({"images": {"git": "alpine/git"}}, r"^images\.git: must carry a tag or a digest"),
+        ({"images": {"buildkit": "moby/buildkit:v0.32.2"}}, r"^images\.buildkit: must be a -rootless BuildKit image"),
+        ({"images": {"tools": "registry:80/tools@sha256:abc"}}, r"^images\.tools: must be an image reference"),
+        ({"build": {"retries": 99}}, r"^build\.retries: Input should be less than or equal to 10"),
+        ({"build": {"workspaceSize": "2G"}}, r"^build\.workspaceSize: must be a size such as 2Gi"),
+        ({"registy": {}}, r"^registy: unknown field"),
+    ],
+)
+def test_bad_values_name_the_field(tmp_path: Path, values: dict[str, object], expected: str) -> None:
+    path = tmp_path / "site.yaml"
+    path.write_text(yaml.safe_dump(values))
+    with pytest.raises(ConfigError, match=expected) as caught:
+        load_site(path, env={})
+    assert "\n" not in str(caught.value)
+
+
+def test_image_digests_are_accepted() -> None:
+    pinned = "moby/buildkit:v0.32.2-rootless@sha256:" + "a" * 64
+    assert load_site(env={"FABRIQUE_IMAGES__BUILDKIT": pinned}).images.buildkit == pinned
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("FABRIQUE_REGISTRY_HOST", r"unknown setting 'registry_host' \(nested settings use '__'"),
+        ("FABRIQUE_REGISTRY__HOSTNAME", r"unknown setting 'hostname'"),
+        ("FABRIQUE_APPS__7__NAME", r"apps has no item '7'"),
+    ],
+)
+def test_bad_env_names_are_errors(name: str, expected: str) -> None:
+    with pytest.raises(ConfigError, match=expected):
+        load_site(env={name: "x"})
+
+
+def test_reserved_variables_are_not_overrides() -> None:
+    site = load_site(env={"FABRIQUE_GITEA_TOKEN": "secret", "FABRIQUE_KUBECONTEXT": "prod"})
+    assert "secret" not in yaml.safe_dump(site.to_values())
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("apps: [\n", r"line 2: expected the node content"),
+        ("- a\n- b\n", r"must be a mapping at the top level"),
+    ],
+)
+def test_unreadable_values_file(tmp_path: Path, content: str, expected: str) -> None:
+    path = tmp_path / "site.yaml"
+    path.write_text(content)
+    with pytest.raises(ConfigError, match=expected):
+        load_site(path, env={})
+
+
+def test_cli_reports_config_errors_on_one_line(tmp_path: Path) -> None:
+    path = write_values(tmp_path / "site.yaml", **{"registry.host": "http://x"})
+    result = run_cli("--values", str(path), "config", "show")
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: registry.host: must be host or host:port, without a scheme (got 'http://x')"
+    ]
+    missing = run_cli("--values", str(tmp_path / "nope.yaml"), "config", "show")
+    assert missing.exit_code == 2
+    assert "values file" in missing.stderr and "not found" in missing.stderr
+
+
+def test_config_show_prints_the_effective_site(tmp_path: Path) -> None:
+    path = write_values(tmp_path / "site.yaml", **{"gitea.branch": "release"})
+    result = run_cli("--values", str(path), "config", "show")
+    assert result.exit_code == 0
+    assert yaml.safe_load(result.stdout)["gitea"]["branch"] == "release"

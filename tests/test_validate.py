@@ -1,0 +1,125 @@
+"""Strict validation: the committed tree passes, and each kind of mistake is caught."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipelines.validate import close_schema, validate_tree
+
+from .conftest import ROOT, run_cli
+
+
+@pytest.fixture()
+def tree(tmp_path: Path) -> Path:
+    copy = tmp_path / "manifests"
+    shutil.copytree(ROOT / "manifests", copy)
+    return copy
+
+
+def _edit(path: Path, index: int, edit) -> None:  # type: ignore[no-untyped-def]
+    docs = list(yaml.safe_load_all(path.read_text()))
+    edit(docs[index])
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+
+
+def test_committed_tree_is_valid(specs: Path) -> None:
+    result = run_cli("validate", str(ROOT / "manifests"), "--specs", str(specs))
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.strip().endswith(": valid")
+
+
+def test_misspelled_container_field_is_caught(tree: Path, specs: Path) -> None:
+    def misspell(doc: dict) -> None:
+        template = doc["spec"]["templates"][0]
+        template["containr"] = template.pop("container")
+
+    _edit(tree / "build" / "workflowtemplate.yaml", 0, misspell)
+    result = run_cli("validate", str(tree), "--specs", str(specs))
+    assert result.exit_code == 6
+    assert (
+        "build/workflowtemplate.yaml: document 0 (WorkflowTemplate/fabrique-build): "
+        "spec.templates[0]: Additional properties are not allowed ('containr' was unexpected)"
+    ) in result.stderr
+
+
+def test_misspelled_field_deep_in_a_container_is_caught(tree: Path, specs: Path) -> None:
+    def misspell(doc: dict) -> None:
+        doc["spec"]["templates"][2]["container"]["securityContext"]["runAsUsr"] = 1000
+
+    _edit(tree / "build" / "workflowtemplate.yaml", 0, misspell)
+    problems = [str(p) for p in validate_tree(tree, specs)]
+    assert len(problems) == 1
+    assert "spec.templates[2].container.securityContext" in problems[0]
+    assert "'runAsUsr' was unexpected" in problems[0]
+
+
+def test_core_kinds_are_checked_strictly(tree: Path, specs: Path) -> None:
+    _edit(tree / "build" / "configmaps.yaml", 1, lambda doc: doc.update(datta={"a": "b"}))
+    _edit(tree / "build" / "rbac.yaml", 1, lambda doc: doc["rules"][0].update(verb=["get"]))
+    problems = [str(p) for p in validate_tree(tree, specs)]
+    assert any("document 1 (ConfigMap/fabrique-site)" in p and "'datta'" in p for p in problems)
+    assert any("document 1 (Role/fabrique-build-executor)" in p and "'verb'" in p for p in problems)
+
+
+def test_bad_names_and_missing_kinds_are_caught(tree: Path, specs: Path) -> None:
+    _edit(tree / "namespaces" / "namespaces.yaml", 0, lambda doc: doc["metadata"].update(name="Fabrique_NS"))
+    _edit(tree / "build" / "rbac.yaml", 0, lambda doc: doc.pop("kind"))
+    problems = [str(p) for p in validate_tree(tree, specs)]
+    assert any("metadata.name: 'Fabrique_NS' is not a valid DNS-1123 label" in p for p in problems)
+    assert any("apiVersion and kind are required" in p for p in problems)
+
+
+def test_unknown_argo_kind_has_no_schema(tree: Path, specs: Path) -> None:
+    (tree / "build" / "extra.yaml").write_text(
+        "apiVersion: argoproj.io/v1alpha1\nkind: WorkflowThing\nmetadata:\n  name: x\n"
+    )
+    problems = [str(p) for p in validate_tree(tree, specs)]
+    assert any("no schema for argoproj.io/v1alpha1 WorkflowThing" in p for p in problems)
+
+
+def test_kustomize_failure_is_reported(tree: Path, specs: Path) -> None:
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl is not installed here; the kustomize check is covered by the notice test")
+    root = tree / "kustomization.yaml"
+    doc = yaml.safe_load(root.read_text())
+    doc["resources"].append("missing-unit")
+    root.write_text(yaml.safe_dump(doc))
+    result = run_cli("validate", str(tree), "--specs", str(specs))
+    assert result.exit_code == 6
+    assert "kubectl kustomize:" in result.stderr and "missing-unit" in result.stderr
+
+
+def test_without_kubectl_the_kustomize_check_is_skipped_with_a_notice(
+    tree: Path, specs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    result = run_cli("validate", str(tree), "--specs", str(specs))
+    assert result.exit_code == 0
+    assert "notice: kubectl not found" in result.stderr
+
+
+def test_missing_specs_is_a_clear_error(tree: Path, tmp_path: Path) -> None:
+    result = run_cli("validate", str(tree), "--specs", str(tmp_path / "nowhere"))
+    assert result.exit_code == 2
+    assert "upstream specs not found" in result.stderr
+
+
+def test_close_schema_closes_objects_but_respects_preserve_unknown() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "a": {"type": "object", "properties": {"b": {"type": "string"}}},
+            "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": True, "properties": {}},
+            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+        },
+    }
+    closed = close_schema(schema)
+    assert closed["additionalProperties"] is False
+    assert closed["properties"]["a"]["additionalProperties"] is False
+    assert "additionalProperties" not in closed["properties"]["free"]
+    assert closed["properties"]["labels"]["additionalProperties"] == {"type": "string"}
+    assert "additionalProperties" not in schema, "the input schema must not be modified"
