@@ -75,7 +75,12 @@ def send(
             delay = retry.delay(attempt)
             log.warning(
                 "%s %s: %s; retry %d/%d in %.1fs",
-                method, url, last_error, attempt, retry.attempts - 1, delay,
+                method,
+                url,
+                last_error,
+                attempt,
+                retry.attempts - 1,
+                delay,
             )
             sleep(delay)
     raise Unreachable(url, f"{last_error} after {retry.attempts} attempt(s)")

@@ -28,6 +28,7 @@ from hera.workflows import (
     Parameter,
     RetryStrategy,
     SecretEnv,
+    Step,
     Steps,
     Volume,
     WorkflowTemplate,
@@ -96,7 +97,7 @@ def _build_script(site: Site) -> str:
         "set -eu\n"
         'src="$WORKSPACE/src/$CONTEXT"\n'
         'dockerfile_dir="$(dirname "$src/$DOCKERFILE")"\n'
-        'set -- build --frontend dockerfile.v0 \\\n'
+        "set -- build --frontend dockerfile.v0 \\\n"
         '  --local "context=$src" --local "dockerfile=$dockerfile_dir" \\\n'
         '  --opt "filename=$(basename "$DOCKERFILE")" \\\n'
         '  --opt "label:org.opencontainers.image.revision=$REVISION" \\\n'
@@ -105,9 +106,9 @@ def _build_script(site: Site) -> str:
         f"{cache}{attest}"
         '  --metadata-file "$METADATA_FILE"\n'
         "# one build arg per line, each kept whole whatever it contains\n"
-        'while IFS= read -r opt; do\n'
+        "while IFS= read -r opt; do\n"
         '  if [ -n "$opt" ]; then set -- "$@" --opt "$opt"; fi\n'
-        'done <<EOF\n'
+        "done <<EOF\n"
         "$BUILD_OPTS\n"
         "EOF\n"
         'echo "build: $IMAGE_REF from $CONTEXT at $REVISION"\n'
@@ -128,7 +129,7 @@ def _retry(site: Site) -> RetryStrategy:
     return RetryStrategy(
         limit=str(site.build.retries),
         retry_policy="Always",
-        backoff=m.Backoff(duration="10s", factor="2", max_duration="5m"),
+        backoff=m.Backoff(duration="10s", factor=m.IntOrString("2"), max_duration="5m"),
     )
 
 
@@ -149,7 +150,9 @@ def _no_control_plane() -> m.Affinity:
                 node_selector_terms=[
                     m.NodeSelectorTerm(
                         match_expressions=[
-                            m.NodeSelectorRequirement(key=CONTROL_PLANE_LABEL, operator="DoesNotExist")
+                            m.NodeSelectorRequirement(
+                                key=CONTROL_PLANE_LABEL, operator="DoesNotExist"
+                            )
                         ]
                     )
                 ]
@@ -168,7 +171,8 @@ def _inputs(*names: str) -> list[Parameter]:
 
 def _resources(cpu: str, memory: str, memory_limit: str) -> m.ResourceRequirements:
     return m.ResourceRequirements(
-        requests={"cpu": cpu, "memory": memory}, limits={"memory": memory_limit}
+        requests={"cpu": m.Quantity(cpu), "memory": m.Quantity(memory)},
+        limits={"memory": m.Quantity(memory_limit)},
     )
 
 
@@ -230,7 +234,14 @@ def build_template(site: Site) -> WorkflowTemplate:
             resources=_resources("50m", "64Mi", "256Mi"),
             outputs=[
                 Parameter(name=name, value_from=m.ValueFrom(path=f"{PLAN_DIR}/{name}"))
-                for name in ("image-ref", "cache-ref", "repo-url", "context", "dockerfile", "build-opts")
+                for name in (
+                    "image-ref",
+                    "cache-ref",
+                    "repo-url",
+                    "context",
+                    "dockerfile",
+                    "build-opts",
+                )
             ],
         )
         checkout = Container(
@@ -305,8 +316,16 @@ def build_template(site: Site) -> WorkflowTemplate:
             image=site.images.tools,
             command=["fabrique"],
             args=[
-                "digest", "verify", "--app", APP, "--revision", REVISION,
-                "--metadata", METADATA_FILE, "--output", DIGEST_FILE,
+                "digest",
+                "verify",
+                "--app",
+                APP,
+                "--revision",
+                REVISION,
+                "--metadata",
+                METADATA_FILE,
+                "--output",
+                DIGEST_FILE,
             ],
             env=tools_env,
             volumes=[tmp, site_config],
@@ -319,6 +338,7 @@ def build_template(site: Site) -> WorkflowTemplate:
 
         with Steps(name="main"):
             planned = plan()
+            assert isinstance(planned, Step)
             checkout(
                 arguments={
                     name: planned.get_parameter(name).value

@@ -51,6 +51,17 @@ class _State:
 pass_state = click.make_pass_decorator(_State)
 
 
+def _setup_logging(verbose: bool) -> None:
+    """fabrique's own logs to stderr; library chatter only with --verbose."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    log.handlers[:] = [handler]
+    log.setLevel(logging.DEBUG if verbose else logging.INFO)
+    log.propagate = False
+    for noisy in ("httpx", "httpcore", "urllib3", "kubernetes"):
+        logging.getLogger(noisy).setLevel(logging.DEBUG if verbose else logging.WARNING)
+
+
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--values",
@@ -64,18 +75,14 @@ pass_state = click.make_pass_decorator(_State)
 @click.pass_context
 def cli(ctx: click.Context, values: str | None, verbose: bool) -> None:
     """fabrique: build app images with rootless BuildKit and deploy them by digest."""
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    for noisy in ("httpx", "httpcore", "urllib3", "kubernetes"):
-        logging.getLogger(noisy).setLevel(logging.DEBUG if verbose else logging.WARNING)
+    _setup_logging(verbose)
     ctx.obj = _State(values)
 
 
 @cli.command()
-@click.option("--out", "-o", default="manifests", show_default=True, type=click.Path(path_type=Path))
+@click.option(
+    "--out", "-o", default="manifests", show_default=True, type=click.Path(path_type=Path)
+)
 @pass_state
 def render(state: _State, out: Path) -> None:
     """Write the whole manifest tree for the site (kubectl apply -k / Argo CD ready)."""
@@ -88,13 +95,17 @@ def render(state: _State, out: Path) -> None:
 
 @cli.command()
 @click.argument("directory", default="manifests", type=click.Path(path_type=Path))
-@click.option("--specs", metavar="DIR", help="Upstream specs (default: ../shared/specs; env FABRIQUE_SPECS).")
+@click.option(
+    "--specs", metavar="DIR", help="Upstream specs (default: ../shared/specs; env FABRIQUE_SPECS)."
+)
 @click.option("--k8s-version", metavar="X.Y.Z", help="Kubernetes schema version for core kinds.")
 def validate(directory: Path, specs: str | None, k8s_version: str | None) -> None:
     """Check every rendered document strictly; list every error with its place."""
     from .validate import find_specs, kustomize_check, validate_tree
 
-    problems = [str(p) for p in validate_tree(directory, find_specs(specs), k8s_version=k8s_version)]
+    problems = [
+        str(p) for p in validate_tree(directory, find_specs(specs), k8s_version=k8s_version)
+    ]
     try:
         kustomize_error = kustomize_check(directory)
     except FileNotFoundError:
@@ -129,10 +140,19 @@ def digest() -> None:
 @digest.command("verify")
 @click.option("--app", required=True)
 @click.option("--revision", required=True)
-@click.option("--metadata", required=True, type=click.Path(path_type=Path), help="buildctl --metadata-file output.")
-@click.option("--output", type=click.Path(path_type=Path), help="Also write the digest to this file.")
+@click.option(
+    "--metadata",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="buildctl --metadata-file output.",
+)
+@click.option(
+    "--output", type=click.Path(path_type=Path), help="Also write the digest to this file."
+)
 @pass_state
-def digest_verify(state: _State, app: str, revision: str, metadata: Path, output: Path | None) -> None:
+def digest_verify(
+    state: _State, app: str, revision: str, metadata: Path, output: Path | None
+) -> None:
     """Check that the pushed tag's registry digest equals the build's; print it."""
     from .digest import verify_pushed
     from .names import short_sha
@@ -142,7 +162,12 @@ def digest_verify(state: _State, app: str, revision: str, metadata: Path, output
     site = state.site
     app_config = site.app(app)
     tag = short_sha(revision)
-    with RegistryClient(site.registry.host, plain_http=site.registry.plain_http) as client:
+    with RegistryClient(
+        site.registry.host,
+        plain_http=site.registry.plain_http,
+        retry=site.network.retry_policy(),
+        timeout=site.network.http_timeout(),
+    ) as client:
         verified = verify_pushed(client, app_config.image, tag, metadata)
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -156,8 +181,12 @@ def digest_verify(state: _State, app: str, revision: str, metadata: Path, output
 @click.option("--revision", help="Full 40-hex commit id to build.")
 @click.option("--head", is_flag=True, help="Build the branch head, resolved through Gitea.")
 @click.option("--dry-run", is_flag=True, help="Print the Workflow YAML; create nothing.")
-@click.option("--print-argo", is_flag=True, help="Print the equivalent `argo submit` line; create nothing.")
-@click.option("--context", "kube_context", envvar="FABRIQUE_KUBECONTEXT", help="kubeconfig context.")
+@click.option(
+    "--print-argo", is_flag=True, help="Print the equivalent `argo submit` line; create nothing."
+)
+@click.option(
+    "--context", "kube_context", envvar="FABRIQUE_KUBECONTEXT", help="kubeconfig context."
+)
 @pass_state
 def submit(
     state: _State,
@@ -179,7 +208,12 @@ def submit(
     if head:
         from .gitea import GiteaClient, token_from_env
 
-        with GiteaClient(site.gitea.url, token_from_env()) as gitea:
+        with GiteaClient(
+            site.gitea.url,
+            token_from_env(),
+            retry=site.network.retry_policy(),
+            timeout=site.network.http_timeout(),
+        ) as gitea:
             revision = gitea.branch_head(site.gitea.code_repo, site.gitea.branch)
         log.info("head of %s@%s is %s", site.gitea.code_repo, site.gitea.branch, revision)
     assert revision is not None
@@ -194,7 +228,12 @@ def submit(
         return
     from .kube import KubeClient, connect
 
-    result = KubeClient(connect(kube_context)).create_workflow(body)
+    kube = KubeClient(
+        connect(kube_context),
+        retry=site.network.retry_policy(),
+        timeout_seconds=site.network.timeout_seconds,
+    )
+    result = kube.create_workflow(body)
     state_word = "created" if result.created else "already exists"
     click.echo(f"{state_word}: workflow {result.namespace}/{result.name}")
 

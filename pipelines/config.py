@@ -23,10 +23,12 @@ from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
+import httpx
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
+from ._http import RetryPolicy
 from .errors import ConfigError, InputError
 from .names import (
     DNS_LABEL_RE,
@@ -181,8 +183,7 @@ class Namespaces(_Model):
     def _distinct(self) -> Namespaces:
         if self.build == self.control:
             raise ValueError(
-                "build: must differ from control (the builder namespace is the only "
-                "privileged one)"
+                "build: must differ from control (the builder namespace is the only privileged one)"
             )
         return self
 
@@ -196,7 +197,9 @@ class Images(_Model):
     def _rootless(self) -> Images:
         tag = ImageRef.parse(self.buildkit).tag or ""
         if not tag.endswith("-rootless"):
-            raise ValueError("buildkit: must be a -rootless BuildKit image (moby/buildkit:<v>-rootless)")
+            raise ValueError(
+                "buildkit: must be a -rootless BuildKit image (moby/buildkit:<v>-rootless)"
+            )
         return self
 
 
@@ -207,6 +210,24 @@ class BuildConfig(_Model):
     retries: Annotated[int, Field(ge=0, le=10)]
     workspace_size: Annotated[str, AfterValidator(_quantity)]
     storage_class_name: DnsLabel | None = None
+
+
+class NetworkConfig(_Model):
+    """Timeouts and retries of every call fabrique makes to Gitea, the registry, the API."""
+
+    timeout_seconds: Annotated[float, Field(gt=0, le=300)]
+    attempts: Annotated[int, Field(ge=1, le=10)]
+    backoff_seconds: Annotated[float, Field(gt=0, le=60)]
+
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(
+            attempts=self.attempts,
+            base_delay=self.backoff_seconds,
+            max_delay=max(self.backoff_seconds, 8 * self.backoff_seconds),
+        )
+
+    def http_timeout(self) -> httpx.Timeout:
+        return httpx.Timeout(self.timeout_seconds, connect=min(5.0, self.timeout_seconds))
 
 
 class WriteBackTarget(_Model):
@@ -221,9 +242,7 @@ class AppConfig(_Model):
     image: Annotated[str, AfterValidator(_repository)]
     context: RelativePath
     dockerfile: RelativePath = "Dockerfile"
-    build_args: Annotated[dict[str, str], AfterValidator(_build_args)] = Field(
-        default_factory=dict
-    )
+    build_args: Annotated[dict[str, str], AfterValidator(_build_args)] = Field(default_factory=dict)
     writeback: WriteBackTarget
 
 
@@ -233,6 +252,7 @@ class Site(_Model):
     namespaces: Namespaces
     images: Images
     build: BuildConfig
+    network: NetworkConfig
     apps: Annotated[list[AppConfig], Field(min_length=1)]
 
     @model_validator(mode="after")
@@ -306,7 +326,9 @@ def read_values_file(path: Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise ConfigError(f"values file {path}: not found") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"values file {path}: cannot be read ({exc.__class__.__name__})") from None
+        raise ConfigError(
+            f"values file {path}: cannot be read ({exc.__class__.__name__})"
+        ) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -383,7 +405,9 @@ def _unwrap(annotation: Any) -> Any:
     return _unwrap(origin) if origin is not None and origin is not annotation else None
 
 
-_NAMED_FIELD = re.compile(r"^([A-Za-z][A-Za-z0-9]*(?:\[\d+\])?(?:\.[A-Za-z][A-Za-z0-9]*(?:\[\d+\])?)*): (.+)$")
+_NAMED_FIELD = re.compile(
+    r"^([A-Za-z][A-Za-z0-9]*(?:\[\d+\])?(?:\.[A-Za-z][A-Za-z0-9]*(?:\[\d+\])?)*): (.+)$"
+)
 
 
 def describe_validation_error(exc: ValidationError) -> str:

@@ -32,7 +32,9 @@ def read_build_metadata(path: Path) -> BuildMetadata:
     except FileNotFoundError:
         raise InputError(f"build metadata {path}: not found (did the build step run?)") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"build metadata {path}: not readable JSON ({exc.__class__.__name__})") from None
+        raise InputError(
+            f"build metadata {path}: not readable JSON ({exc.__class__.__name__})"
+        ) from None
     if not isinstance(data, dict):
         raise InputError(f"build metadata {path}: must be a JSON object")
     digest = data.get(METADATA_DIGEST_KEY)
@@ -69,9 +71,7 @@ def compare(expected_ref: str, built: BuildMetadata, pushed_digest: str) -> str:
     return pushed_digest
 
 
-def verify_pushed(
-    client: RegistryClient, repository: str, tag: str, metadata_path: Path
-) -> str:
+def verify_pushed(client: RegistryClient, repository: str, tag: str, metadata_path: Path) -> str:
     """Read both digests and compare them; return the verified digest."""
     built = read_build_metadata(metadata_path)
     pushed = client.manifest_digest(repository, tag)

@@ -7,6 +7,7 @@ Everything else asks it for typed results. Connection settings come from a kubec
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +26,6 @@ log = logging.getLogger("fabrique.kube")
 
 ARGO_GROUP = "argoproj.io"
 ARGO_VERSION = "v1alpha1"
-REQUEST_TIMEOUT = (5, 30)  # connect, read (seconds)
 
 
 @dataclass(frozen=True)
@@ -36,19 +36,27 @@ class CreateResult:
 
 
 def connect(context: str | None = None) -> k8s.ApiClient:
-    """An API client from the kubeconfig (``context``), else the in-cluster config."""
+    """An API client from the kubeconfig (``context``), else the in-cluster config.
+
+    Retries are fabrique's own (KubeClient), so urllib3's are turned off.
+    """
+    configuration = k8s.Configuration()
+    kubeconfig = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
     try:
-        return k8s_config.new_client_from_config(context=context)
+        k8s_config.load_kube_config(
+            config_file=kubeconfig, context=context, client_configuration=configuration
+        )
     except (ConfigException, FileNotFoundError) as kubeconfig_error:
         if context:
             raise KubeError(f"kube context {context!r}: {kubeconfig_error}") from None
         try:
-            k8s_config.load_incluster_config()
+            k8s_config.load_incluster_config(client_configuration=configuration)
         except ConfigException:
             raise KubeError(
                 "no Kubernetes config: set KUBECONFIG or ~/.kube/config, or run in a pod"
             ) from None
-        return k8s.ApiClient()
+    configuration.retries = 0
+    return k8s.ApiClient(configuration)
 
 
 class KubeClient:
@@ -57,8 +65,10 @@ class KubeClient:
         api: k8s.ApiClient,
         *,
         retry: RetryPolicy | None = None,
+        timeout_seconds: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        self._timeout = (min(5.0, timeout_seconds), timeout_seconds)
         self._custom = k8s.CustomObjectsApi(api)
         self._retry = retry or RetryPolicy()
         self._sleep = sleep
@@ -72,8 +82,12 @@ class KubeClient:
             self._call(
                 f"create Workflow {namespace}/{name}",
                 lambda: self._custom.create_namespaced_custom_object(
-                    ARGO_GROUP, ARGO_VERSION, namespace, "workflows", body,
-                    _request_timeout=REQUEST_TIMEOUT,
+                    ARGO_GROUP,
+                    ARGO_VERSION,
+                    namespace,
+                    "workflows",
+                    body,
+                    _request_timeout=self._timeout,
                 ),
             )
         except ApiException as exc:

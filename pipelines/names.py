@@ -56,7 +56,9 @@ def workflow_name(app: str, revision: str) -> str:
     return f"{WORKFLOW_PREFIX}{app}-{short_sha(revision)}"
 
 
-_HOST = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]{1,5})?|\[[0-9a-fA-F:]+\](?::[0-9]{1,5})?)"
+_LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
+_PORT = r"(?::[0-9]{1,5})?"
+_HOST = rf"(?:{_LABEL}(?:\.{_LABEL})*{_PORT}|\[[0-9a-fA-F:]+\]{_PORT})"
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 REPOSITORY_RE = re.compile(rf"^{_COMPONENT}(?:/{_COMPONENT})*$")
 _TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
@@ -85,7 +87,9 @@ class ImageRef:
     def parse(cls, text: str) -> ImageRef:
         match = IMAGE_REF_RE.match(text)
         if not match:
-            raise InputError(f"image reference {text!r}: not of the form [host/]name[:tag][@sha256:…]")
+            raise InputError(
+                f"image reference {text!r}: not of the form [host/]name[:tag][@sha256:…]"
+            )
         host, repo = match["host"], match["repo"]
         if host and not ("." in host or ":" in host or host == "localhost" or host.startswith("[")):
             repo, host = f"{host}/{repo}", None

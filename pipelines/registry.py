@@ -66,7 +66,9 @@ class RegistryClient:
 
     def manifest_digest(self, repository: str, reference: str) -> ManifestDigest:
         """The digest of ``repository:reference``; ImageNotFound if the registry lacks it."""
-        shown = f"{self.host}/{repository}{'@' if reference.startswith('sha256:') else ':'}{reference}"
+        shown = (
+            f"{self.host}/{repository}{'@' if reference.startswith('sha256:') else ':'}{reference}"
+        )
         url = f"{self.base_url}/v2/{repository}/manifests/{reference}"
         headers = {"Accept": ", ".join(MANIFEST_TYPES)}
         response = self._request("HEAD", url, shown, headers)

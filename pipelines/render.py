@@ -71,7 +71,13 @@ def namespaces_unit(site: Site) -> Tree:
 
 
 def build_unit(site: Site) -> Tree:
-    from .build import BUILDKITD_CONFIGMAP, SERVICE_ACCOUNT, SITE_CONFIGMAP, build_template, buildkitd_toml
+    from .build import (
+        BUILDKITD_CONFIGMAP,
+        SERVICE_ACCOUNT,
+        SITE_CONFIGMAP,
+        build_template,
+        buildkitd_toml,
+    )
 
     ns = site.namespaces.build
     rbac: list[Document] = [
@@ -156,7 +162,11 @@ class _Dumper(yaml.SafeDumper):
 
 
 def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in value and not any(line != line.rstrip() for line in value.splitlines()) else None
+    style = (
+        "|"
+        if "\n" in value and not any(line != line.rstrip() for line in value.splitlines())
+        else None
+    )
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 
@@ -197,7 +207,9 @@ def write_tree(tree: Tree, out: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
         if old.exists() and not out.exists():
             old.rename(out)
-        raise RenderError(f"--out {out}: write failed ({exc.strerror}); previous tree kept") from None
+        raise RenderError(
+            f"--out {out}: write failed ({exc.strerror}); previous tree kept"
+        ) from None
     shutil.rmtree(old, ignore_errors=True)
 
 

@@ -37,7 +37,13 @@ EVENTS_SCHEMA = "argo-events-v1.9.11.schema.json"
 ARGOCD_CRD = "argo-cd-v3.5.1.application-crd.yaml"
 
 WORKFLOW_KINDS = frozenset(
-    {"Workflow", "WorkflowTemplate", "ClusterWorkflowTemplate", "CronWorkflow", "WorkflowEventBinding"}
+    {
+        "Workflow",
+        "WorkflowTemplate",
+        "ClusterWorkflowTemplate",
+        "CronWorkflow",
+        "WorkflowEventBinding",
+    }
 )
 EVENTS_KINDS = frozenset({"EventSource", "Sensor", "EventBus"})
 LABEL_NAMED_KINDS = frozenset({"Namespace", "Service"})
@@ -178,7 +184,11 @@ def _json_path(path: Iterable[Any]) -> str:
 
 def _describe(doc: Any) -> str:
     if isinstance(doc, dict):
-        name = (doc.get("metadata") or {}).get("name", "?") if isinstance(doc.get("metadata"), dict) else "?"
+        name = (
+            (doc.get("metadata") or {}).get("name", "?")
+            if isinstance(doc.get("metadata"), dict)
+            else "?"
+        )
         return f"{doc.get('kind', '?')}/{name}"
     return "?"
 

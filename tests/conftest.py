@@ -88,7 +88,10 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
             {
                 "version": 0.1,
                 "log": {"level": "error", "accesslog": {"disabled": True}},
-                "storage": {"filesystem": {"rootdirectory": str(root / "data")}, "delete": {"enabled": True}},
+                "storage": {
+                    "filesystem": {"rootdirectory": str(root / "data")},
+                    "delete": {"enabled": True},
+                },
                 "http": {"addr": f"127.0.0.1:{port}"},
             }
         )
@@ -111,8 +114,19 @@ def make_commit(work: Path, files: dict[str, str], message: str) -> str:
         path.write_text(content)
     subprocess.run(["git", "-C", str(work), "add", "-A"], check=True)
     subprocess.run(
-        ["git", "-C", str(work), "-c", "user.name=seed", "-c", "user.email=seed@example.invalid",
-         "commit", "-q", "-m", message],
+        [
+            "git",
+            "-C",
+            str(work),
+            "-c",
+            "user.name=seed",
+            "-c",
+            "user.email=seed@example.invalid",
+            "commit",
+            "-q",
+            "-m",
+            message,
+        ],
         check=True,
     )
     return subprocess.run(
@@ -128,11 +142,15 @@ class CodeRepo:
         self.work = root / "atlas-work"
         subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(self.bare)], check=True)
         subprocess.run(["git", "init", "-q", "-b", "main", str(self.work)], check=True)
-        subprocess.run(["git", "-C", str(self.work), "remote", "add", "origin", str(self.bare)], check=True)
+        subprocess.run(
+            ["git", "-C", str(self.work), "remote", "add", "origin", str(self.bare)], check=True
+        )
 
     def commit(self, files: dict[str, str], message: str = "change") -> str:
         sha = make_commit(self.work, files, message)
-        subprocess.run(["git", "-C", str(self.work), "push", "-q", "origin", "HEAD:main"], check=True)
+        subprocess.run(
+            ["git", "-C", str(self.work), "push", "-q", "origin", "HEAD:main"], check=True
+        )
         return sha
 
 
@@ -153,7 +171,9 @@ def code_repo(tmp_path: Path) -> CodeRepo:
 
 @pytest.fixture()
 def gitea(gitea_swagger: Swagger, code_repo: CodeRepo) -> Iterator[GiteaDouble]:
-    double = GiteaDouble(gitea_swagger, {"atlas/atlas": code_repo.bare}, token="gitea-test-token-0f3c")
+    double = GiteaDouble(
+        gitea_swagger, {"atlas/atlas": code_repo.bare}, token="gitea-test-token-0f3c"
+    )
     double.start()
     try:
         yield double
@@ -198,3 +218,52 @@ def _clean_fabrique_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("FABRIQUE_"):
             monkeypatch.delenv(name)
+    # real retries and backoff, on a test's time scale
+    monkeypatch.setenv("FABRIQUE_NETWORK__BACKOFF_SECONDS", "0.01")
+
+
+class GitDaemon:
+    """A real `git daemon` serving a directory of bare repositories on 127.0.0.1."""
+
+    def __init__(self, base: Path, port: int) -> None:
+        self.base = base
+        self.port = port
+
+    def url(self, name: str) -> str:
+        return f"git://127.0.0.1:{self.port}/{name}"
+
+
+@pytest.fixture()
+def git_daemon(code_repo: CodeRepo) -> Iterator[GitDaemon]:
+    binary = require_binary("git")
+    base = code_repo.bare.parent
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            binary,
+            "daemon",
+            "--reuseaddr",
+            f"--base-path={base}",
+            "--export-all",
+            "--enable=receive-pack",
+            "--informative-errors",
+            "--listen=127.0.0.1",
+            f"--port={port}",
+            str(base),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        else:
+            raise RuntimeError("git daemon did not start")
+        yield GitDaemon(base, port)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

@@ -11,7 +11,9 @@ import yaml
 
 def load_tree(root: Path) -> dict[str, list[Any]]:
     return {
-        str(path.relative_to(root)): [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+        str(path.relative_to(root)): [
+            d for d in yaml.safe_load_all(path.read_text()) if d is not None
+        ]
         for path in sorted(root.rglob("*.yaml"))
     }
 

@@ -41,7 +41,9 @@ def test_default_site_is_the_generic_one() -> None:
 
 def test_values_file_and_env_layer_over_defaults(tmp_path: Path) -> None:
     values = write_values(tmp_path / "site.yaml", **{"registry.host": "registry.example:5000"})
-    site = load_site(values, env={"FABRIQUE_BUILD__RETRIES": "5", "FABRIQUE_REGISTRY__PLAIN_HTTP": "false"})
+    site = load_site(
+        values, env={"FABRIQUE_BUILD__RETRIES": "5", "FABRIQUE_REGISTRY__PLAIN_HTTP": "false"}
+    )
     assert site.registry.host == "registry.example:5000"
     assert site.registry.plain_http is False
     assert site.build.retries == 5
@@ -70,33 +72,65 @@ def test_app_name_limit_keeps_workflow_name_within_63() -> None:
 @pytest.mark.parametrize(
     ("values", "expected"),
     [
-        ({"apps": [_app(), _app(name="Bad_Name", image="other")]}, r"^apps\[1\]\.name: must be a DNS-1123 label"),
+        (
+            {"apps": [_app(), _app(name="Bad_Name", image="other")]},
+            r"^apps\[1\]\.name: must be a DNS-1123 label",
+        ),
         ({"apps": [_app(context="/abs/path")]}, r"^apps\[0\]\.context: must be a relative path"),
         ({"apps": [_app(context="a/../../b")]}, r"^apps\[0\]\.context: must be a relative path"),
-        ({"apps": [_app(dockerfile="../Dockerfile")]}, r"^apps\[0\]\.dockerfile: must be a relative path"),
-        ({"apps": [_app(image="Citation")]}, r"^apps\[0\]\.image: must be a registry repository name"),
+        (
+            {"apps": [_app(dockerfile="../Dockerfile")]},
+            r"^apps\[0\]\.dockerfile: must be a relative path",
+        ),
+        (
+            {"apps": [_app(image="Citation")]},
+            r"^apps\[0\]\.image: must be a registry repository name",
+        ),
         ({"apps": [_app(buildArgs={"BAD-KEY": "x"})]}, r"^apps\[0\]\.buildArgs: .*BAD-KEY"),
-        ({"apps": [_app(buildArgs={"K": "two\nlines"})]}, r"^apps\[0\]\.buildArgs: value of K must be a single line"),
-        ({"apps": [_app(writeback={"repo": "atlas", "path": "k.yaml"})]}, r"^apps\[0\]\.writeback\.repo: must be owner/name"),
-        ({"apps": [_app(writeback={"repo": "a/b", "path": "k.yaml", "kind": "helm"})]}, r"^apps\[0\]\.writeback\.kind: "),
+        (
+            {"apps": [_app(buildArgs={"K": "two\nlines"})]},
+            r"^apps\[0\]\.buildArgs: value of K must be a single line",
+        ),
+        (
+            {"apps": [_app(writeback={"repo": "atlas", "path": "k.yaml"})]},
+            r"^apps\[0\]\.writeback\.repo: must be owner/name",
+        ),
+        (
+            {"apps": [_app(writeback={"repo": "a/b", "path": "k.yaml", "kind": "helm"})]},
+            r"^apps\[0\]\.writeback\.kind: ",
+        ),
         ({"apps": [_app(), _app()]}, r"^apps\[1\]\.name: duplicate app name 'citation'"),
-        ({"apps": [_app(), _app(name="other")]}, r"^apps\[1\]\.image: 'citation-dagster' is already the image of app"),
+        (
+            {"apps": [_app(), _app(name="other")]},
+            r"^apps\[1\]\.image: 'citation-dagster' is already the image of app",
+        ),
         ({"apps": []}, r"^apps: List should have at least 1 item"),
         ({"apps": [_app(contxt="x")]}, r"^apps\[0\]\.contxt: unknown field"),
         ({"gitea": {"url": "ftp://gitea"}}, r"^gitea\.url: must be an http"),
         ({"gitea": {"url": "https://user:pw@gitea"}}, r"^gitea\.url: must be an http"),
         ({"gitea": {"branch": "refs/heads/main"}}, r"^gitea\.branch: must be a plain branch name"),
-        ({"registry": {"host": "http://registry:80"}}, r"^registry\.host: must be host or host:port"),
+        (
+            {"registry": {"host": "http://registry:80"}},
+            r"^registry\.host: must be host or host:port",
+        ),
         ({"namespaces": {"build": "fabrique"}}, r"^namespaces\.build: must differ from control"),
         ({"images": {"git": "alpine/git"}}, r"^images\.git: must carry a tag or a digest"),
-        ({"images": {"buildkit": "moby/buildkit:v0.32.2"}}, r"^images\.buildkit: must be a -rootless BuildKit image"),
-        ({"images": {"tools": "registry:80/tools@sha256:abc"}}, r"^images\.tools: must be an image reference"),
+        (
+            {"images": {"buildkit": "moby/buildkit:v0.32.2"}},
+            r"^images\.buildkit: must be a -rootless BuildKit image",
+        ),
+        (
+            {"images": {"tools": "registry:80/tools@sha256:abc"}},
+            r"^images\.tools: must be an image reference",
+        ),
         ({"build": {"retries": 99}}, r"^build\.retries: Input should be less than or equal to 10"),
         ({"build": {"workspaceSize": "2G"}}, r"^build\.workspaceSize: must be a size such as 2Gi"),
         ({"registy": {}}, r"^registy: unknown field"),
     ],
 )
-def test_bad_values_name_the_field(tmp_path: Path, values: dict[str, object], expected: str) -> None:
+def test_bad_values_name_the_field(
+    tmp_path: Path, values: dict[str, object], expected: str
+) -> None:
     path = tmp_path / "site.yaml"
     path.write_text(yaml.safe_dump(values))
     with pytest.raises(ConfigError, match=expected) as caught:

@@ -18,8 +18,13 @@ from .conftest import ROOT, run_cli, write_values
 from .manifests import find, load_tree
 
 
-def test_committed_tree_matches_a_fresh_render(tmp_path: Path) -> None:
+def test_committed_tree_matches_a_fresh_render(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Golden check by content. To regenerate: `fabrique render` (or `make render`)."""
+    monkeypatch.delenv(
+        "FABRIQUE_NETWORK__BACKOFF_SECONDS"
+    )  # the committed tree is the default site
     out = tmp_path / "manifests"
     result = run_cli("render", "--out", str(out))
     assert result.exit_code == 0, result.stderr
@@ -36,7 +41,11 @@ def test_root_kustomization_lists_every_unit(tmp_path: Path) -> None:
     assert sorted(root["resources"]) == sorted(set(units))
     for unit in set(units):
         listed = tree[f"{unit}/kustomization.yaml"][0]["resources"]
-        present = sorted(p.split("/", 1)[1] for p in tree if p.startswith(f"{unit}/") and not p.endswith("kustomization.yaml"))
+        present = sorted(
+            p.split("/", 1)[1]
+            for p in tree
+            if p.startswith(f"{unit}/") and not p.endswith("kustomization.yaml")
+        )
         assert sorted(listed) == present
 
 
@@ -64,7 +73,9 @@ def test_render_replaces_only_its_own_tree(tmp_path: Path) -> None:
     assert (foreign / "notes.txt").read_text() == "keep me"
 
 
-def test_a_failed_render_keeps_the_previous_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_render_keeps_the_previous_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "manifests"
     tree = render_tree(load_site(env={}))
     write_tree(tree, out)
@@ -80,7 +91,7 @@ def test_a_failed_render_keeps_the_previous_tree(tmp_path: Path, monkeypatch: py
         return real_dump(documents, header=header)
 
     monkeypatch.setattr(render_module, "dump_documents", failing_dump)
-    with pytest.raises(RenderError, match="write failed .*previous tree kept"):
+    with pytest.raises(RenderError, match=r"write failed .*previous tree kept"):
         write_tree(tree, out)
     assert load_tree(out) == before
     assert [p.name for p in tmp_path.iterdir()] == ["manifests"], "staging left behind"
@@ -91,12 +102,18 @@ def test_every_file_carries_the_generated_header() -> None:
         assert path.read_text().startswith(HEADER), path
 
 
-def test_hera_generate_yaml_renders_the_same_template(tmp_path: Path) -> None:
+def test_hera_generate_yaml_renders_the_same_template(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`hera generate yaml pipelines/` finds the WorkflowTemplate and agrees with render."""
+    monkeypatch.delenv("FABRIQUE_NETWORK__BACKOFF_SECONDS")
     hera = Path(sys.executable).parent / "hera"
     result = subprocess.run(
         [str(hera), "generate", "yaml", "pipelines/", "--to", str(tmp_path / "hera")],
-        cwd=ROOT, capture_output=True, text=True, check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     generated = [

@@ -66,7 +66,11 @@ def test_core_kinds_are_checked_strictly(tree: Path, specs: Path) -> None:
 
 
 def test_bad_names_and_missing_kinds_are_caught(tree: Path, specs: Path) -> None:
-    _edit(tree / "namespaces" / "namespaces.yaml", 0, lambda doc: doc["metadata"].update(name="Fabrique_NS"))
+    _edit(
+        tree / "namespaces" / "namespaces.yaml",
+        0,
+        lambda doc: doc["metadata"].update(name="Fabrique_NS"),
+    )
     _edit(tree / "build" / "rbac.yaml", 0, lambda doc: doc.pop("kind"))
     problems = [str(p) for p in validate_tree(tree, specs)]
     assert any("metadata.name: 'Fabrique_NS' is not a valid DNS-1123 label" in p for p in problems)
@@ -83,7 +87,9 @@ def test_unknown_argo_kind_has_no_schema(tree: Path, specs: Path) -> None:
 
 def test_kustomize_failure_is_reported(tree: Path, specs: Path) -> None:
     if shutil.which("kubectl") is None:
-        pytest.skip("kubectl is not installed here; the kustomize check is covered by the notice test")
+        pytest.skip(
+            "kubectl is not installed here; the kustomize check is covered by the notice test"
+        )
     root = tree / "kustomization.yaml"
     doc = yaml.safe_load(root.read_text())
     doc["resources"].append("missing-unit")
@@ -113,7 +119,11 @@ def test_close_schema_closes_objects_but_respects_preserve_unknown() -> None:
         "type": "object",
         "properties": {
             "a": {"type": "object", "properties": {"b": {"type": "string"}}},
-            "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": True, "properties": {}},
+            "free": {
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": True,
+                "properties": {},
+            },
             "labels": {"type": "object", "additionalProperties": {"type": "string"}},
         },
     }

@@ -64,7 +64,8 @@ class KubeApiDouble:
             "apiVersion: v1\nkind: Config\n"
             f"clusters:\n- name: {context}\n  cluster:\n    server: {self.url}\n"
             f"users:\n- name: {context}\n  user:\n    token: double-token\n"
-            f"contexts:\n- name: {context}\n  context:\n    cluster: {context}\n    user: {context}\n"
+            f"contexts:\n- name: {context}\n  context:\n"
+            f"    cluster: {context}\n    user: {context}\n"
             f"current-context: {context}\n"
         )
         return path
@@ -84,9 +85,13 @@ class KubeApiDouble:
             if request.method == "GET" and name is not None:
                 found = self.objects.get((namespace, name))
                 if found is None:
-                    return 404, status(404, "NotFound", f'workflows.argoproj.io "{name}" not found', name)
+                    return 404, status(
+                        404, "NotFound", f'workflows.argoproj.io "{name}" not found', name
+                    )
                 return 200, found
-            return 405, status(405, "MethodNotAllowed", f"{request.method} not served by the double")
+            return 405, status(
+                405, "MethodNotAllowed", f"{request.method} not served by the double"
+            )
 
     def _create(self, namespace: str, body: Any) -> tuple[int, Any]:
         errors = sorted(self.validator.iter_errors(body), key=lambda e: list(e.absolute_path))
@@ -97,13 +102,24 @@ class KubeApiDouble:
             return 422, status(422, "Invalid", message)
         meta = body.get("metadata", {})
         if meta.get("namespace", namespace) != namespace:
-            return 400, status(400, "BadRequest", "the namespace of the object does not match the URL")
+            return 400, status(
+                400, "BadRequest", "the namespace of the object does not match the URL"
+            )
         name = meta.get("name")
         if not name:
             return 422, status(422, "Invalid", "metadata.name: Required value")
         if (namespace, name) in self.objects:
-            return 409, status(409, "AlreadyExists", f'workflows.argoproj.io "{name}" already exists', name)
-        stored = {**body, "metadata": {**meta, "namespace": namespace, "uid": str(uuid.uuid4()),
-                                       "resourceVersion": str(len(self.objects) + 1)}}
+            return 409, status(
+                409, "AlreadyExists", f'workflows.argoproj.io "{name}" already exists', name
+            )
+        stored = {
+            **body,
+            "metadata": {
+                **meta,
+                "namespace": namespace,
+                "uid": str(uuid.uuid4()),
+                "resourceVersion": str(len(self.objects) + 1),
+            },
+        }
         self.objects[(namespace, name)] = stored
         return 201, stored

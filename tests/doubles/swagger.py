@@ -51,8 +51,14 @@ class Swagger:
     ) -> None:
         template, operation = self.operation(method, path)
         for parameter in operation.get("parameters", []):
-            if parameter.get("in") == "query" and parameter.get("required") and parameter["name"] not in query:
-                raise SpecViolation(f"{method} {template}: required query {parameter['name']} missing")
+            if (
+                parameter.get("in") == "query"
+                and parameter.get("required")
+                and parameter["name"] not in query
+            ):
+                raise SpecViolation(
+                    f"{method} {template}: required query {parameter['name']} missing"
+                )
             if parameter.get("in") == "body":
                 if body is None:
                     if parameter.get("required"):
@@ -62,7 +68,9 @@ class Swagger:
         known = {p["name"] for p in operation.get("parameters", []) if p.get("in") == "query"}
         unknown = set(query) - known
         if unknown:
-            raise SpecViolation(f"{method} {template}: unknown query parameter(s) {sorted(unknown)}")
+            raise SpecViolation(
+                f"{method} {template}: unknown query parameter(s) {sorted(unknown)}"
+            )
 
     def check_response(self, method: str, path: str, status: int, body: Any | None) -> None:
         template, operation = self.operation(method, path)
@@ -72,7 +80,8 @@ class Swagger:
             if str(status) in GLOBAL_AUTH_STATUSES:
                 return
             raise SpecViolation(
-                f"{method} {template}: status {status} is not declared (declared: {sorted(responses)})"
+                f"{method} {template}: status {status} is not declared "
+                f"(declared: {sorted(responses)})"
             )
         if "$ref" in declared:
             declared = self.document["responses"][declared["$ref"].split("/")[-1]]

@@ -1,0 +1,249 @@
+"""Invariants of the rendered fabrique-build template (DESIGN.md invariants 5 and 6)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipelines.build import build_template
+from pipelines.config import load_site
+from pipelines.names import LABEL_APP, LABEL_REVISION
+
+from .conftest import ROOT
+from .manifests import documents, find, walk
+
+TREE = ROOT / "manifests"
+
+
+@pytest.fixture(scope="module")
+def template() -> dict[str, Any]:
+    return find(TREE, "WorkflowTemplate", "fabrique-build")
+
+
+def _templates(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {t["name"]: t for t in template["spec"]["templates"]}
+
+
+def _env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+def test_steps_run_in_order(template: dict[str, Any]) -> None:
+    main = _templates(template)["main"]
+    assert [step[0]["name"] for step in main["steps"]] == [
+        "plan",
+        "checkout",
+        "build",
+        "verify-digest",
+    ]
+    assert template["spec"]["entrypoint"] == "main"
+    assert [p["name"] for p in template["spec"]["arguments"]["parameters"]] == ["app", "revision"]
+
+
+def test_build_container_is_rootless_buildkit(template: dict[str, Any]) -> None:
+    build = _templates(template)["build"]
+    container = build["container"]
+    assert re.fullmatch(
+        r"moby/buildkit:v[0-9.]+-rootless(@sha256:[0-9a-f]{64})?", container["image"]
+    )
+    assert container["securityContext"] == {
+        "appArmorProfile": {"type": "Unconfined"},
+        "runAsGroup": 1000,
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "seccompProfile": {"type": "Unconfined"},
+    }
+    assert _env(container)["BUILDKITD_FLAGS"] == "--oci-worker-no-process-sandbox"
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in build["volumes"]}
+    assert volumes[mounts["/home/user/.local/share/buildkit"]] == {
+        "emptyDir": {},
+        "name": "buildkit-state",
+    }
+    assert (
+        volumes[mounts["/home/user/.config/buildkit"]]["configMap"]["name"] == "fabrique-buildkitd"
+    )
+    assert "buildctl-daemonless.sh" in container["command"][-1]
+
+
+def test_only_the_build_container_is_unconfined(template: dict[str, Any]) -> None:
+    unconfined = [
+        name
+        for name, t in _templates(template).items()
+        if any(value == "Unconfined" for _, _, value in walk(t))
+    ]
+    assert unconfined == ["build"]
+    assert template["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    for name, t in _templates(template).items():
+        if name in ("build", "main"):
+            continue
+        context = t["container"]["securityContext"]
+        assert context["allowPrivilegeEscalation"] is False, name
+        assert context["capabilities"] == {"drop": ["ALL"]}, name
+        assert context["runAsNonRoot"] is True, name
+
+
+def test_builder_never_runs_on_the_control_plane(template: dict[str, Any]) -> None:
+    build = _templates(template)["build"]
+    terms = build["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert terms == [
+        {
+            "matchExpressions": [
+                {"key": "node-role.kubernetes.io/control-plane", "operator": "DoesNotExist"}
+            ]
+        }
+    ]
+    assert not [path for path, key, _ in walk(template) if key == "tolerations"]
+
+
+def test_nothing_is_privileged_and_nothing_mounts_the_host() -> None:
+    for doc in documents(TREE):
+        for path, key, value in walk(doc):
+            assert not (key == "privileged" and value), f"{doc['kind']}{path}"
+            assert key not in ("hostPath", "hostNetwork", "hostPID", "hostIPC"), (
+                f"{doc['kind']}{path}"
+            )
+
+
+def test_buildkitd_toml_says_plain_http_for_the_registry_only() -> None:
+    configmap = find(TREE, "ConfigMap", "fabrique-buildkitd")
+    assert configmap["metadata"]["namespace"] == "fabrique-build"
+    assert configmap["data"] == {"buildkitd.toml": '[registry."registry:80"]\n  http = true\n'}
+    assert "insecure" not in configmap["data"]["buildkitd.toml"]
+
+
+def test_https_registry_gets_no_http_override() -> None:
+    site = load_site(env={"FABRIQUE_REGISTRY__PLAIN_HTTP": "false"})
+    from pipelines.build import buildkitd_toml
+
+    assert "http = true" not in buildkitd_toml(site)
+
+
+def test_build_pushes_the_sha12_tag_with_metadata_cache_and_labels(
+    template: dict[str, Any],
+) -> None:
+    script = _templates(template)["build"]["container"]["command"][-1]
+    assert '--output "type=image,name=$IMAGE_REF,push=true"' in script
+    assert '--metadata-file "$METADATA_FILE"' in script
+    assert '--export-cache "type=registry,ref=$CACHE_REF,mode=max"' in script
+    assert '--import-cache "type=registry,ref=$CACHE_REF"' in script
+    assert '--opt "label:org.opencontainers.image.revision=$REVISION"' in script
+    assert '--opt "label:org.opencontainers.image.source=$SOURCE_URL"' in script
+    assert "attest" not in script, "attestations are off by default"
+    # values come through the environment, never spliced into the script text
+    assert "{{" not in script
+
+
+def test_attestations_switch_turns_provenance_on() -> None:
+    site = load_site(env={"FABRIQUE_BUILD__ATTESTATIONS": "true"})
+    build = next(
+        t for t in build_template(site).to_dict()["spec"]["templates"] if t["name"] == "build"
+    )
+    script = build["container"]["command"][-1]
+    assert '--opt "attest:provenance=mode=max"' in script
+    assert not re.search(r"attest:[a-z]+=[\"\s]", script), (
+        "an empty attest value enables it silently"
+    )
+
+
+def test_labels_mutex_and_lifecycle(template: dict[str, Any]) -> None:
+    spec = template["spec"]
+    assert spec["synchronization"] == {
+        "mutexes": [{"name": "fabrique-build-{{workflow.parameters.app}}"}]
+    }
+    assert spec["workflowMetadata"]["labelsFrom"] == {
+        LABEL_APP: {"expression": "workflow.parameters.app"},
+        LABEL_REVISION: {"expression": "workflow.parameters.revision"},
+    }
+    for name, t in _templates(template).items():
+        if name != "main":
+            assert t["metadata"]["labels"][LABEL_APP] == "{{workflow.parameters.app}}", name
+            assert t["metadata"]["labels"][LABEL_REVISION] == "{{workflow.parameters.revision}}", (
+                name
+            )
+    assert spec["activeDeadlineSeconds"] == 3600
+    assert spec["podGC"]["strategy"] == "OnPodSuccess"
+    assert spec["ttlStrategy"]["secondsAfterFailure"] >= spec["ttlStrategy"]["secondsAfterSuccess"]
+    assert spec["volumeClaimGC"] == {"strategy": "OnWorkflowCompletion"}
+
+
+def test_network_steps_retry_with_backoff(template: dict[str, Any]) -> None:
+    templates = _templates(template)
+    for name in ("checkout", "build", "verify-digest"):
+        strategy = templates[name]["retryStrategy"]
+        assert int(strategy["limit"]) >= 1, name
+        assert strategy["backoff"]["duration"] and strategy["backoff"]["factor"], name
+    assert "retryStrategy" not in templates["plan"], "plan is pure: a retry cannot help it"
+
+
+def test_digest_is_verified_by_the_tools_image_and_exposed(template: dict[str, Any]) -> None:
+    verify = _templates(template)["verify-digest"]
+    assert verify["container"]["command"] == ["fabrique"]
+    assert verify["container"]["args"][:2] == ["digest", "verify"]
+    assert verify["outputs"]["parameters"] == [
+        {"name": "digest", "valueFrom": {"path": "/tmp/fabrique/digest"}}
+    ]
+
+
+def test_tokens_come_from_secrets_only() -> None:
+    checkout_env = _env(
+        _templates(find(TREE, "WorkflowTemplate", "fabrique-build"))["checkout"]["container"]
+    )
+    assert checkout_env["GITEA_TOKEN"] == {
+        "secretKeyRef": {"key": "token", "name": "fabrique-gitea", "optional": True}
+    }
+    for doc in documents(TREE):
+        assert doc["kind"] != "Secret", "no Secret is rendered: they come from the cluster"
+        for path, key, value in walk(doc):
+            if (
+                isinstance(key, str)
+                and re.search(r"token|password|secret", key, re.I)
+                and isinstance(value, str)
+            ):
+                pytest.fail(f"{doc['kind']}{path} holds a literal credential-looking value")
+
+
+def test_build_namespace_is_the_only_privileged_one() -> None:
+    levels = {
+        doc["metadata"]["name"]: doc["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
+        for doc in documents(TREE)
+        if doc["kind"] == "Namespace"
+    }
+    assert levels == {"fabrique": "restricted", "fabrique-build": "privileged"}
+
+
+def test_build_service_account_may_only_report_task_results() -> None:
+    role = find(TREE, "Role", "fabrique-build-executor")
+    assert role["rules"] == [
+        {
+            "apiGroups": ["argoproj.io"],
+            "resources": ["workflowtaskresults"],
+            "verbs": ["create", "patch"],
+        }
+    ]
+    binding = find(TREE, "RoleBinding", "fabrique-build-executor")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "fabrique-build", "namespace": "fabrique-build"}
+    ]
+    assert (
+        find(TREE, "WorkflowTemplate", "fabrique-build")["spec"]["serviceAccountName"]
+        == "fabrique-build"
+    )
+
+
+def test_tools_image_dockerfile_is_non_root_with_a_base_argument() -> None:
+    lines = [line.strip() for line in (ROOT / "Dockerfile").read_text().splitlines()]
+    first_from = next(i for i, line in enumerate(lines) if line.startswith("FROM"))
+    assert any(line.startswith("ARG BASE_IMAGE=") for line in lines[:first_from])
+    assert lines[first_from].startswith("FROM ${BASE_IMAGE}")
+    users = [line for line in lines if line.startswith("USER ")]
+    assert users and users[-1].split()[1].split(":")[0] not in ("root", "0")
+
+
+def test_template_file_is_in_the_tree() -> None:
+    assert (Path(TREE) / "build" / "workflowtemplate.yaml").is_file()
