@@ -20,6 +20,8 @@ script text, so a parameter cannot inject shell.
 
 from __future__ import annotations
 
+from typing import Any
+
 from hera.workflows import (
     ConfigMapVolume,
     Container,
@@ -47,6 +49,7 @@ BUILDKIT_CONFIG_DIR = "/home/user/.config/buildkit"
 BUILDKIT_STATE_DIR = "/home/user/.local/share/buildkit"
 METADATA_FILE = f"{WORKSPACE}/build-metadata.json"
 PLAN_DIR = "/tmp/fabrique/plan"
+PLAN_OUTPUTS = ("image-ref", "cache-ref", "repo-url", "context", "dockerfile", "build-opts")
 DIGEST_FILE = "/tmp/fabrique/digest"
 BUILDER_UID = 1000
 CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
@@ -176,6 +179,25 @@ def _resources(cpu: str, memory: str, memory_limit: str) -> m.ResourceRequiremen
     )
 
 
+def _tools_step(site: Site, name: str, args: list[str], **extra: Any) -> Container:
+    """A step that runs ``fabrique <args>`` in the tools image, reading the site ConfigMap."""
+    return Container(
+        name=name,
+        labels=POD_LABELS,
+        image=site.images.tools,
+        command=["fabrique"],
+        args=args,
+        env=_env(FABRIQUE_VALUES=f"{SITE_MOUNT}/site.yaml"),
+        volumes=[
+            EmptyDirVolume(name="tmp", mount_path="/tmp"),
+            ConfigMapVolume(name=SITE_CONFIGMAP, mount_path=SITE_MOUNT, read_only=True),
+        ],
+        security_context=_restricted(),
+        resources=_resources("50m", "64Mi", "256Mi"),
+        **extra,
+    )
+
+
 def build_template(site: Site) -> WorkflowTemplate:
     """The ``fabrique-build`` WorkflowTemplate for ``site``."""
     workspace = Volume(
@@ -186,8 +208,6 @@ def build_template(site: Site) -> WorkflowTemplate:
         storage_class_name=site.build.storage_class_name,
     )
     tmp = EmptyDirVolume(name="tmp", mount_path="/tmp")
-    site_config = ConfigMapVolume(name=SITE_CONFIGMAP, mount_path=SITE_MOUNT, read_only=True)
-    tools_env = _env(FABRIQUE_VALUES=f"{SITE_MOUNT}/site.yaml")
 
     with WorkflowTemplate(
         name=TEMPLATE_NAME,
@@ -222,26 +242,13 @@ def build_template(site: Site) -> WorkflowTemplate:
             seccomp_profile=m.SeccompProfile(type="RuntimeDefault"),
         ),
     ) as template:
-        plan = Container(
-            name="plan",
-            labels=POD_LABELS,
-            image=site.images.tools,
-            command=["fabrique"],
-            args=["plan", "--app", APP, "--revision", REVISION, "--out", PLAN_DIR],
-            env=tools_env,
-            volumes=[tmp, site_config],
-            security_context=_restricted(),
-            resources=_resources("50m", "64Mi", "256Mi"),
+        plan = _tools_step(
+            site,
+            "plan",
+            ["plan", "--app", APP, "--revision", REVISION, "--out", PLAN_DIR],
             outputs=[
                 Parameter(name=name, value_from=m.ValueFrom(path=f"{PLAN_DIR}/{name}"))
-                for name in (
-                    "image-ref",
-                    "cache-ref",
-                    "repo-url",
-                    "context",
-                    "dockerfile",
-                    "build-opts",
-                )
+                for name in PLAN_OUTPUTS
             ],
         )
         checkout = Container(
@@ -310,28 +317,14 @@ def build_template(site: Site) -> WorkflowTemplate:
             resources=_resources("500m", "1Gi", "4Gi"),
             retry_strategy=_retry(site),
         )
-        verify = Container(
-            name="verify-digest",
-            labels=POD_LABELS,
-            image=site.images.tools,
-            command=["fabrique"],
-            args=[
-                "digest",
-                "verify",
-                "--app",
-                APP,
-                "--revision",
-                REVISION,
-                "--metadata",
-                METADATA_FILE,
-                "--output",
-                DIGEST_FILE,
+        verify = _tools_step(
+            site,
+            "verify-digest",
+            [
+                *("digest", "verify", "--app", APP, "--revision", REVISION),
+                *("--metadata", METADATA_FILE, "--output", DIGEST_FILE),
             ],
-            env=tools_env,
-            volumes=[tmp, site_config],
             volume_mounts=[m.VolumeMount(name="workspace", mount_path=WORKSPACE, read_only=True)],
-            security_context=_restricted(),
-            resources=_resources("50m", "64Mi", "256Mi"),
             retry_strategy=_retry(site),
             outputs=[Parameter(name="digest", value_from=m.ValueFrom(path=DIGEST_FILE))],
         )
