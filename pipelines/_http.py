@@ -12,8 +12,11 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Self
 
 import httpx
+
+from .errors import RemoteError
 
 log = logging.getLogger("fabrique.http")
 
@@ -84,3 +87,53 @@ def send(
             )
             sleep(delay)
     raise Unreachable(url, f"{last_error} after {retry.attempts} attempt(s)")
+
+
+class JsonApi:
+    """Base of the HTTP clients: one httpx.Client, bounded retries, one error class.
+
+    ``error`` is the RemoteError subclass raised for this system; ``system`` names it in
+    messages ("Gitea at http://…"). Transport failures and 5xx after the last retry are
+    raised as transient.
+    """
+
+    error: type[RemoteError] = RemoteError
+    system = "server"
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        headers: dict[str, str] | None = None,
+        retry: RetryPolicy | None = None,
+        timeout: httpx.Timeout = DEFAULT_TIMEOUT,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url
+        self.retry = retry or RetryPolicy()
+        self._client = httpx.Client(
+            base_url=base_url, headers=headers, timeout=timeout, transport=transport
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        """Send with retries; raise ``error`` (transient) if no usable answer came."""
+        try:
+            response = send(self._client, method, url, retry=self.retry, **kwargs)
+        except Unreachable as exc:
+            raise self.error(f"{self.system} unreachable: {exc.reason}", transient=True) from None
+        if response.status_code in RETRY_STATUSES:
+            raise self.error(
+                f"{self.system} answered HTTP {response.status_code} to {method} "
+                f"{response.request.url.path} after {self.retry.attempts} attempt(s)",
+                transient=True,
+            )
+        return response

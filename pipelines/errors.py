@@ -7,11 +7,18 @@ line; nothing else reaches the terminal.
     FabriqueError                  1  anything fabrique raises on purpose
     ├── ConfigError                2  the site config (values file, FABRIQUE_* variables)
     ├── InputError                 2  a command-line value: app, revision, digest, path
-    ├── RemoteError                3  a server was unreachable or answered wrongly
+    │   └── TargetError               a write-back target file that cannot be edited
+    ├── RemoteError                3  a server answered wrongly (75 when ``transient``:
+    │   │                             unreachable, timed out, 5xx, conflicts that outlast
+    │   │                             every retry; running again later may succeed)
     │   ├── RegistryError             the OCI registry
     │   │   └── ImageNotFound         a tag or digest the registry does not hold
     │   ├── GiteaError                the Gitea API
-    │   └── KubeError                 the Kubernetes API
+    │   ├── GitError                  a git server, through the git command
+    │   ├── KubeError                 the Kubernetes API
+    │   └── StaleWrite                someone else wrote first (Gitea 422, git non-fast-
+    │                                 forward): re-read and re-apply, a bounded number of
+    │                                 times
     ├── DigestMismatch             4  two digests that must be equal are not
     ├── RenderError                5  the manifest tree could not be written
     └── ValidationFailed           6  rendered documents broke a schema or a rule
@@ -38,10 +45,28 @@ class InputError(FabriqueError):
     exit_code = 2
 
 
-class RemoteError(FabriqueError):
-    """A remote system was unreachable, timed out, or answered something unusable."""
+class TargetError(InputError):
+    """The write-back target file is not YAML, or not of the shape its kind needs."""
 
-    exit_code = 3
+
+TRANSIENT_EXIT_CODE = 75  # EX_TEMPFAIL: the Argo step retries on this code only
+
+
+class RemoteError(FabriqueError):
+    """A remote system was unreachable, timed out, or answered something unusable.
+
+    ``transient`` marks failures that a later attempt may not meet (the server was down,
+    slow, or kept losing a race); they exit with 75 so that a workflow retries them and
+    nothing else.
+    """
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+    @property
+    def exit_code(self) -> int:  # type: ignore[override]
+        return TRANSIENT_EXIT_CODE if self.transient else 3
 
 
 class RegistryError(RemoteError):
@@ -56,8 +81,19 @@ class GiteaError(RemoteError):
     """The Gitea API failed or answered wrongly."""
 
 
+class GitError(RemoteError):
+    """A git server, reached through the git command, failed or refused."""
+
+
 class KubeError(RemoteError):
     """The Kubernetes API failed or answered wrongly."""
+
+
+class StaleWrite(RemoteError):
+    """A write lost a race: the file or branch moved since it was read."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, transient=True)
 
 
 class DigestMismatch(FabriqueError):

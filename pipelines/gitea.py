@@ -1,4 +1,4 @@
-"""Gitea API client (``/api/v1``), for what fabrique reads and writes in Gitea.
+"""Gitea API client (``/api/v1``): the calls fabrique makes, with typed results.
 
 The token comes from ``FABRIQUE_GITEA_TOKEN`` (in a pod: from the Secret the site names)
 and is sent as ``Authorization: token …``. It is never logged nor put in a message.
@@ -6,14 +6,18 @@ and is sent as ``Authorization: token …``. It is never logged nor put in a mes
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
-from ._http import DEFAULT_TIMEOUT, RetryPolicy, Unreachable, send
-from .errors import GiteaError
+from ._http import DEFAULT_TIMEOUT, JsonApi, RetryPolicy
+from .errors import GiteaError, StaleWrite
 from .names import REVISION_RE
 
 TOKEN_ENV = "FABRIQUE_GITEA_TOKEN"
@@ -24,7 +28,22 @@ def token_from_env(env: Mapping[str, str] | None = None) -> str | None:
     return env.get(TOKEN_ENV) or None
 
 
-class GiteaClient:
+@dataclass(frozen=True)
+class FileContent:
+    path: str
+    text: str
+    sha: str  # the blob sha: what an update must name
+
+
+@dataclass(frozen=True)
+class Identity:
+    name: str
+    email: str
+
+
+class GiteaClient(JsonApi):
+    error = GiteaError
+
     def __init__(
         self,
         url: str,
@@ -38,35 +57,118 @@ class GiteaClient:
         if token:
             headers["Authorization"] = f"token {token}"
         self.url = url
-        self.retry = retry or RetryPolicy()
-        self._client = httpx.Client(
-            base_url=f"{url}/api/v1", headers=headers, timeout=timeout, transport=transport
+        self.system = f"Gitea at {url}"
+        super().__init__(
+            f"{url}/api/v1", headers=headers, retry=retry, timeout=timeout, transport=transport
         )
 
-    def close(self) -> None:
-        self._client.close()
-
-    def __enter__(self) -> GiteaClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    # ------------------------------------------------------------------ reads
 
     def branch_head(self, repo: str, branch: str) -> str:
         """The commit id at the head of ``repo``'s ``branch``."""
         what = f"branch {branch!r} of {repo}"
-        data = self._get_json(f"/repos/{repo}/branches/{branch}", what)
-        commit = data.get("commit") if isinstance(data, dict) else None
-        head = commit.get("id") if isinstance(commit, dict) else None
+        data = self._json("GET", f"/repos/{repo}/branches/{_seg(branch)}", what)
+        head = _get(data, "commit", "id")
         if not isinstance(head, str) or not REVISION_RE.match(head):
             raise GiteaError(f"{what}: Gitea answered without a valid commit.id")
         return head
 
-    def _get_json(self, path: str, what: str) -> Any:
+    def get_file(self, repo: str, path: str, branch: str) -> FileContent | None:
+        """The file at the branch head, or None if the branch has no such file."""
+        what = f"{path} in {repo}@{branch}"
+        response = self.request(
+            "GET", f"/repos/{repo}/contents/{_path(path)}", params={"ref": branch}
+        )
+        if response.status_code == 404:
+            self.branch_head(repo, branch)  # raises, naming the branch, if it is missing
+            return None
+        data = self._check(response, what)
+        if not isinstance(data, dict) or data.get("type") != "file":
+            kind = data.get("type") if isinstance(data, dict) else type(data).__name__
+            raise GiteaError(f"{what}: is a {kind}, not a file")
+        sha, content = data.get("sha"), data.get("content")
+        if data.get("encoding") != "base64" or not isinstance(content, str) or not sha:
+            raise GiteaError(f"{what}: Gitea answered without base64 content and sha")
         try:
-            response = send(self._client, "GET", path, retry=self.retry)
-        except Unreachable as exc:
-            raise GiteaError(f"Gitea at {self.url} unreachable: {exc.reason}") from None
+            text = base64.b64decode(content, validate=False).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            raise GiteaError(f"{what}: content is not UTF-8 text") from None
+        return FileContent(path, text, str(sha))
+
+    def resolve_commit(self, repo: str, ref: str) -> str | None:
+        """The full commit id of ``ref`` (a short or full sha), or None if unknown."""
+        response = self.request(
+            "GET",
+            f"/repos/{repo}/git/commits/{_seg(ref)}",
+            params={"stat": "false", "verification": "false", "files": "false"},
+        )
+        if response.status_code in (404, 422):
+            return None
+        sha = _get(self._check(response, f"commit {ref} of {repo}"), "sha")
+        if not isinstance(sha, str) or not REVISION_RE.match(sha):
+            raise GiteaError(f"commit {ref} of {repo}: Gitea answered without a valid sha")
+        return sha
+
+    def is_ancestor(self, repo: str, ancestor: str, descendant: str) -> bool:
+        """Whether ``ancestor`` is reachable from ``descendant`` (or is it).
+
+        Gitea's compare ``base...head`` lists the commits of head since the merge base:
+        none exactly when head (``ancestor``) is already in base (``descendant``).
+        """
+        what = f"compare {descendant[:12]}...{ancestor[:12]} in {repo}"
+        data = self._json("GET", f"/repos/{repo}/compare/{descendant}...{ancestor}", what)
+        total = _get(data, "total_commits")
+        if not isinstance(total, int):
+            raise GiteaError(f"{what}: Gitea answered without total_commits")
+        return total == 0
+
+    # ----------------------------------------------------------------- writes
+
+    def update_file(
+        self, repo: str, branch: str, current: FileContent, text: str, message: str, author: Identity
+    ) -> str:
+        """Replace a file read as ``current``; StaleWrite if it changed since. Returns the commit."""
+        body = self._write_body(branch, text, message, author) | {"sha": current.sha}
+        return self._write("PUT", repo, current.path, branch, body)
+
+    def create_file(
+        self, repo: str, path: str, branch: str, text: str, message: str, author: Identity
+    ) -> str:
+        """Create a file; StaleWrite if it appeared since it was found missing."""
+        return self._write("POST", repo, path, branch, self._write_body(branch, text, message, author))
+
+    @staticmethod
+    def _write_body(branch: str, text: str, message: str, author: Identity) -> dict[str, Any]:
+        person = {"name": author.name, "email": author.email}
+        return {
+            "branch": branch,
+            "content": base64.b64encode(text.encode("utf-8")).decode("ascii"),
+            "message": message,
+            "author": person,
+            "committer": person,
+        }
+
+    def _write(self, method: str, repo: str, path: str, branch: str, body: dict[str, Any]) -> str:
+        what = f"{path} in {repo}@{branch}"
+        response = self.request(method, f"/repos/{repo}/contents/{_path(path)}", json=body)
+        if response.status_code in (409, 422):
+            raise StaleWrite(f"{what}: changed since it was read (HTTP {response.status_code})")
+        if response.status_code == 404:
+            raise GiteaError(f"{what}: branch or repository not found")
+        if response.status_code == 423:
+            raise GiteaError(f"{what}: repository is locked (archived or being migrated)")
+        data = self._check(response, what, expect=(200, 201))
+        commit = _get(data, "commit", "sha")
+        if not isinstance(commit, str) or not REVISION_RE.match(commit):
+            raise GiteaError(f"{what}: Gitea answered without commit.sha; the write is unconfirmed")
+        return commit
+
+    # ---------------------------------------------------------------- helpers
+
+    def _json(self, method: str, url: str, what: str) -> Any:
+        return self._check(self.request(method, url), what)
+
+    def _check(self, response: httpx.Response, what: str, expect: tuple[int, ...] = (200,)) -> Any:
         if response.status_code == 404:
             raise GiteaError(f"{what}: not found in Gitea")
         if response.status_code in (401, 403):
@@ -74,9 +176,26 @@ class GiteaClient:
                 f"{what}: Gitea refused the token (HTTP {response.status_code}); "
                 f"check {TOKEN_ENV} or the token Secret"
             )
-        if response.status_code != 200:
+        if response.status_code not in expect:
             raise GiteaError(f"{what}: Gitea answered HTTP {response.status_code}")
         try:
             return response.json()
         except ValueError:
             raise GiteaError(f"{what}: Gitea answered something that is not JSON") from None
+
+
+def _get(data: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(key)
+    return data
+
+
+def _seg(value: str) -> str:
+    """One URL path segment (a branch may hold '/')."""
+    return quote(value, safe="")
+
+
+def _path(path: str) -> str:
+    return quote(path, safe="/")

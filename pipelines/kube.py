@@ -108,7 +108,8 @@ class KubeClient:
                 if attempt == self._retry.attempts:
                     raise KubeError(
                         f"{what}: Kubernetes API at {self._server} unreachable "
-                        f"({exc.__class__.__name__}) after {attempt} attempt(s)"
+                        f"({exc.__class__.__name__}) after {attempt} attempt(s)",
+                        transient=True,
                     ) from None
                 reason = exc.__class__.__name__
             delay = self._retry.delay(attempt)
@@ -123,4 +124,7 @@ class KubeClient:
             404: "not found: are Argo Workflows' CRDs installed, and does the namespace exist?",
             422: "the API rejected the object as invalid",
         }.get(exc.status or 0, "")
-        return KubeError(f"{what}: HTTP {exc.status} {exc.reason}" + (f" ({hint})" if hint else ""))
+        return KubeError(
+            f"{what}: HTTP {exc.status} {exc.reason}" + (f" ({hint})" if hint else ""),
+            transient=(exc.status or 0) >= 500 or exc.status == 429,
+        )

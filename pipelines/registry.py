@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from ._http import DEFAULT_TIMEOUT, RetryPolicy, Unreachable, send
+from ._http import DEFAULT_TIMEOUT, JsonApi, RetryPolicy
 from .errors import ImageNotFound, RegistryError
 from .names import DIGEST_RE
 
@@ -38,8 +38,10 @@ class ManifestDigest:
         return self.media_type in INDEX_TYPES
 
 
-class RegistryClient:
+class RegistryClient(JsonApi):
     """A client for one registry host, over HTTPS or, when the site says so, plain HTTP."""
+
+    error = RegistryError
 
     def __init__(
         self,
@@ -51,32 +53,22 @@ class RegistryClient:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.host = host
-        self.base_url = f"{'http' if plain_http else 'https'}://{host}"
-        self.retry = retry or RetryPolicy()
-        self._client = httpx.Client(timeout=timeout, transport=transport, follow_redirects=False)
-
-    def close(self) -> None:
-        self._client.close()
-
-    def __enter__(self) -> RegistryClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        self.system = f"registry {host}"
+        scheme = "http" if plain_http else "https"
+        super().__init__(f"{scheme}://{host}", retry=retry, timeout=timeout, transport=transport)
 
     def manifest_digest(self, repository: str, reference: str) -> ManifestDigest:
         """The digest of ``repository:reference``; ImageNotFound if the registry lacks it."""
-        shown = (
-            f"{self.host}/{repository}{'@' if reference.startswith('sha256:') else ':'}{reference}"
-        )
-        url = f"{self.base_url}/v2/{repository}/manifests/{reference}"
+        separator = "@" if reference.startswith("sha256:") else ":"
+        shown = f"{self.host}/{repository}{separator}{reference}"
+        url = f"/v2/{repository}/manifests/{reference}"
         headers = {"Accept": ", ".join(MANIFEST_TYPES)}
-        response = self._request("HEAD", url, shown, headers)
-        if response.status_code == 200 and "Docker-Content-Digest" not in response.headers:
-            response = self._request("GET", url, shown, headers)
+        response = self._get(shown, "HEAD", url, headers)
+        if "Docker-Content-Digest" not in response.headers:
+            response = self._get(shown, "GET", url, headers)
             digest = "sha256:" + hashlib.sha256(response.content).hexdigest()
         else:
-            digest = response.headers.get("Docker-Content-Digest", "")
+            digest = response.headers["Docker-Content-Digest"]
         if not DIGEST_RE.match(digest):
             raise RegistryError(
                 f"{shown}: registry answered a malformed digest {digest[:80]!r} "
@@ -85,16 +77,15 @@ class RegistryClient:
         media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
         return ManifestDigest(shown, digest, media_type)
 
-    def _request(
-        self, method: str, url: str, shown: str, headers: dict[str, str]
-    ) -> httpx.Response:
+    def _get(self, shown: str, method: str, url: str, headers: dict[str, str]) -> httpx.Response:
         try:
-            response = send(self._client, method, url, retry=self.retry, headers=headers)
-        except Unreachable as exc:
-            raise RegistryError(
-                f"registry {self.host} unreachable: {exc.reason}; check the registry "
-                "address and that it is up"
-            ) from None
+            response = self.request(method, url, headers=headers)
+        except RegistryError as exc:
+            if exc.transient:
+                raise RegistryError(
+                    f"{exc}; check the registry address and that it is up", transient=True
+                ) from None
+            raise
         if response.status_code == 200:
             return response
         if response.status_code == 404:
