@@ -1,7 +1,7 @@
 """WorkflowTemplate ``fabrique-build``: what runs where. No business logic lives here.
 
-    plan ─► checkout ─► build ─► verify-digest ─► (write-back: the write-back step)
-    tools    git         rootless   tools
+    plan ─► checkout ─► build ─► verify-digest ─► write-back
+    tools    git         rootless   tools           tools
                          BuildKit
 
 - ``plan`` (``fabrique plan``) checks the revision and resolves the app from the site
@@ -13,6 +13,10 @@
   and it never lands on a control-plane node.
 - ``verify-digest`` (``fabrique digest verify``) compares buildctl's metadata with the
   registry and outputs the digest.
+- ``write-back`` (``fabrique writeback``) writes that digest into the app's target in
+  Git: changed, unchanged (a replay) or superseded (never a rollback).
+
+The tools steps retry only transient failures (exit 75): a wrong answer is not retried.
 
 Step values reach the shell scripts as environment variables, never spliced into the
 script text, so a parameter cannot inject shell.
@@ -38,6 +42,8 @@ from hera.workflows import (
 from hera.workflows import models as m
 
 from .config import Site, load_site
+from .errors import TRANSIENT_EXIT_CODE
+from .gitea import TOKEN_ENV
 from .names import LABEL_APP, LABEL_MANAGED_BY, LABEL_PART_OF, LABEL_REVISION, TEMPLATE_NAME
 
 SERVICE_ACCOUNT = "fabrique-build"
@@ -179,7 +185,19 @@ def _resources(cpu: str, memory: str, memory_limit: str) -> m.ResourceRequiremen
     )
 
 
-def _tools_step(site: Site, name: str, args: list[str], **extra: Any) -> Container:
+def _transient_retry(site: Site) -> RetryStrategy:
+    """Retry a tools step only when it failed transiently (exit 75), never a wrong answer."""
+    return RetryStrategy(
+        limit=str(site.build.retries),
+        retry_policy="Always",
+        expression=f"asInt(lastRetry.exitCode) == {TRANSIENT_EXIT_CODE}",
+        backoff=m.Backoff(duration="10s", factor=m.IntOrString("2"), max_duration="5m"),
+    )
+
+
+def _tools_step(
+    site: Site, name: str, args: list[str], env: list[Any] | None = None, **extra: Any
+) -> Container:
     """A step that runs ``fabrique <args>`` in the tools image, reading the site ConfigMap."""
     return Container(
         name=name,
@@ -187,7 +205,7 @@ def _tools_step(site: Site, name: str, args: list[str], **extra: Any) -> Contain
         image=site.images.tools,
         command=["fabrique"],
         args=args,
-        env=_env(FABRIQUE_VALUES=f"{SITE_MOUNT}/site.yaml"),
+        env=[*_env(FABRIQUE_VALUES=f"{SITE_MOUNT}/site.yaml"), *(env or [])],
         volumes=[
             EmptyDirVolume(name="tmp", mount_path="/tmp"),
             ConfigMapVolume(name=SITE_CONFIGMAP, mount_path=SITE_MOUNT, read_only=True),
@@ -325,8 +343,25 @@ def build_template(site: Site) -> WorkflowTemplate:
                 *("--metadata", METADATA_FILE, "--output", DIGEST_FILE),
             ],
             volume_mounts=[m.VolumeMount(name="workspace", mount_path=WORKSPACE, read_only=True)],
-            retry_strategy=_retry(site),
+            retry_strategy=_transient_retry(site),
             outputs=[Parameter(name="digest", value_from=m.ValueFrom(path=DIGEST_FILE))],
+        )
+        write_back = _tools_step(
+            site,
+            "write-back",
+            [
+                *("writeback", "--app", APP, "--revision", REVISION),
+                *("--digest", "{{inputs.parameters.digest}}", "--workflow", "{{workflow.name}}"),
+            ],
+            env=[
+                SecretEnv(
+                    name=TOKEN_ENV,
+                    secret_name=site.gitea.token_secret.name,
+                    secret_key=site.gitea.token_secret.key,
+                )
+            ],
+            inputs=_inputs("digest"),
+            retry_strategy=_transient_retry(site),
         )
 
         with Steps(name="main"):
@@ -344,9 +379,9 @@ def build_template(site: Site) -> WorkflowTemplate:
                     for name in ("image-ref", "cache-ref", "context", "dockerfile", "build-opts")
                 }
             )
-            verify()
-            # The write-back step goes here: it takes the verified digest
-            # ({{steps.verify-digest.outputs.parameters.digest}}), app and revision.
+            verified = verify()
+            assert isinstance(verified, Step)
+            write_back(arguments={"digest": verified.get_parameter("digest").value})
     return template
 
 

@@ -238,6 +238,36 @@ def submit(
     click.echo(f"{state_word}: workflow {result.namespace}/{result.name}")
 
 
+@cli.command()
+@click.option("--app", required=True, help="App name from the site config.")
+@click.option("--revision", required=True, help="Full 40-hex commit id the image was built from.")
+@click.option("--digest", required=True, help="The verified digest, sha256:<64 hex>.")
+@click.option("--workflow", help="Workflow to name in the commit (default fabrique-<app>-<sha12>).")
+@click.option(
+    "--dry-run", is_flag=True, help="Print the diff that would be committed; write nothing."
+)
+@pass_state
+def writeback(
+    state: _State, app: str, revision: str, digest: str, workflow: str | None, dry_run: bool
+) -> None:
+    """Write a verified digest into the app's target in Git: changed, unchanged or superseded."""
+    from .gitea import token_from_env
+    from .names import check_digest, check_revision
+    from .writeback import open_transport, write_back
+
+    site = state.site
+    site.app(app)
+    check_revision(revision)
+    check_digest(digest)
+    with open_transport(site, token_from_env()) as transport:
+        outcome = write_back(
+            site, transport, app, revision, digest, workflow=workflow, dry_run=dry_run
+        )
+    if outcome.diff:
+        click.echo(outcome.diff, nl=False)
+    click.echo(outcome.line())
+
+
 @cli.group()
 def config() -> None:
     """The effective site config."""

@@ -231,10 +231,34 @@ class NetworkConfig(_Model):
 
 
 class WriteBackTarget(_Model):
+    """The file an app's digest is written into (``apps[].writeback``)."""
+
     kind: Literal["kustomize-images", "argocd-application"] = "kustomize-images"
     repo: RepoSlug
     path: RelativePath
-    create: bool = False
+    branch: Annotated[str, AfterValidator(_branch)] | None = None  # default: gitea.branch
+    create: bool = False  # create the file if it is missing (kustomize-images only)
+    source_index: Annotated[int, Field(ge=0)] | None = None  # which spec.sources[] entry
+
+
+class Person(_Model):
+    name: Annotated[str, Field(min_length=1, pattern=r"^[^<>\n]+$")]
+    email: Annotated[str, Field(pattern=r"^[^@\s<>]+@[^@\s<>]+$")]
+
+
+class WriteBackConfig(_Model):
+    """How digests are written into Git (``writeback``), for every app of the site."""
+
+    transport: Literal["gitea", "git"]
+    git_url: (
+        Annotated[str, Field(pattern=r"^(https?|ssh|git)://[^\s@]+(@[^\s@/]+)?[^\s]*$")] | None
+    ) = None
+    author: Person
+    attempts: Annotated[int, Field(ge=1, le=100)]
+
+    def repo_url(self, site_url: str, repo: str) -> str:
+        """Where the git transport fetches ``repo``: ``<gitUrl or gitea.url>/<repo>.git``."""
+        return f"{(self.git_url or site_url).rstrip('/')}/{repo}.git"
 
 
 class AppConfig(_Model):
@@ -253,7 +277,18 @@ class Site(_Model):
     images: Images
     build: BuildConfig
     network: NetworkConfig
+    writeback: WriteBackConfig
     apps: Annotated[list[AppConfig], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _creatable_targets(self) -> Site:
+        for index, app in enumerate(self.apps):
+            if app.writeback.create and app.writeback.kind != "kustomize-images":
+                raise ValueError(
+                    f"apps[{index}].writeback.create: only a kustomize-images target can be "
+                    "created; an Argo CD Application needs a source and a destination"
+                )
+        return self
 
     @model_validator(mode="after")
     def _unique_apps(self) -> Site:

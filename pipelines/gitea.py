@@ -125,9 +125,15 @@ class GiteaClient(JsonApi):
     # ----------------------------------------------------------------- writes
 
     def update_file(
-        self, repo: str, branch: str, current: FileContent, text: str, message: str, author: Identity
+        self,
+        repo: str,
+        branch: str,
+        current: FileContent,
+        text: str,
+        message: str,
+        author: Identity,
     ) -> str:
-        """Replace a file read as ``current``; StaleWrite if it changed since. Returns the commit."""
+        """Replace a file read as ``current``; StaleWrite if it has changed. Returns the commit."""
         body = self._write_body(branch, text, message, author) | {"sha": current.sha}
         return self._write("PUT", repo, current.path, branch, body)
 
@@ -135,7 +141,9 @@ class GiteaClient(JsonApi):
         self, repo: str, path: str, branch: str, text: str, message: str, author: Identity
     ) -> str:
         """Create a file; StaleWrite if it appeared since it was found missing."""
-        return self._write("POST", repo, path, branch, self._write_body(branch, text, message, author))
+        return self._write(
+            "POST", repo, path, branch, self._write_body(branch, text, message, author)
+        )
 
     @staticmethod
     def _write_body(branch: str, text: str, message: str, author: Identity) -> dict[str, Any]:

@@ -38,6 +38,7 @@ def test_steps_run_in_order(template: dict[str, Any]) -> None:
         "checkout",
         "build",
         "verify-digest",
+        "write-back",
     ]
     assert template["spec"]["entrypoint"] == "main"
     assert [p["name"] for p in template["spec"]["arguments"]["parameters"]] == ["app", "revision"]
@@ -174,11 +175,31 @@ def test_labels_mutex_and_lifecycle(template: dict[str, Any]) -> None:
 
 def test_network_steps_retry_with_backoff(template: dict[str, Any]) -> None:
     templates = _templates(template)
-    for name in ("checkout", "build", "verify-digest"):
+    for name in ("checkout", "build", "verify-digest", "write-back"):
         strategy = templates[name]["retryStrategy"]
         assert int(strategy["limit"]) >= 1, name
         assert strategy["backoff"]["duration"] and strategy["backoff"]["factor"], name
     assert "retryStrategy" not in templates["plan"], "plan is pure: a retry cannot help it"
+    for name in ("verify-digest", "write-back"):
+        # a digest mismatch or a bad target is not retried: only transient failures are
+        assert templates[name]["retryStrategy"]["expression"] == "asInt(lastRetry.exitCode) == 75"
+
+
+def test_write_back_takes_the_verified_digest(template: dict[str, Any]) -> None:
+    main = _templates(template)["main"]
+    step = main["steps"][-1][0]
+    assert step["arguments"]["parameters"] == [
+        {"name": "digest", "value": "{{steps.verify-digest.outputs.parameters.digest}}"}
+    ]
+    container = _templates(template)["write-back"]["container"]
+    assert container["args"] == [
+        *("writeback", "--app", "{{workflow.parameters.app}}"),
+        *("--revision", "{{workflow.parameters.revision}}"),
+        *("--digest", "{{inputs.parameters.digest}}", "--workflow", "{{workflow.name}}"),
+    ]
+    assert _env(container)["FABRIQUE_GITEA_TOKEN"] == {
+        "secretKeyRef": {"key": "token", "name": "fabrique-gitea"}
+    }
 
 
 def test_digest_is_verified_by_the_tools_image_and_exposed(template: dict[str, Any]) -> None:

@@ -1,26 +1,53 @@
-"""A Gitea API double over a real bare git repository. Not Gitea.
+"""A Gitea API double over real bare git repositories. Not Gitea.
 
-It serves the subset of ``/api/v1`` that fabrique uses. Every request and answer is
-checked against Gitea 1.27.1's Swagger document (``doubles.swagger``); a violation is
-recorded and fails the test that caused it. Commits are read from the bare repository
-with git itself, so what the double says is what the repository holds.
+It serves the subset of ``/api/v1`` that fabrique uses: branch GET, contents GET, PUT
+and POST, ``git/commits/{sha}``, compare, and commits filtered by path. Every request
+and every answer is checked against Gitea 1.27.1's Swagger document
+(``doubles.swagger``); a violation is recorded and fails the test that caused it.
+
+It sits on real bare repositories: every write is a real commit made with git plumbing
+and moved onto the branch with a compare-and-swap ``update-ref``, so tests can check the
+history with ``git log`` and ``git show``. Like Gitea, an update must name the file's
+current blob sha, and a stale one answers 422.
+
+Faults can be injected: ``faults`` is a queue of (method, fault) consumed by the next
+matching request, where fault is an HTTP status, ``"drop"`` (close the connection with no
+answer) or ``("slow", seconds)``; ``race_rate`` answers a PUT with 422 at that rate, as if
+another writer had just won.
 """
 
 from __future__ import annotations
 
+import base64
+import random
 import re
 import subprocess
+import threading
+import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
-from .http import LoopbackServer, Request
+from .http import DROP, LoopbackServer, Request
 from .swagger import SpecViolation, Swagger
 
+NOT_FOUND = {"message": "The target couldn't be found.", "url": "", "errors": []}
 
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True
-    ).stdout.strip()
+
+def git(repo: Path, *args: str, input_text: str | None = None, env: dict[str, str] | None = None) -> str:
+    import os
+
+    result = subprocess.run(
+        ["git", "-C", str(repo), *args],
+        input=input_text,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+    if result.returncode != 0:
+        raise subprocess.CalledProcessError(result.returncode, args, result.stdout, result.stderr)
+    return result.stdout.strip()
 
 
 class GiteaDouble:
@@ -30,6 +57,12 @@ class GiteaDouble:
         self.token = token
         self.violations: list[str] = []
         self.requests: list[Request] = []
+        self.faults: list[tuple[str, Any]] = []
+        self.race_rate = 0.0
+        self.races = 0
+        self._random = random.Random(1234)
+        self._write_lock = threading.Lock()
+        self._fault_lock = threading.Lock()
         self.server = LoopbackServer(self._handle)
 
     @property
@@ -43,51 +76,83 @@ class GiteaDouble:
     def stop(self) -> None:
         self.server.stop()
 
+    # ----------------------------------------------------------------- dispatch
+
     def _handle(self, request: Request) -> tuple[int, Any]:
         self.requests.append(request)
+        fault = self._take_fault(request.method)
+        if fault == "drop":
+            return DROP
+        if isinstance(fault, tuple) and fault[0] == "slow":
+            time.sleep(fault[1])
+        elif isinstance(fault, int):
+            return fault, {"message": "injected fault", "url": self.url}
         base = self.swagger.base_path
         if not request.path.startswith(base + "/"):
             return 404, None
         path = request.path[len(base) :]
         try:
-            self.swagger.check_request(request.method, path, request.query, request.json())
+            self.swagger.check_request(request.method, unquote(path), request.query, request.json())
             status, body = self._route(request, path)
-            self.swagger.check_response(request.method, path, status, body)
+            self.swagger.check_response(request.method, unquote(path), status, body)
         except SpecViolation as violation:
             self.violations.append(str(violation))
-            return 500, {"message": f"double: {violation}"}
+            return 500, {"message": f"double: {violation}", "url": self.url}
         return status, body
+
+    def _take_fault(self, method: str) -> Any:
+        with self._fault_lock:
+            for index, (wanted, fault) in enumerate(self.faults):
+                if wanted in ("*", method):
+                    del self.faults[index]
+                    return fault
+        return None
 
     def _route(self, request: Request, path: str) -> tuple[int, Any]:
         if self.token is not None and request.headers.get("authorization") != f"token {self.token}":
             return 401, {"message": "token is required", "url": self.url}
-        match = re.fullmatch(r"/repos/([^/]+)/([^/]+)/branches/([^/]+)", path)
-        if match and request.method == "GET":
-            return self._branch(f"{match[1]}/{match[2]}", match[3])
-        raise SpecViolation(f"{request.method} {path}: declared by Gitea, not served by the double")
+        match = re.fullmatch(r"/repos/([^/]+)/([^/]+)/(.+)", path)
+        if not match or f"{match[1]}/{match[2]}" not in self.repos:
+            return 404, NOT_FOUND
+        repo = f"{match[1]}/{match[2]}"
+        rest, method = match[3], request.method
+        if method == "GET" and rest.startswith("branches/"):
+            return self._branch(repo, unquote(rest[len("branches/") :]))
+        if rest.startswith("contents/"):
+            file_path = unquote(rest[len("contents/") :])
+            if method == "GET":
+                return self._get_contents(repo, file_path, request.query.get("ref"))
+            if method in ("PUT", "POST"):
+                return self._write_contents(repo, file_path, request.json(), create=method == "POST")
+        if method == "GET" and rest.startswith("git/commits/"):
+            return self._commit(repo, unquote(rest[len("git/commits/") :]))
+        if method == "GET" and rest.startswith("compare/"):
+            return self._compare(repo, unquote(rest[len("compare/") :]))
+        if method == "GET" and rest == "commits":
+            return self._commits(repo, request.query)
+        raise SpecViolation(f"{method} {path}: declared by Gitea, not served by the double")
+
+    # -------------------------------------------------------------------- reads
+
+    def _bare(self, repo: str) -> Path:
+        return self.repos[repo]
+
+    def _resolve(self, repo: str, ref: str) -> str | None:
+        try:
+            return git(self._bare(repo), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+        except subprocess.CalledProcessError:
+            return None
+
+    def _default_branch(self, repo: str) -> str:
+        return git(self._bare(repo), "symbolic-ref", "--short", "HEAD")
 
     def _branch(self, repo: str, branch: str) -> tuple[int, Any]:
-        bare = self.repos.get(repo)
-        if bare is None:
-            return 404, {"message": "The target couldn't be found.", "url": self.url, "errors": []}
-        try:
-            sha = git(bare, "rev-parse", "--verify", f"refs/heads/{branch}^{{commit}}")
-        except subprocess.CalledProcessError:
-            return 404, {"message": "The target couldn't be found.", "url": self.url, "errors": []}
-        message = git(bare, "log", "-1", "--format=%B", sha)
+        sha = self._resolve(repo, f"refs/heads/{branch}")
+        if sha is None:
+            return 404, NOT_FOUND
         return 200, {
             "name": branch,
-            "commit": {
-                "id": sha,
-                "message": message,
-                "url": f"{self.url}/{repo}/commit/{sha}",
-                "timestamp": git(bare, "log", "-1", "--format=%cI", sha),
-                "author": {"name": "seed", "email": "seed@example.invalid", "username": "seed"},
-                "committer": {"name": "seed", "email": "seed@example.invalid", "username": "seed"},
-                "added": [],
-                "removed": [],
-                "modified": [],
-            },
+            "commit": self._payload_commit(repo, sha),
             "protected": False,
             "required_approvals": 0,
             "enable_status_check": False,
@@ -96,3 +161,174 @@ class GiteaDouble:
             "user_can_merge": True,
             "effective_branch_protection_name": "",
         }
+
+    def _payload_commit(self, repo: str, sha: str) -> dict[str, Any]:
+        bare = self._bare(repo)
+        name, email, date, message = git(bare, "log", "-1", "--format=%an%x00%ae%x00%cI%x00%B", sha).split("\x00")
+        person = {"name": name, "email": email, "username": name}
+        return {
+            "id": sha,
+            "message": message.strip() + "\n",
+            "url": f"{self.url}/{repo}/commit/{sha}",
+            "timestamp": date,
+            "author": person,
+            "committer": person,
+            "added": [],
+            "removed": [],
+            "modified": [],
+        }
+
+    def _blob(self, repo: str, commit: str, file_path: str) -> tuple[str, str] | None:
+        listed = git(self._bare(repo), "ls-tree", commit, "--", file_path)
+        if not listed or listed.split()[1] != "blob":
+            return None
+        return listed.split()[2], listed.split()[0]
+
+    def _contents(self, repo: str, commit: str, file_path: str) -> dict[str, Any] | None:
+        found = self._blob(repo, commit, file_path)
+        if found is None:
+            return None
+        blob, _ = found
+        bare = self._bare(repo)
+        data = subprocess.run(["git", "-C", str(bare), "cat-file", "blob", blob], capture_output=True, check=True).stdout
+        last = git(bare, "log", "-1", "--format=%H%x00%aI%x00%cI%x00%s", commit, "--", file_path).split("\x00")
+        url = f"{self.url}/api/v1/repos/{repo}/contents/{file_path}"
+        return {
+            "name": file_path.rsplit("/", 1)[-1],
+            "path": file_path,
+            "sha": blob,
+            "last_commit_sha": last[0],
+            "last_author_date": last[1],
+            "last_committer_date": last[2],
+            "last_commit_message": last[3],
+            "type": "file",
+            "size": len(data),
+            "encoding": "base64",
+            "content": base64.b64encode(data).decode("ascii"),
+            "url": url,
+            "html_url": f"{self.url}/{repo}/src/commit/{commit}/{file_path}",
+            "git_url": f"{self.url}/api/v1/repos/{repo}/git/blobs/{blob}",
+            "download_url": f"{self.url}/{repo}/raw/commit/{commit}/{file_path}",
+            "_links": {"self": url, "git": f"{self.url}/api/v1/repos/{repo}/git/blobs/{blob}", "html": url},
+        }
+
+    def _get_contents(self, repo: str, file_path: str, ref: str | None) -> tuple[int, Any]:
+        commit = self._resolve(repo, ref or self._default_branch(repo))
+        if commit is None:
+            return 404, NOT_FOUND
+        found = self._contents(repo, commit, file_path)
+        return (200, found) if found is not None else (404, NOT_FOUND)
+
+    def _commit(self, repo: str, ref: str) -> tuple[int, Any]:
+        if not re.fullmatch(r"[0-9a-f]{4,40}", ref) and self._resolve(repo, f"refs/heads/{ref}") is None:
+            return 422, {"message": "invalid sha", "url": self.url}
+        sha = self._resolve(repo, ref)
+        if sha is None:
+            return 404, NOT_FOUND
+        return 200, self._api_commit(repo, sha)
+
+    def _api_commit(self, repo: str, sha: str) -> dict[str, Any]:
+        bare = self._bare(repo)
+        fields = git(bare, "log", "-1", "--format=%an%x00%ae%x00%aI%x00%cn%x00%ce%x00%cI%x00%T%x00%P%x00%B", sha)
+        an, ae, ad, cn, ce, cd, tree, parents, message = fields.split("\x00")
+        url = f"{self.url}/api/v1/repos/{repo}/git/commits/{sha}"
+        return {
+            "url": url,
+            "sha": sha,
+            "created": cd,
+            "html_url": f"{self.url}/{repo}/commit/{sha}",
+            "commit": {
+                "url": url,
+                "author": {"name": an, "email": ae, "date": ad},
+                "committer": {"name": cn, "email": ce, "date": cd},
+                "message": message.strip() + "\n",
+                "tree": {"url": f"{self.url}/api/v1/repos/{repo}/git/trees/{tree}", "sha": tree, "created": cd},
+            },
+            "parents": [
+                {"url": f"{self.url}/api/v1/repos/{repo}/git/commits/{p}", "sha": p, "created": cd}
+                for p in parents.split()
+            ],
+        }
+
+    def _compare(self, repo: str, basehead: str) -> tuple[int, Any]:
+        if "..." not in basehead:
+            return 400, {"message": "invalid compare", "url": self.url}
+        base, head = basehead.split("...", 1)
+        base_sha, head_sha = self._resolve(repo, base), self._resolve(repo, head)
+        if base_sha is None or head_sha is None:
+            return 404, NOT_FOUND
+        merge_base = git(self._bare(repo), "merge-base", base_sha, head_sha)
+        shas = git(self._bare(repo), "rev-list", f"{merge_base}..{head_sha}").split()
+        return 200, {"total_commits": len(shas), "commits": [self._api_commit(repo, s) for s in shas]}
+
+    def _commits(self, repo: str, query: dict[str, str]) -> tuple[int, Any]:
+        start = self._resolve(repo, query.get("sha") or self._default_branch(repo))
+        if start is None:
+            return 404, NOT_FOUND
+        limit = int(query.get("limit") or 50)
+        args = ["rev-list", f"--max-count={limit}", start]
+        if query.get("path"):
+            args += ["--", query["path"]]
+        shas = git(self._bare(repo), *args).split()
+        return 200, [self._api_commit(repo, s) for s in shas]
+
+    # ------------------------------------------------------------------- writes
+
+    def _write_contents(self, repo: str, file_path: str, body: dict[str, Any], *, create: bool) -> tuple[int, Any]:
+        if not create and self._random.random() < self.race_rate:
+            self.races += 1
+            return 422, {"message": "sha does not match [injected race]", "url": self.url}
+        branch = body.get("branch") or self._default_branch(repo)
+        with self._write_lock:  # Gitea serializes writes to a repository too
+            tip = self._resolve(repo, f"refs/heads/{branch}")
+            if tip is None:
+                return 404, NOT_FOUND
+            current = self._blob(repo, tip, file_path)
+            if create and current is not None:
+                return 422, {"message": f"repository file already exists [path: {file_path}]", "url": self.url}
+            if not create:
+                if current is None:
+                    return 404, NOT_FOUND
+                if body.get("sha") != current[0]:
+                    return 422, {"message": f"sha does not match [given: {body.get('sha')}, expected: {current[0]}]", "url": self.url}
+            content = base64.b64decode(body["content"])
+            commit = self._commit_file(repo, tip, branch, file_path, content, body, current[1] if current else "100644")
+        contents = self._contents(repo, commit, file_path)
+        api = self._api_commit(repo, commit)
+        return (201 if create else 200), {
+            "content": contents,
+            "commit": {
+                "url": api["url"],
+                "sha": commit,
+                "created": api["created"],
+                "html_url": api["html_url"],
+                "author": api["commit"]["author"],
+                "committer": api["commit"]["committer"],
+                "parents": api["parents"],
+                "message": api["commit"]["message"],
+                "tree": api["commit"]["tree"],
+            },
+            "verification": {"verified": False, "reason": "gpg.error.not_signed_commit", "signature": "", "payload": ""},
+        }
+
+    def _commit_file(
+        self, repo: str, tip: str, branch: str, file_path: str, content: bytes, body: dict[str, Any], mode: str
+    ) -> str:
+        bare = self._bare(repo)
+        blob = subprocess.run(
+            ["git", "-C", str(bare), "hash-object", "-w", "--stdin"], input=content, capture_output=True, check=True
+        ).stdout.decode().strip()
+        index = {"GIT_INDEX_FILE": str(bare / "double.index")}
+        git(bare, "read-tree", tip, env=index)
+        git(bare, "update-index", "--add", "--cacheinfo", f"{mode},{blob},{file_path}", env=index)
+        tree = git(bare, "write-tree", env=index)
+        author = body.get("author") or {"name": "gitea", "email": "gitea@example.invalid"}
+        committer = body.get("committer") or author
+        identity = {
+            "GIT_AUTHOR_NAME": author["name"], "GIT_AUTHOR_EMAIL": author["email"],
+            "GIT_COMMITTER_NAME": committer["name"], "GIT_COMMITTER_EMAIL": committer["email"],
+        }
+        message = body.get("message") or f"Update {file_path}"
+        commit = git(bare, "commit-tree", tree, "-p", tip, "-F", "-", input_text=message, env=identity)
+        git(bare, "update-ref", f"refs/heads/{branch}", commit, tip)  # compare-and-swap
+        return commit

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-Handler = Callable[["Request"], tuple[int, Any]]
+Handler = Callable[["Request"], Any]
+DROP = object()  # a handler's answer: close the connection without any response
 
 
 class Request:
@@ -40,7 +42,12 @@ class LoopbackServer:
                 request = Request(
                     self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body
                 )
-                status, payload = outer.handle(request)
+                answer = outer.handle(request)
+                if answer is DROP:
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                status, payload = answer
                 data = b"" if payload is None else json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")

@@ -26,15 +26,22 @@ class SpecViolation(AssertionError):
     pass
 
 
+def _route_regex(template: str) -> str:
+    """A path template as a regex; ``{filepath}`` spans several segments, as in Gitea."""
+    parts = re.split(r"(\{[^}]+\})", template)
+    regex = "".join(
+        (".+" if part == "{filepath}" else "[^/]+") if part.startswith("{") else re.escape(part)
+        for part in parts
+    )
+    return f"^{regex}$"
+
+
 class Swagger:
     def __init__(self, path: Path) -> None:
         self.document = json.loads(path.read_text("utf-8"))
         self.base_path = self.document.get("basePath", "")
         self.definitions = close_schema(self.document["definitions"])
-        self._routes = [
-            (re.compile("^" + re.sub(r"\{[^}]+\}", "[^/]+", template) + "$"), template)
-            for template in self.document["paths"]
-        ]
+        self._routes = [(re.compile(_route_regex(template)), template) for template in self.document["paths"]]
 
     def operation(self, method: str, path: str) -> tuple[str, dict[str, Any]]:
         """The path template and operation that ``method path`` (without basePath) is."""

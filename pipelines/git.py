@@ -1,0 +1,236 @@
+"""A git server, through the git command: fetch, read, commit and push one file.
+
+Works with any server git speaks to (HTTP(S), SSH, ``git://``). Nothing is checked out:
+the file is read with ``git show`` and the commit is built with plumbing
+(``hash-object``, a private index, ``commit-tree``), so a write costs a shallow,
+single-branch fetch of the tip whatever the size of the repository.
+
+A token, when given, reaches git through ``GIT_CONFIG_*`` environment variables as an
+``Authorization`` header: never on a command line, in a URL, or in a message.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._http import RetryPolicy
+from .errors import GitError, StaleWrite
+from .names import REVISION_RE
+
+log = logging.getLogger("fabrique.git")
+
+TRANSIENT = re.compile(
+    r"could not resolve host|connection refused|timed out|connection reset|"
+    r"early eof|remote end hung up|unable to connect|service unavailable|"
+    r"http 50[234]|the requested url returned error: 50[234]",
+    re.I,
+)
+REJECTED = re.compile(
+    r"\[rejected\]|non-fast-forward|fetch first|\[remote rejected\]|cannot lock ref|"
+    r"failed to lock|stale info",
+    re.I,
+)
+
+
+@dataclass(frozen=True)
+class Author:
+    name: str
+    email: str
+
+
+class GitRemote:
+    """One branch of one remote repository, worked on in a private local directory."""
+
+    def __init__(
+        self,
+        url: str,
+        branch: str,
+        workdir: Path,
+        *,
+        token: str | None = None,
+        timeout: float = 60.0,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.url = url
+        self.branch = branch
+        self.workdir = workdir
+        self.timeout = timeout
+        self.retry = retry or RetryPolicy()
+        self._sleep = sleep
+        self._env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("GIT_")},
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "LC_ALL": "C",
+        }
+        if token:
+            self._env |= {
+                "GIT_CONFIG_COUNT": "1",
+                "GIT_CONFIG_KEY_0": "http.extraHeader",
+                "GIT_CONFIG_VALUE_0": f"Authorization: token {token}",
+            }
+        self._history = False
+        workdir.mkdir(parents=True, exist_ok=True)
+        self._git("init", "-q", "--bare", ".")
+        self._git("remote", "add", "origin", url)
+
+    @property
+    def _ref(self) -> str:
+        return f"refs/remotes/origin/{self.branch}"
+
+    # -------------------------------------------------------------------- remote
+
+    def fetch_tip(self) -> str:
+        """Fetch the branch tip alone (depth 1); return its commit id."""
+        self._remote(
+            "fetch",
+            "-q",
+            "--depth=1",
+            "--no-tags",
+            "origin",
+            f"+refs/heads/{self.branch}:{self._ref}",
+        )
+        return self._git("rev-parse", self._ref).strip()
+
+    def remote_head(self) -> str:
+        out = self._remote("ls-remote", "origin", f"refs/heads/{self.branch}")
+        head = out.split()[0] if out.split() else ""
+        if not REVISION_RE.match(head):
+            raise GitError(f"{self._what()}: branch not found on the server")
+        return head
+
+    def fetch_history(self) -> None:
+        """The branch's whole commit graph, without trees or blobs, for ancestry questions."""
+        if self._history:
+            return
+        shallow = (self.workdir / "shallow").exists()
+        args = ["fetch", "-q", "--no-tags", "--filter=tree:0"]
+        args += ["--unshallow"] if shallow else []
+        self._remote(*args, "origin", f"+refs/heads/{self.branch}:{self._ref}")
+        self._history = True
+
+    def push(self, commit: str, expected_tip: str) -> None:
+        """Move the remote branch from ``expected_tip`` to ``commit``; StaleWrite if it moved."""
+        try:
+            self._remote(
+                "push",
+                "-q",
+                f"--force-with-lease=refs/heads/{self.branch}:{expected_tip}",
+                "origin",
+                f"{commit}:refs/heads/{self.branch}",
+                retry_transient=False,
+            )
+        except GitError as exc:
+            if REJECTED.search(str(exc)):
+                raise StaleWrite(f"{self._what()}: the branch moved since it was read") from None
+            raise
+
+    # --------------------------------------------------------------------- local
+
+    def show(self, commit: str, path: str) -> str | None:
+        """The file at ``commit``, or None if it has no such file."""
+        listed = self._git("ls-tree", commit, "--", path).strip()
+        if not listed:
+            return None
+        kind = listed.split()[1]
+        if kind != "blob":
+            raise GitError(f"{self._what()}: {path} is a {kind}, not a file")
+        return self._git("cat-file", "blob", f"{commit}:{path}")
+
+    def commit_file(self, parent: str, path: str, text: str, message: str, author: Author) -> str:
+        """A new commit on ``parent`` in which ``path`` holds ``text``; nothing else changes."""
+        listed = self._git("ls-tree", parent, "--", path).split()
+        mode = listed[0] if listed else "100644"
+        blob = self._git("hash-object", "-w", "--stdin", input_text=text).strip()
+        index = {"GIT_INDEX_FILE": str(self.workdir / "fabrique.index")}
+        self._git("read-tree", parent, extra_env=index)
+        self._git("update-index", "--add", "--cacheinfo", f"{mode},{blob},{path}", extra_env=index)
+        tree = self._git("write-tree", extra_env=index).strip()
+        identity = {
+            "GIT_AUTHOR_NAME": author.name,
+            "GIT_AUTHOR_EMAIL": author.email,
+            "GIT_COMMITTER_NAME": author.name,
+            "GIT_COMMITTER_EMAIL": author.email,
+        }
+        return self._git(
+            "commit-tree", tree, "-p", parent, "-F", "-", input_text=message, extra_env=identity
+        ).strip()
+
+    def resolve(self, ref: str) -> str | None:
+        """The full id of a commit named by a (short) sha, or None if not in the history."""
+        self.fetch_history()
+        try:
+            sha = self._git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").strip()
+        except GitError:
+            return None
+        return sha if REVISION_RE.match(sha) else None
+
+    def is_ancestor(self, ancestor: str, descendant: str) -> bool:
+        self.fetch_history()
+        result = self._run("merge-base", "--is-ancestor", ancestor, descendant)
+        if result.returncode in (0, 1):
+            return result.returncode == 0
+        raise GitError(f"{self._what()}: cannot compare {ancestor[:12]} and {descendant[:12]}")
+
+    # ------------------------------------------------------------------- running
+
+    def _what(self) -> str:
+        return f"git {self.url} branch {self.branch!r}"
+
+    def _remote(self, *args: str, retry_transient: bool = True) -> str:
+        attempts = self.retry.attempts if retry_transient else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._git(*args, timeout=self.timeout)
+            except GitError as exc:
+                if not exc.transient or attempt == attempts:
+                    raise
+                delay = self.retry.delay(attempt)
+                log.warning("%s: %s; retry %d in %.1fs", self._what(), exc, attempt, delay)
+                self._sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _run(
+        self,
+        *args: str,
+        input_text: str | None = None,
+        extra_env: dict[str, str] | None = None,
+        timeout: float = 60.0,
+    ) -> subprocess.CompletedProcess[str]:
+        try:
+            return subprocess.run(
+                ["git", "-C", str(self.workdir), *args],
+                input=input_text,
+                capture_output=True,
+                text=True,
+                env=self._env | (extra_env or {}),
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise GitError(
+                f"{self._what()}: git {args[0]} timed out after {timeout:.0f}s", transient=True
+            ) from None
+        except FileNotFoundError:
+            raise GitError("git is not installed") from None
+
+    def _git(self, *args: str, **kwargs: object) -> str:
+        result = self._run(*args, **kwargs)  # type: ignore[arg-type]
+        if result.returncode != 0:
+            lines = [line for line in result.stderr.splitlines() if line.strip()]
+            detail = lines[-1].strip() if lines else f"exit {result.returncode}"
+            if args[0] == "push" and REJECTED.search(result.stderr):
+                detail = next(line.strip() for line in lines if REJECTED.search(line))
+            raise GitError(
+                f"{self._what()}: git {args[0]} failed: {detail}",
+                transient=bool(TRANSIENT.search(result.stderr)),
+            )
+        return result.stdout

@@ -1,0 +1,478 @@
+"""The two kinds of write-back target, edited in place.
+
+- ``kustomize-images``: a kustomization's ``images[]`` entry for the image gets
+  ``newName: <registry>/<image>``, ``newTag: <sha12>`` and ``digest: sha256:…``
+  (kustomize renders ``<registry>/<image>:<sha12>@sha256:…``). The entry is created if
+  missing.
+- ``argocd-application``: an Argo CD Application's ``spec.source.kustomize.images`` (or
+  the right ``spec.sources[]`` entry's) gets ``<image>=<registry>/<image>:<sha12>@sha256:…``,
+  replacing any earlier entry for the same image.
+
+Not one other byte of the file changes: comments, key order, quoting, indentation, flow
+style elsewhere, other images and the final newline. ruamel.yaml round-trip locates the
+nodes (line and column) and the edit is spliced into the original text there; the result
+is parsed again and must equal the original document with exactly the intended change.
+These are pure functions of the file's text.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import yaml as pyyaml
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import YAMLError
+
+from .errors import TargetError
+
+Kind = Literal["kustomize-images", "argocd-application"]
+KUSTOMIZE_FIELDS = ("name", "newName", "newTag", "digest")
+
+
+@dataclass(frozen=True)
+class ImagePin:
+    """Where an image points: ``new_name:tag@digest`` for the image called ``image``."""
+
+    image: str
+    new_name: str
+    tag: str | None
+    digest: str | None
+
+    @property
+    def reference(self) -> str:
+        text = self.new_name
+        if self.tag:
+            text += f":{self.tag}"
+        if self.digest:
+            text += f"@{self.digest}"
+        return text
+
+    def names(self) -> tuple[str, str]:
+        """The names an existing entry for this image may go by."""
+        return (self.image, self.new_name)
+
+
+# --------------------------------------------------------------------------- public
+
+
+def read_pin(
+    text: str, kind: Kind, pin_for: ImagePin, *, where: str, source_index: int | None = None
+) -> ImagePin | None:
+    """What the target says now about ``pin_for.image``, or None if it has no entry."""
+    data = _load(text, where)
+    if kind == "kustomize-images":
+        found = _kustomize_entry(_kustomize_images(data, where), pin_for, where)
+        if found is None:
+            return None
+        entry = found[1]
+        return ImagePin(
+            str(entry.get("name")),
+            str(entry.get("newName") or entry.get("name")),
+            _str_or_none(entry.get("newTag")),
+            _str_or_none(entry.get("digest")),
+        )
+    _, source = _pick_source(data, pin_for, where, source_index)
+    for value in _source_images(source, where) or []:
+        parsed = parse_argocd_image(str(value))
+        if parsed.image in pin_for.names():
+            return parsed
+    return None
+
+
+def apply_pin(
+    text: str, kind: Kind, pin: ImagePin, *, where: str, source_index: int | None = None
+) -> str:
+    """The file's text with ``pin`` written in, and nothing else changed."""
+    data = _load(text, where)
+    splicer = _Splicer(text, where)
+    expected = _plain(data)
+    if kind == "kustomize-images":
+        _pin_kustomize(splicer, data, pin, where)
+        _expect_kustomize(expected, pin)
+    else:
+        index, source = _pick_source(data, pin, where, source_index)
+        _pin_application(splicer, source, pin, where)
+        spec = expected["spec"]
+        _expect_application(spec["sources"][index] if index is not None else spec["source"], pin)
+    result = splicer.result()
+    if _plain(_load(result, where)) != expected:
+        raise TargetError(
+            f"{where}: the in-place edit did not give the intended document (an unusual "
+            "layout around the images?); nothing was written"
+        )
+    return result
+
+
+def new_target(kind: Kind, pin: ImagePin, *, where: str) -> str:
+    """The text of a new target file holding only ``pin`` (for targets marked create)."""
+    if kind != "kustomize-images":
+        raise TargetError(
+            f"{where}: an Argo CD Application cannot be created from nothing (it needs a "
+            "source and a destination); create it in the apps repository first"
+        )
+    return (
+        "apiVersion: kustomize.config.k8s.io/v1beta1\n"
+        "kind: Kustomization\n"
+        "images:\n" + _kustomize_entry_lines(pin, dash_col=0)
+    )
+
+
+def parse_argocd_image(value: str) -> ImagePin:
+    """Parse Argo CD's ``[name=]new_name[:tag][@digest]``."""
+    name, _, ref = value.partition("=") if "=" in value else ("", "", value)
+    digest = None
+    if "@" in ref:
+        ref, digest = ref.split("@", 1)
+    tag = None
+    if ":" in ref.rsplit("/", 1)[-1]:
+        ref, tag = ref.rsplit(":", 1)
+    return ImagePin(name or ref, ref, tag, digest)
+
+
+# -------------------------------------------------------------------- reading YAML
+
+
+def _load(text: str, where: str) -> CommentedMap:
+    try:
+        documents = [d for d in YAML(typ="rt").load_all(text) if d is not None]
+    except YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}:" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise TargetError(f"{where}:{line} not valid YAML ({problem})") from None
+    if len(documents) != 1:
+        raise TargetError(f"{where}: holds {len(documents)} YAML documents; expected exactly one")
+    if not isinstance(documents[0], CommentedMap):
+        raise TargetError(f"{where}: the document must be a mapping")
+    return documents[0]
+
+
+def _plain(node: Any) -> Any:
+    """A round-trip node as plain Python data, the way a YAML consumer sees it."""
+    if isinstance(node, dict):
+        return {str(k): _plain(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_plain(v) for v in node]
+    if isinstance(node, str):
+        return str(node)
+    return copy.copy(node)
+
+
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _kustomize_images(data: CommentedMap, where: str) -> CommentedSeq | None:
+    kind = data.get("kind")
+    if kind is not None and kind not in ("Kustomization", "Component"):
+        raise TargetError(f"{where}: kind is {kind!r}, not a Kustomization")
+    images = data.get("images")
+    if images is not None and not isinstance(images, list):
+        raise TargetError(f"{where}: images must be a list")
+    return images  # type: ignore[return-value]
+
+
+def _kustomize_entry(
+    images: CommentedSeq | None, pin: ImagePin, where: str
+) -> tuple[int, CommentedMap] | None:
+    for index, entry in enumerate(images or []):
+        if not isinstance(entry, dict):
+            raise TargetError(f"{where}: images[{index}] must be a mapping")
+        if entry.get("name") in pin.names():
+            return index, entry  # type: ignore[return-value]
+    return None
+
+
+def _pick_source(
+    data: CommentedMap, pin: ImagePin, where: str, source_index: int | None
+) -> tuple[int | None, CommentedMap]:
+    """(index in spec.sources or None for spec.source, the source that deploys the image)."""
+    if data.get("kind") != "Application":
+        raise TargetError(f"{where}: kind is {data.get('kind')!r}, not an Argo CD Application")
+    spec = data.get("spec")
+    if not isinstance(spec, dict):
+        raise TargetError(f"{where}: spec must be a mapping")
+    if "sources" not in spec:
+        if not isinstance(spec.get("source"), dict):
+            raise TargetError(f"{where}: spec.source must be a mapping")
+        return None, spec["source"]
+    sources = spec["sources"]
+    if not isinstance(sources, list) or not all(isinstance(s, dict) for s in sources):
+        raise TargetError(f"{where}: spec.sources must be a list of mappings")
+    if source_index is not None:
+        if not 0 <= source_index < len(sources):
+            raise TargetError(
+                f"{where}: spec.sources has no item {source_index} (writeback.sourceIndex)"
+            )
+        return source_index, sources[source_index]
+    holding = [
+        i
+        for i, source in enumerate(sources)
+        if any(
+            parse_argocd_image(str(v)).image in pin.names()
+            for v in _source_images(source, where) or []
+        )
+    ]
+    with_path = [i for i, source in enumerate(sources) if "path" in source]
+    if len(holding) == 1:
+        return holding[0], sources[holding[0]]
+    if not holding and len(with_path) == 1:
+        return with_path[0], sources[with_path[0]]
+    raise TargetError(
+        f"{where}: cannot tell which of the {len(sources)} spec.sources deploys {pin.image}; "
+        "set the app's writeback.sourceIndex"
+    )
+
+
+def _source_images(source: CommentedMap, where: str) -> CommentedSeq | None:
+    kustomize = source.get("kustomize")
+    if kustomize is None:
+        return None
+    if not isinstance(kustomize, dict):
+        raise TargetError(f"{where}: kustomize must be a mapping")
+    images = kustomize.get("images")
+    if images is not None and not isinstance(images, list):
+        raise TargetError(f"{where}: kustomize.images must be a list")
+    return images  # type: ignore[return-value]
+
+
+# ------------------------------------------------------------- the intended change
+
+
+def _expect_kustomize(data: dict[str, Any], pin: ImagePin) -> None:
+    images = data.setdefault("images", [])
+    entry = next((e for e in images if e.get("name") in pin.names()), None)
+    if entry is None:
+        entry = {"name": pin.image}
+        images.append(entry)
+    entry.update(newName=pin.new_name, newTag=pin.tag, digest=pin.digest)
+
+
+def _expect_application(source: dict[str, Any], pin: ImagePin) -> None:
+    images = source.setdefault("kustomize", {}).setdefault("images", [])
+    value = f"{pin.image}={pin.reference}"
+    matches = [i for i, v in enumerate(images) if parse_argocd_image(v).image in pin.names()]
+    if not matches:
+        images.append(value)
+        return
+    images[matches[0]] = value
+    for index in reversed(matches[1:]):
+        del images[index]
+
+
+# ------------------------------------------------------------------ the text edit
+
+
+def _scalar(value: str) -> str:
+    """``value`` as a YAML scalar that reads back as the same string."""
+    try:
+        plain_ok = pyyaml.safe_load(value) == value and not value.startswith(
+            ("*", "&", "!", "%", "@")
+        )
+    except pyyaml.YAMLError:
+        plain_ok = False
+    return value if plain_ok else '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _kustomize_entry_lines(pin: ImagePin, dash_col: int) -> str:
+    pad = " " * dash_col
+    lines = [f"{pad}- name: {_scalar(pin.image)}"]
+    for field, value in (("newName", pin.new_name), ("newTag", pin.tag), ("digest", pin.digest)):
+        if value is not None:
+            lines.append(f"{pad}  {field}: {_scalar(value)}")
+    return "".join(line + "\n" for line in lines)
+
+
+class _Splicer:
+    """Line-and-column edits of the original text, applied bottom-up."""
+
+    def __init__(self, text: str, where: str) -> None:
+        self.lines = text.splitlines(keepends=True)
+        if self.lines and not self.lines[-1].endswith("\n"):
+            self.final_newline = False
+            self.lines[-1] += "\n"
+        else:
+            self.final_newline = True
+        self.where = where
+        self._edits: list[tuple[int, int, str, Any]] = []  # (line, order, op, payload)
+
+    def replace_scalar(self, line: int, col: int, value: str) -> None:
+        self._edits.append((line, 2, "replace", (col, value)))
+
+    def insert_after(self, line: int, text: str) -> None:
+        self._edits.append((line, 1, "insert", text))
+
+    def delete_line(self, line: int) -> None:
+        self._edits.append((line, 0, "delete", None))
+
+    def append(self, text: str) -> None:
+        self._edits.append((len(self.lines) - 1, 1, "insert", text))
+
+    def result(self) -> str:
+        lines = list(self.lines)
+        for line, _, op, payload in sorted(self._edits, key=lambda e: (e[0], e[1]), reverse=True):
+            if op == "replace":
+                col, value = payload
+                lines[line] = self._replace(lines[line], col, value)
+            elif op == "insert":
+                lines.insert(line + 1, payload)
+            else:
+                del lines[line]
+        text = "".join(lines)
+        return text if self.final_newline else text[:-1]
+
+    def _replace(self, line: str, col: int, value: str) -> str:
+        rest = line[col:]
+        if rest[:1] in ('"', "'"):
+            quote = rest[0]
+            end = _closing_quote(rest, quote)
+            if end < 0:
+                raise TargetError(
+                    f"{self.where}: a quoted value spans several lines; cannot edit it in place"
+                )
+            escaped = (
+                value.replace("'", "''")
+                if quote == "'"
+                else value.replace("\\", "\\\\").replace('"', '\\"')
+            )
+            return line[:col] + quote + escaped + quote + rest[end + 1 :]
+        if rest[:1] in ("|", ">", "[", "{"):
+            raise TargetError(
+                f"{self.where}: a value in block or flow style cannot be edited in place"
+            )
+        comment = re.search(r"\s+#", rest)
+        end = comment.start() if comment else len(rest.rstrip("\r\n").rstrip())
+        return line[:col] + _scalar(value) + rest[end:]
+
+
+def _closing_quote(text: str, quote: str) -> int:
+    index = 1
+    while index < len(text):
+        char = text[index]
+        if quote == '"' and char == "\\":
+            index += 2
+            continue
+        if char == quote:
+            if quote == "'" and text[index + 1 : index + 2] == "'":
+                index += 2
+                continue
+            return index
+        index += 1
+    return -1
+
+
+def _last_line(node: Any, fallback: int) -> int:
+    """The last line a block node's content uses (0-based)."""
+    last = fallback
+    if isinstance(node, CommentedMap):
+        for key in node:
+            last = max(last, node.lc.key(key)[0])
+            value = node[key]
+            last = max(
+                last,
+                _last_line(value, node.lc.value(key)[0])
+                if isinstance(value, (dict, list))
+                else node.lc.value(key)[0],
+            )
+    elif isinstance(node, CommentedSeq):
+        for index, value in enumerate(node):
+            line = node.lc.item(index)[0]
+            last = max(last, _last_line(value, line) if isinstance(value, (dict, list)) else line)
+    return last
+
+
+def _require_block(node: Any, where: str, what: str) -> None:
+    if getattr(node, "fa", None) is not None and node.fa.flow_style():
+        raise TargetError(
+            f"{where}: {what} is in flow style ([…] or {{…}}); write it in block style"
+        )
+
+
+def _dash_col(splicer: _Splicer, seq: CommentedSeq) -> int:
+    line, col = seq.lc.item(0)
+    dash = splicer.lines[line].rfind("-", 0, col)
+    if dash < 0:
+        raise TargetError(f"{splicer.where}: cannot find the '-' of a list item")
+    return dash
+
+
+def _pin_kustomize(splicer: _Splicer, data: CommentedMap, pin: ImagePin, where: str) -> None:
+    images = _kustomize_images(data, where)
+    if images is None:
+        splicer.append("images:\n" + _kustomize_entry_lines(pin, dash_col=0))
+        return
+    _require_block(images, where, "images")
+    found = _kustomize_entry(images, pin, where)
+    if found is None:
+        if not images:
+            raise TargetError(
+                f"{where}: images is an empty list; write the entry or remove the key"
+            )
+        line = _last_line(images, images.lc.item(len(images) - 1)[0])
+        splicer.insert_after(line, _kustomize_entry_lines(pin, _dash_col(splicer, images)))
+        return
+    _, entry = found
+    _require_block(entry, where, f"the images entry for {pin.image}")
+    key_col = entry.lc.key(next(iter(entry)))[1]
+    wanted = {"newName": pin.new_name, "newTag": pin.tag, "digest": pin.digest}
+    for field, value in wanted.items():
+        if value is None:
+            continue
+        if field in entry:
+            if isinstance(entry[field], (dict, list)):
+                raise TargetError(f"{where}: images entry {pin.image}.{field} must be a string")
+            if str(entry[field]) != value:
+                line, col = entry.lc.value(field)
+                splicer.replace_scalar(line, col, value)
+            continue
+        # a missing field goes after the last of the fields that come before it
+        before = [k for k in KUSTOMIZE_FIELDS[: KUSTOMIZE_FIELDS.index(field)] if k in entry]
+        anchor = (
+            entry.lc.value(before[-1])[0]
+            if before
+            else _last_line(entry, entry.lc.key(next(iter(entry)))[0])
+        )
+        splicer.insert_after(anchor, f"{' ' * key_col}{field}: {_scalar(value)}\n")
+
+
+def _pin_application(splicer: _Splicer, source: CommentedMap, pin: ImagePin, where: str) -> None:
+    value = f"{pin.image}={pin.reference}"
+    images = _source_images(source, where)
+    _require_block(source, where, "the Application source")
+    if images is None:
+        key_col = source.lc.key(next(iter(source)))[1]
+        pad = " " * key_col
+        last = _last_line(source, source.lc.key(next(iter(source)))[0])
+        if "kustomize" in source:
+            kustomize = source["kustomize"]
+            _require_block(kustomize, where, "kustomize")
+            inner = " " * kustomize.lc.key(next(iter(kustomize)))[1] if kustomize else pad + "  "
+            splicer.insert_after(
+                _last_line(kustomize, source.lc.key("kustomize")[0]),
+                f"{inner}images:\n{inner}- {_scalar(value)}\n",
+            )
+        else:
+            splicer.insert_after(
+                last, f"{pad}kustomize:\n{pad}  images:\n{pad}  - {_scalar(value)}\n"
+            )
+        return
+    _require_block(images, where, "kustomize.images")
+    matches = [i for i, v in enumerate(images) if parse_argocd_image(str(v)).image in pin.names()]
+    if not matches:
+        if not images:
+            raise TargetError(
+                f"{where}: kustomize.images is an empty list; write the entry or remove the key"
+            )
+        line = _last_line(images, images.lc.item(len(images) - 1)[0])
+        splicer.insert_after(line, f"{' ' * _dash_col(splicer, images)}- {_scalar(value)}\n")
+        return
+    first = matches[0]
+    if str(images[first]) != value:
+        line, col = images.lc.item(first)
+        splicer.replace_scalar(line, col, value)
+    for index in matches[1:]:
+        splicer.delete_line(images.lc.item(index)[0])

@@ -1,0 +1,298 @@
+"""The write-back: a verified digest becomes a deployment, written into Git.
+
+One pass reads the target file, writes the pin in (``targets``), and commits through a
+transport: the Gitea Contents API (blob sha as the lease, 422 when someone wrote first)
+or plain git (the branch tip as the lease, a rejected push when it moved). Losing the
+race means re-read, re-apply, retry, a bounded number of times with jitter.
+
+Three outcomes, and only three:
+
+- ``changed``: a commit was made (its sha is reported);
+- ``unchanged``: the target already says exactly this; no commit;
+- ``superseded``: the target deploys a newer commit (the built one is neither the branch
+  head nor a descendant of it); nothing is written, so a slow build of an old commit
+  never rolls production back.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol
+
+from ._http import RetryPolicy
+from .config import AppConfig, Site
+from .errors import StaleWrite, TargetError
+from .git import Author, GitRemote
+from .gitea import FileContent, GiteaClient, Identity
+from .names import check_digest, check_revision, short_sha, workflow_name
+from .targets import ImagePin, apply_pin, new_target, read_pin
+
+log = logging.getLogger("fabrique.writeback")
+
+State = Literal["changed", "unchanged", "superseded", "would-change"]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A file as read, with the lease a write must present (blob sha or branch tip)."""
+
+    text: str | None  # None: the branch has no such file
+    lease: object
+
+
+class Transport(Protocol):
+    """What the write-back needs from a Git host. ``repo`` is ``owner/name``."""
+
+    def read(self, repo: str, branch: str, path: str) -> Snapshot: ...
+
+    def write(
+        self, repo: str, branch: str, path: str, text: str, snapshot: Snapshot, message: str
+    ) -> str: ...
+
+    def head(self, repo: str, branch: str) -> str: ...
+
+    def resolve(self, repo: str, branch: str, ref: str) -> str | None: ...
+
+    def is_ancestor(self, repo: str, branch: str, ancestor: str, descendant: str) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Outcome:
+    state: State
+    app: str
+    where: str  # repo@branch:path
+    pin: ImagePin
+    commit: str | None = None
+    detail: str = ""
+    diff: str = ""
+
+    def line(self) -> str:
+        if self.state == "changed":
+            return (
+                f"changed: {self.app} {self.pin.reference} -> {self.where} (commit {self.commit})"
+            )
+        if self.state == "unchanged":
+            return f"unchanged: {self.app} already deploys {self.pin.reference} ({self.where})"
+        if self.state == "would-change":
+            return f"would change: {self.app} {self.pin.reference} -> {self.where} (dry run)"
+        return f"superseded: {self.app} {self.detail}; nothing written to {self.where}"
+
+
+def desired_pin(site: Site, app: AppConfig, revision: str, digest: str) -> ImagePin:
+    return ImagePin(
+        image=app.image,
+        new_name=f"{site.registry.host}/{app.image}",
+        tag=short_sha(revision),
+        digest=check_digest(digest),
+    )
+
+
+def commit_message(app: AppConfig, pin: ImagePin, revision: str, workflow: str) -> str:
+    return (
+        f"fabrique: deploy {app.image} {pin.tag} for {app.name}\n\n"
+        f"App: {app.name}\n"
+        f"Image: {pin.new_name}:{pin.tag}\n"
+        f"Digest: {pin.digest}\n"
+        f"Source-Revision: {revision}\n"
+        f"Workflow: {workflow}\n"
+    )
+
+
+def write_back(
+    site: Site,
+    transport: Transport,
+    app_name: str,
+    revision: str,
+    digest: str,
+    *,
+    workflow: str | None = None,
+    dry_run: bool = False,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Outcome:
+    """Write ``digest`` of ``app`` built at ``revision`` into its target, once."""
+    app = site.app(app_name)
+    check_revision(revision)
+    pin = desired_pin(site, app, revision, digest)
+    target = app.writeback
+    branch = target.branch or site.gitea.branch
+    where = f"{target.repo}@{branch}:{target.path}"
+    message = commit_message(app, pin, revision, workflow or workflow_name(app.name, revision))
+    backoff = RetryPolicy(attempts=site.writeback.attempts, base_delay=site.network.backoff_seconds)
+
+    for attempt in range(1, site.writeback.attempts + 1):
+        snapshot = transport.read(target.repo, branch, target.path)
+        if snapshot.text is None:
+            if not target.create:
+                raise TargetError(
+                    f"{where}: file not found (set apps[].writeback.create: true to create it)"
+                )
+            old_text, deployed = "", None
+            new_text = new_target(target.kind, pin, where=where)
+        else:
+            old_text = snapshot.text
+            deployed = read_pin(
+                old_text, target.kind, pin, where=where, source_index=target.source_index
+            )
+            new_text = apply_pin(
+                old_text, target.kind, pin, where=where, source_index=target.source_index
+            )
+        if new_text == old_text:
+            return Outcome("unchanged", app.name, where, pin)
+        if deployed is not None and deployed.tag and deployed.tag != pin.tag:
+            newer = _newer_deployed(site, transport, revision, deployed.tag)
+            if newer:
+                log.warning("%s: %s; not rolling back", where, newer)
+                return Outcome("superseded", app.name, where, pin, detail=newer)
+        if dry_run:
+            diff = "".join(
+                difflib.unified_diff(
+                    old_text.splitlines(keepends=True),
+                    new_text.splitlines(keepends=True),
+                    fromfile=f"a/{target.path}",
+                    tofile=f"b/{target.path}",
+                )
+            )
+            return Outcome("would-change", app.name, where, pin, diff=diff)
+        try:
+            commit = transport.write(target.repo, branch, target.path, new_text, snapshot, message)
+        except StaleWrite as exc:
+            if attempt == site.writeback.attempts:
+                raise StaleWrite(
+                    f"{where}: still losing the write race after {attempt} attempt(s); "
+                    "run the write-back again"
+                ) from exc
+            delay = backoff.delay(attempt)
+            log.info(
+                "%s: someone wrote first; re-reading (attempt %d, %.2fs)", where, attempt + 1, delay
+            )
+            sleep(delay)
+            continue
+        log.info("%s: %s now deploys %s (commit %s)", where, app.name, pin.reference, commit)
+        return Outcome("changed", app.name, where, pin, commit=commit)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _newer_deployed(
+    site: Site, transport: Transport, revision: str, deployed_tag: str
+) -> str | None:
+    """Why ``revision`` must not replace what is deployed, or None if it may."""
+    repo, branch = site.gitea.code_repo, site.gitea.branch
+    if transport.head(repo, branch) == revision:
+        return None
+    deployed = transport.resolve(repo, branch, deployed_tag)
+    if deployed is None:
+        log.warning(
+            "deployed tag %r is not a commit of %s@%s; the rollback guard cannot apply",
+            deployed_tag,
+            repo,
+            branch,
+        )
+        return None
+    if deployed == revision or transport.is_ancestor(repo, branch, deployed, revision):
+        return None
+    return (
+        f"deployed revision {deployed} is not an ancestor of {revision}, "
+        f"which is not the head of {repo}@{branch}"
+    )
+
+
+# ----------------------------------------------------------------------- transports
+
+
+class GiteaTransport:
+    """The Contents API: the blob sha is the lease; 422 means it went stale."""
+
+    def __init__(self, client: GiteaClient, author: Identity) -> None:
+        self.client = client
+        self.author = author
+
+    def read(self, repo: str, branch: str, path: str) -> Snapshot:
+        found = self.client.get_file(repo, path, branch)
+        return Snapshot(found.text if found else None, found)
+
+    def write(
+        self, repo: str, branch: str, path: str, text: str, snapshot: Snapshot, message: str
+    ) -> str:
+        if isinstance(snapshot.lease, FileContent):
+            return self.client.update_file(repo, branch, snapshot.lease, text, message, self.author)
+        return self.client.create_file(repo, path, branch, text, message, self.author)
+
+    def head(self, repo: str, branch: str) -> str:
+        return self.client.branch_head(repo, branch)
+
+    def resolve(self, repo: str, branch: str, ref: str) -> str | None:
+        return self.client.resolve_commit(repo, ref)
+
+    def is_ancestor(self, repo: str, branch: str, ancestor: str, descendant: str) -> bool:
+        return self.client.is_ancestor(repo, ancestor, descendant)
+
+
+class GitTransport:
+    """Plain git: the branch tip is the lease; a rejected push means it moved."""
+
+    def __init__(self, site: Site, workdir: Path, token: str | None) -> None:
+        self.site = site
+        self.workdir = workdir
+        self.token = token
+        self._remotes: dict[tuple[str, str], GitRemote] = {}
+
+    def _remote(self, repo: str, branch: str) -> GitRemote:
+        key = (repo, branch)
+        if key not in self._remotes:
+            self._remotes[key] = GitRemote(
+                self.site.writeback.repo_url(self.site.gitea.url, repo),
+                branch,
+                self.workdir / f"{len(self._remotes)}",
+                token=self.token,
+                timeout=max(30.0, self.site.network.timeout_seconds * 6),
+                retry=self.site.network.retry_policy(),
+            )
+        return self._remotes[key]
+
+    def read(self, repo: str, branch: str, path: str) -> Snapshot:
+        remote = self._remote(repo, branch)
+        tip = remote.fetch_tip()
+        return Snapshot(remote.show(tip, path), tip)
+
+    def write(
+        self, repo: str, branch: str, path: str, text: str, snapshot: Snapshot, message: str
+    ) -> str:
+        remote = self._remote(repo, branch)
+        tip = str(snapshot.lease)
+        author = self.site.writeback.author
+        commit = remote.commit_file(tip, path, text, message, Author(author.name, author.email))
+        remote.push(commit, tip)
+        return commit
+
+    def head(self, repo: str, branch: str) -> str:
+        return self._remote(repo, branch).remote_head()
+
+    def resolve(self, repo: str, branch: str, ref: str) -> str | None:
+        return self._remote(repo, branch).resolve(ref)
+
+    def is_ancestor(self, repo: str, branch: str, ancestor: str, descendant: str) -> bool:
+        return self._remote(repo, branch).is_ancestor(ancestor, descendant)
+
+
+@contextmanager
+def open_transport(site: Site, token: str | None) -> Iterator[Transport]:
+    """The site's transport, its connections and scratch space released on exit."""
+    author = Identity(site.writeback.author.name, site.writeback.author.email)
+    if site.writeback.transport == "gitea":
+        with GiteaClient(
+            site.gitea.url,
+            token,
+            retry=site.network.retry_policy(),
+            timeout=site.network.http_timeout(),
+        ) as client:
+            yield GiteaTransport(client, author)
+    else:
+        with tempfile.TemporaryDirectory(prefix="fabrique-git-") as scratch:
+            yield GitTransport(site, Path(scratch), token)
