@@ -268,12 +268,15 @@ def _expect_application(source: dict[str, Any], pin: ImagePin) -> None:
 
 
 def _scalar(value: str) -> str:
-    """``value`` as a YAML scalar that reads back as the same string."""
+    """``value`` as a YAML scalar that reads back as the same string, under YAML 1.1 and
+    1.2 alike (an all-digit or ``1e5``-like tag must not turn into a number)."""
     try:
-        plain_ok = pyyaml.safe_load(value) == value and not value.startswith(
-            ("*", "&", "!", "%", "@")
+        plain_ok = (
+            pyyaml.safe_load(value) == value
+            and YAML(typ="safe", pure=True).load(value) == value
+            and not value.startswith(("*", "&", "!", "%", "@"))
         )
-    except pyyaml.YAMLError:
+    except (pyyaml.YAMLError, YAMLError):
         plain_ok = False
     return value if plain_ok else '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 

@@ -16,6 +16,7 @@ Three outcomes, and only three:
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import logging
 import tempfile
@@ -26,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
-from ._http import RetryPolicy
 from .config import AppConfig, Site
 from .errors import StaleWrite, TargetError
 from .git import Author, GitRemote
@@ -124,7 +124,7 @@ def write_back(
     branch = target.branch or site.gitea.branch
     where = f"{target.repo}@{branch}:{target.path}"
     message = commit_message(app, pin, revision, workflow or workflow_name(app.name, revision))
-    backoff = RetryPolicy(attempts=site.writeback.attempts, base_delay=site.network.backoff_seconds)
+    backoff = dataclasses.replace(site.network.retry_policy(), attempts=site.writeback.attempts)
 
     for attempt in range(1, site.writeback.attempts + 1):
         snapshot = transport.read(target.repo, branch, target.path)

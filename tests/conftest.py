@@ -134,12 +134,14 @@ def make_commit(work: Path, files: dict[str, str], message: str) -> str:
     ).stdout.strip()
 
 
-class CodeRepo:
-    """A bare repository shaped like atlas/atlas, with a working clone to commit from."""
+class Repo:
+    """A bare repository ``<root>/<owner>/<name>.git`` with a working clone to commit from."""
 
-    def __init__(self, root: Path) -> None:
-        self.bare = root / "atlas.git"
-        self.work = root / "atlas-work"
+    def __init__(self, root: Path, slug: str) -> None:
+        self.slug = slug
+        self.bare = root / f"{slug}.git"
+        self.work = root / "work" / slug
+        self.bare.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(self.bare)], check=True)
         subprocess.run(["git", "init", "-q", "-b", "main", str(self.work)], check=True)
         subprocess.run(
@@ -147,20 +149,59 @@ class CodeRepo:
         )
 
     def commit(self, files: dict[str, str], message: str = "change") -> str:
+        """Commit on top of the server's main (pulled first), push, return the sha."""
+        subprocess.run(
+            ["git", "-C", str(self.work), "pull", "-q", "--ff-only", "origin", "main"],
+            check=False,
+            capture_output=True,
+        )
         sha = make_commit(self.work, files, message)
         subprocess.run(
             ["git", "-C", str(self.work), "push", "-q", "origin", "HEAD:main"], check=True
         )
         return sha
 
+    def git(self, *args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(self.bare), *args], capture_output=True, text=True, check=True
+        ).stdout
+
+    def head(self) -> str:
+        return self.git("rev-parse", "refs/heads/main").strip()
+
+    def show(self, path: str, ref: str = "main") -> str:
+        return self.git("show", f"{ref}:{path}")
+
+
+CodeRepo = Repo
+KUSTOMIZATION = "dataops/citation-dagster/deploy/overlays/prod/kustomization.yaml"
+SEED_KUSTOMIZATION = """\
+# prod overlay of citation-dagster
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - ../../base
+images:
+  - name: postgres   # pinned by hand
+    newTag: "16.4"
+"""
+
 
 @pytest.fixture()
-def code_repo(tmp_path: Path) -> CodeRepo:
-    repo = CodeRepo(tmp_path)
+def repos_root(tmp_path: Path) -> Path:
+    root = tmp_path / "srv"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture()
+def code_repo(repos_root: Path) -> Repo:
+    repo = Repo(repos_root, "atlas/atlas")
     repo.commit(
         {
             "dataops/citation-dagster/Dockerfile": "FROM scratch\nCOPY app.txt /\n",
             "dataops/citation-dagster/app.txt": "citation\n",
+            KUSTOMIZATION: SEED_KUSTOMIZATION,
             "dataops/other-app/Dockerfile": "FROM scratch\n",
             "README.md": "atlas\n",
         },
@@ -169,10 +210,45 @@ def code_repo(tmp_path: Path) -> CodeRepo:
     return repo
 
 
+APPLICATION = "apps/citation.yaml"
+SEED_APPLICATION = """\
+# citation in prod: deployed by digest, written by fabrique
+apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata:
+  name: citation
+  namespace: argocd
+spec:
+  project: default
+  sources:
+    - repoURL: http://gitea-http.gitea.svc.cluster.local:3000/cluster/apps.git
+      targetRevision: main
+      ref: values
+    - repoURL: http://gitea-http.gitea.svc.cluster.local:3000/atlas/atlas.git
+      targetRevision: main
+      path: dataops/citation-dagster/deploy/overlays/prod
+  destination:
+    server: https://kubernetes.default.svc
+    namespace: dagster
+"""
+
+
 @pytest.fixture()
-def gitea(gitea_swagger: Swagger, code_repo: CodeRepo) -> Iterator[GiteaDouble]:
+def apps_repo(repos_root: Path) -> Repo:
+    repo = Repo(repos_root, "cluster/apps")
+    repo.commit({APPLICATION: SEED_APPLICATION}, "seed")
+    return repo
+
+
+GITEA_TOKEN = "gitea-test-token-0f3c"
+
+
+@pytest.fixture()
+def gitea(gitea_swagger: Swagger, code_repo: Repo, apps_repo: Repo) -> Iterator[GiteaDouble]:
     double = GiteaDouble(
-        gitea_swagger, {"atlas/atlas": code_repo.bare}, token="gitea-test-token-0f3c"
+        gitea_swagger,
+        {"atlas/atlas": code_repo.bare, "cluster/apps": apps_repo.bare},
+        token=GITEA_TOKEN,
     )
     double.start()
     try:
@@ -234,9 +310,9 @@ class GitDaemon:
 
 
 @pytest.fixture()
-def git_daemon(code_repo: CodeRepo) -> Iterator[GitDaemon]:
+def git_daemon(repos_root: Path, code_repo: Repo) -> Iterator[GitDaemon]:
     binary = require_binary("git")
-    base = code_repo.bare.parent
+    base = repos_root
     port = free_port()
     process = subprocess.Popen(
         [

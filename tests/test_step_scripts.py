@@ -50,7 +50,7 @@ def test_checkout_fetches_the_exact_revision_sparse(
     code_repo.commit({"dataops/citation-dagster/app.txt": "v3\n"}, "v3 (a newer head)")
     workspace = tmp_path / "workspace"
     result = _run_checkout(
-        workspace, git_daemon.url("atlas.git"), wanted, "dataops/citation-dagster"
+        workspace, git_daemon.url("atlas/atlas.git"), wanted, "dataops/citation-dagster"
     )
     assert result.returncode == 0, result.stderr
     src = workspace / "src"
@@ -69,7 +69,7 @@ def test_checkout_is_repeatable_in_the_same_volume(
     workspace = tmp_path / "workspace"
     for _ in range(2):  # a retried step finds the previous attempt's files
         result = _run_checkout(
-            workspace, git_daemon.url("atlas.git"), revision, "dataops/citation-dagster"
+            workspace, git_daemon.url("atlas/atlas.git"), revision, "dataops/citation-dagster"
         )
         assert result.returncode == 0, result.stderr
 
@@ -78,7 +78,7 @@ def test_checkout_fails_on_an_unknown_revision(
     tmp_path: Path, code_repo: CodeRepo, git_daemon: GitDaemon
 ) -> None:
     result = _run_checkout(
-        tmp_path / "w", git_daemon.url("atlas.git"), "f" * 40, "dataops/citation-dagster"
+        tmp_path / "w", git_daemon.url("atlas/atlas.git"), "f" * 40, "dataops/citation-dagster"
     )
     assert result.returncode != 0
 
@@ -89,7 +89,7 @@ def test_checkout_fails_when_the_dockerfile_is_missing(
     revision = code_repo.commit({"dataops/citation-dagster/app.txt": "x\n"})
     result = _run_checkout(
         tmp_path / "w",
-        git_daemon.url("atlas.git"),
+        git_daemon.url("atlas/atlas.git"),
         revision,
         "dataops/citation-dagster",
         "Dockerfile.prod",

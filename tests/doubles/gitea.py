@@ -34,7 +34,9 @@ from .swagger import SpecViolation, Swagger
 NOT_FOUND = {"message": "The target couldn't be found.", "url": "", "errors": []}
 
 
-def git(repo: Path, *args: str, input_text: str | None = None, env: dict[str, str] | None = None) -> str:
+def git(
+    repo: Path, *args: str, input_text: str | None = None, env: dict[str, str] | None = None
+) -> str:
     import os
 
     result = subprocess.run(
@@ -123,7 +125,9 @@ class GiteaDouble:
             if method == "GET":
                 return self._get_contents(repo, file_path, request.query.get("ref"))
             if method in ("PUT", "POST"):
-                return self._write_contents(repo, file_path, request.json(), create=method == "POST")
+                return self._write_contents(
+                    repo, file_path, request.json(), create=method == "POST"
+                )
         if method == "GET" and rest.startswith("git/commits/"):
             return self._commit(repo, unquote(rest[len("git/commits/") :]))
         if method == "GET" and rest.startswith("compare/"):
@@ -164,7 +168,9 @@ class GiteaDouble:
 
     def _payload_commit(self, repo: str, sha: str) -> dict[str, Any]:
         bare = self._bare(repo)
-        name, email, date, message = git(bare, "log", "-1", "--format=%an%x00%ae%x00%cI%x00%B", sha).split("\x00")
+        name, email, date, message = git(
+            bare, "log", "-1", "--format=%an%x00%ae%x00%cI%x00%B", sha
+        ).split("\x00")
         person = {"name": name, "email": email, "username": name}
         return {
             "id": sha,
@@ -190,8 +196,12 @@ class GiteaDouble:
             return None
         blob, _ = found
         bare = self._bare(repo)
-        data = subprocess.run(["git", "-C", str(bare), "cat-file", "blob", blob], capture_output=True, check=True).stdout
-        last = git(bare, "log", "-1", "--format=%H%x00%aI%x00%cI%x00%s", commit, "--", file_path).split("\x00")
+        data = subprocess.run(
+            ["git", "-C", str(bare), "cat-file", "blob", blob], capture_output=True, check=True
+        ).stdout
+        last = git(
+            bare, "log", "-1", "--format=%H%x00%aI%x00%cI%x00%s", commit, "--", file_path
+        ).split("\x00")
         url = f"{self.url}/api/v1/repos/{repo}/contents/{file_path}"
         return {
             "name": file_path.rsplit("/", 1)[-1],
@@ -209,7 +219,11 @@ class GiteaDouble:
             "html_url": f"{self.url}/{repo}/src/commit/{commit}/{file_path}",
             "git_url": f"{self.url}/api/v1/repos/{repo}/git/blobs/{blob}",
             "download_url": f"{self.url}/{repo}/raw/commit/{commit}/{file_path}",
-            "_links": {"self": url, "git": f"{self.url}/api/v1/repos/{repo}/git/blobs/{blob}", "html": url},
+            "_links": {
+                "self": url,
+                "git": f"{self.url}/api/v1/repos/{repo}/git/blobs/{blob}",
+                "html": url,
+            },
         }
 
     def _get_contents(self, repo: str, file_path: str, ref: str | None) -> tuple[int, Any]:
@@ -220,7 +234,10 @@ class GiteaDouble:
         return (200, found) if found is not None else (404, NOT_FOUND)
 
     def _commit(self, repo: str, ref: str) -> tuple[int, Any]:
-        if not re.fullmatch(r"[0-9a-f]{4,40}", ref) and self._resolve(repo, f"refs/heads/{ref}") is None:
+        if (
+            not re.fullmatch(r"[0-9a-f]{4,40}", ref)
+            and self._resolve(repo, f"refs/heads/{ref}") is None
+        ):
             return 422, {"message": "invalid sha", "url": self.url}
         sha = self._resolve(repo, ref)
         if sha is None:
@@ -229,7 +246,13 @@ class GiteaDouble:
 
     def _api_commit(self, repo: str, sha: str) -> dict[str, Any]:
         bare = self._bare(repo)
-        fields = git(bare, "log", "-1", "--format=%an%x00%ae%x00%aI%x00%cn%x00%ce%x00%cI%x00%T%x00%P%x00%B", sha)
+        fields = git(
+            bare,
+            "log",
+            "-1",
+            "--format=%an%x00%ae%x00%aI%x00%cn%x00%ce%x00%cI%x00%T%x00%P%x00%B",
+            sha,
+        )
         an, ae, ad, cn, ce, cd, tree, parents, message = fields.split("\x00")
         url = f"{self.url}/api/v1/repos/{repo}/git/commits/{sha}"
         return {
@@ -242,7 +265,11 @@ class GiteaDouble:
                 "author": {"name": an, "email": ae, "date": ad},
                 "committer": {"name": cn, "email": ce, "date": cd},
                 "message": message.strip() + "\n",
-                "tree": {"url": f"{self.url}/api/v1/repos/{repo}/git/trees/{tree}", "sha": tree, "created": cd},
+                "tree": {
+                    "url": f"{self.url}/api/v1/repos/{repo}/git/trees/{tree}",
+                    "sha": tree,
+                    "created": cd,
+                },
             },
             "parents": [
                 {"url": f"{self.url}/api/v1/repos/{repo}/git/commits/{p}", "sha": p, "created": cd}
@@ -259,7 +286,10 @@ class GiteaDouble:
             return 404, NOT_FOUND
         merge_base = git(self._bare(repo), "merge-base", base_sha, head_sha)
         shas = git(self._bare(repo), "rev-list", f"{merge_base}..{head_sha}").split()
-        return 200, {"total_commits": len(shas), "commits": [self._api_commit(repo, s) for s in shas]}
+        return 200, {
+            "total_commits": len(shas),
+            "commits": [self._api_commit(repo, s) for s in shas],
+        }
 
     def _commits(self, repo: str, query: dict[str, str]) -> tuple[int, Any]:
         start = self._resolve(repo, query.get("sha") or self._default_branch(repo))
@@ -274,7 +304,9 @@ class GiteaDouble:
 
     # ------------------------------------------------------------------- writes
 
-    def _write_contents(self, repo: str, file_path: str, body: dict[str, Any], *, create: bool) -> tuple[int, Any]:
+    def _write_contents(
+        self, repo: str, file_path: str, body: dict[str, Any], *, create: bool
+    ) -> tuple[int, Any]:
         if not create and self._random.random() < self.race_rate:
             self.races += 1
             return 422, {"message": "sha does not match [injected race]", "url": self.url}
@@ -285,14 +317,24 @@ class GiteaDouble:
                 return 404, NOT_FOUND
             current = self._blob(repo, tip, file_path)
             if create and current is not None:
-                return 422, {"message": f"repository file already exists [path: {file_path}]", "url": self.url}
+                return 422, {
+                    "message": f"repository file already exists [path: {file_path}]",
+                    "url": self.url,
+                }
             if not create:
                 if current is None:
                     return 404, NOT_FOUND
                 if body.get("sha") != current[0]:
-                    return 422, {"message": f"sha does not match [given: {body.get('sha')}, expected: {current[0]}]", "url": self.url}
+                    return 422, {
+                        "message": (
+                            f"sha does not match [given: {body.get('sha')}, expected: {current[0]}]"
+                        ),
+                        "url": self.url,
+                    }
             content = base64.b64decode(body["content"])
-            commit = self._commit_file(repo, tip, branch, file_path, content, body, current[1] if current else "100644")
+            commit = self._commit_file(
+                repo, tip, branch, file_path, content, body, current[1] if current else "100644"
+            )
         contents = self._contents(repo, commit, file_path)
         api = self._api_commit(repo, commit)
         return (201 if create else 200), {
@@ -308,16 +350,35 @@ class GiteaDouble:
                 "message": api["commit"]["message"],
                 "tree": api["commit"]["tree"],
             },
-            "verification": {"verified": False, "reason": "gpg.error.not_signed_commit", "signature": "", "payload": ""},
+            "verification": {
+                "verified": False,
+                "reason": "gpg.error.not_signed_commit",
+                "signature": "",
+                "payload": "",
+            },
         }
 
     def _commit_file(
-        self, repo: str, tip: str, branch: str, file_path: str, content: bytes, body: dict[str, Any], mode: str
+        self,
+        repo: str,
+        tip: str,
+        branch: str,
+        file_path: str,
+        content: bytes,
+        body: dict[str, Any],
+        mode: str,
     ) -> str:
         bare = self._bare(repo)
-        blob = subprocess.run(
-            ["git", "-C", str(bare), "hash-object", "-w", "--stdin"], input=content, capture_output=True, check=True
-        ).stdout.decode().strip()
+        blob = (
+            subprocess.run(
+                ["git", "-C", str(bare), "hash-object", "-w", "--stdin"],
+                input=content,
+                capture_output=True,
+                check=True,
+            )
+            .stdout.decode()
+            .strip()
+        )
         index = {"GIT_INDEX_FILE": str(bare / "double.index")}
         git(bare, "read-tree", tip, env=index)
         git(bare, "update-index", "--add", "--cacheinfo", f"{mode},{blob},{file_path}", env=index)
@@ -325,10 +386,14 @@ class GiteaDouble:
         author = body.get("author") or {"name": "gitea", "email": "gitea@example.invalid"}
         committer = body.get("committer") or author
         identity = {
-            "GIT_AUTHOR_NAME": author["name"], "GIT_AUTHOR_EMAIL": author["email"],
-            "GIT_COMMITTER_NAME": committer["name"], "GIT_COMMITTER_EMAIL": committer["email"],
+            "GIT_AUTHOR_NAME": author["name"],
+            "GIT_AUTHOR_EMAIL": author["email"],
+            "GIT_COMMITTER_NAME": committer["name"],
+            "GIT_COMMITTER_EMAIL": committer["email"],
         }
         message = body.get("message") or f"Update {file_path}"
-        commit = git(bare, "commit-tree", tree, "-p", tip, "-F", "-", input_text=message, env=identity)
+        commit = git(
+            bare, "commit-tree", tree, "-p", tip, "-F", "-", input_text=message, env=identity
+        )
         git(bare, "update-ref", f"refs/heads/{branch}", commit, tip)  # compare-and-swap
         return commit

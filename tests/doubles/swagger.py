@@ -41,7 +41,9 @@ class Swagger:
         self.document = json.loads(path.read_text("utf-8"))
         self.base_path = self.document.get("basePath", "")
         self.definitions = close_schema(self.document["definitions"])
-        self._routes = [(re.compile(_route_regex(template)), template) for template in self.document["paths"]]
+        self._routes = [
+            (re.compile(_route_regex(template)), template) for template in self.document["paths"]
+        ]
 
     def operation(self, method: str, path: str) -> tuple[str, dict[str, Any]]:
         """The path template and operation that ``method path`` (without basePath) is."""

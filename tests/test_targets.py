@@ -1,0 +1,220 @@
+"""Golden edits of write-back targets: only the intended lines change, byte for byte."""
+
+from __future__ import annotations
+
+import difflib
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipelines.errors import TargetError
+from pipelines.targets import ImagePin, apply_pin, new_target, parse_argocd_image, read_pin
+from pipelines.validate import Schemas
+
+DATA = Path(__file__).parent / "data"
+DIGEST = "sha256:" + "3" * 64
+PIN = ImagePin("citation-dagster", "registry:80/citation-dagster", "abcdefabcdef", DIGEST)
+
+
+def _changes(before: str, after: str) -> list[str]:
+    """The +/- lines of a diff, nothing else."""
+    return [
+        line.rstrip("\n")
+        for line in difflib.unified_diff(before.splitlines(True), after.splitlines(True), n=0)
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    ]
+
+
+def _read(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+def test_kustomization_with_comments_and_three_images() -> None:
+    before = _read("kustomization-three-images.yaml")
+    after = apply_pin(before, "kustomize-images", PIN, where="k")
+    assert _changes(before, after) == [
+        "-    newTag: 0a1b2c3d4e5f",
+        "-    digest: sha256:2222222222222222222222222222222222222222222222222222222222222222",
+        "+    newTag: abcdefabcdef",
+        f"+    digest: {DIGEST}",
+    ]
+    assert read_pin(after, "kustomize-images", PIN, where="k") == PIN
+
+
+def test_kustomization_lacking_the_entry_gets_one_in_its_own_style() -> None:
+    before = _read("kustomization-without-entry.yaml")
+    after = apply_pin(before, "kustomize-images", PIN, where="k")
+    assert _changes(before, after) == [
+        "+- name: citation-dagster",
+        "+  newName: registry:80/citation-dagster",
+        "+  newTag: abcdefabcdef",
+        f"+  digest: {DIGEST}",
+    ]
+
+
+def test_kustomization_without_images_and_without_final_newline() -> None:
+    before = _read("kustomization-no-images-no-newline.yaml")
+    assert not before.endswith("\n")
+    after = apply_pin(before, "kustomize-images", PIN, where="k")
+    assert not after.endswith("\n"), "the missing final newline stays missing"
+    assert after.startswith(before)
+    assert yaml.safe_load(after)["images"] == [
+        {
+            "name": "citation-dagster",
+            "newName": "registry:80/citation-dagster",
+            "newTag": "abcdefabcdef",
+            "digest": DIGEST,
+        }
+    ]
+
+
+def test_entry_with_only_a_tag_gets_the_missing_fields_in_order() -> None:
+    before = "images:\n  - name: citation-dagster  # app\n    newTag: old  # was a tag\n"
+    after = apply_pin(before, "kustomize-images", PIN, where="k")
+    assert after == (
+        "images:\n"
+        "  - name: citation-dagster  # app\n"
+        "    newName: registry:80/citation-dagster\n"
+        "    newTag: abcdefabcdef  # was a tag\n"
+        f"    digest: {DIGEST}\n"
+    )
+
+
+def test_an_all_digit_tag_is_quoted_so_it_stays_a_string() -> None:
+    pin = ImagePin("citation-dagster", "registry:80/citation-dagster", "012345678901", DIGEST)
+    after = apply_pin(_read("kustomization-three-images.yaml"), "kustomize-images", pin, where="k")
+    assert '    newTag: "012345678901"' in after.splitlines()
+    float_like = ImagePin(
+        "citation-dagster", "registry:80/citation-dagster", "1234567e8901", DIGEST
+    )
+    after = apply_pin(
+        _read("kustomization-three-images.yaml"), "kustomize-images", float_like, where="k"
+    )
+    assert yaml.safe_load(after)["images"][1]["newTag"] == "1234567e8901"
+
+
+def test_quoted_values_keep_their_quotes() -> None:
+    before = (
+        "images:\n- name: citation-dagster\n"
+        "  newName: 'registry:80/citation-dagster'\n  newTag: \"old\"\n"
+    )
+    after = apply_pin(before, "kustomize-images", PIN, where="k")
+    assert _changes(before, after) == [
+        '-  newTag: "old"',
+        '+  newTag: "abcdefabcdef"',
+        f"+  digest: {DIGEST}",
+    ]
+
+
+def test_multi_source_application_only_the_image_line_changes() -> None:
+    before = _read("application-multi-source.yaml")
+    after = apply_pin(before, "argocd-application", PIN, where="a")
+    assert _changes(before, after) == [
+        '-          - "citation-dagster=registry:80/citation-dagster:0a1b2c3d4e5f@sha256:'
+        + "2" * 64
+        + '"',
+        f'+          - "citation-dagster=registry:80/citation-dagster:abcdefabcdef@{DIGEST}"',
+    ]
+
+
+def test_single_source_application_gets_kustomize_images() -> None:
+    before = _read("application-single-source.yaml")
+    after = apply_pin(before, "argocd-application", PIN, where="a")
+    assert _changes(before, after) == [
+        "+    kustomize:",
+        "+      images:",
+        f"+      - citation-dagster=registry:80/citation-dagster:abcdefabcdef@{DIGEST}",
+    ]
+
+
+def test_application_duplicates_for_the_image_are_replaced_by_one_entry() -> None:
+    before = (
+        "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata: {name: citation}\n"
+        "spec:\n  source:\n    kustomize:\n      images:\n"
+        "      - citation-dagster=registry:80/citation-dagster:aaaaaaaaaaaa\n"
+        "      - other=registry:80/other:1\n"
+        "      - registry:80/citation-dagster:bbbbbbbbbbbb\n"
+    )
+    after = apply_pin(before, "argocd-application", PIN, where="a")
+    images = yaml.safe_load(after)["spec"]["source"]["kustomize"]["images"]
+    assert images == [f"citation-dagster={PIN.reference}", "other=registry:80/other:1"]
+
+
+def test_edited_application_is_still_a_valid_application(specs: Path) -> None:
+    validator = Schemas(specs).validator("argoproj.io/v1alpha1", "Application")
+    assert validator is not None
+    for name in ("application-multi-source.yaml", "application-single-source.yaml"):
+        after = apply_pin(_read(name), "argocd-application", PIN, where=name)
+        assert list(validator.iter_errors(yaml.safe_load(after))) == [], name
+
+
+def test_kustomize_renders_the_pinned_reference(tmp_path: Path) -> None:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed; kustomize rendering is checked where it is")
+    (tmp_path / "deployment.yaml").write_text(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: citation}\nspec:\n"
+        "  selector: {matchLabels: {app: citation}}\n  template:\n"
+        "    metadata: {labels: {app: citation}}\n"
+        "    spec: {containers: [{name: app, image: citation-dagster}]}\n"
+    )
+    text = apply_pin("resources:\n- deployment.yaml\n", "kustomize-images", PIN, where="k")
+    (tmp_path / "kustomization.yaml").write_text(text)
+    rendered = subprocess.run(
+        [kubectl, "kustomize", str(tmp_path)], capture_output=True, text=True, check=True
+    )
+    image = yaml.safe_load(rendered.stdout)["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == f"registry:80/citation-dagster:abcdefabcdef@{DIGEST}"
+
+
+def test_new_kustomization_target() -> None:
+    text = new_target("kustomize-images", PIN, where="k")
+    assert read_pin(text, "kustomize-images", PIN, where="k") == PIN
+    with pytest.raises(TargetError, match="cannot be created from nothing"):
+        new_target("argocd-application", PIN, where="a")
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "expected"),
+    [
+        ("images: [\n", "kustomize-images", r"^k: line \d+: not valid YAML"),
+        ("a: 1\n---\nb: 2\n", "kustomize-images", "holds 2 YAML documents"),
+        ("- a\n", "kustomize-images", "the document must be a mapping"),
+        ("kind: Deployment\n", "kustomize-images", "kind is 'Deployment', not a Kustomization"),
+        ("images: {a: b}\n", "kustomize-images", "images must be a list"),
+        ("images: [{name: citation-dagster}]\n", "kustomize-images", "flow style"),
+        ("images:\n- just-a-string\n", "kustomize-images", r"images\[0\] must be a mapping"),
+        ("kind: Kustomization\n", "argocd-application", "not an Argo CD Application"),
+        (
+            "kind: Application\nspec:\n  sources:\n  - path: a\n  - path: b\n",
+            "argocd-application",
+            "set the app's writeback.sourceIndex",
+        ),
+    ],
+)
+def test_bad_targets_are_refused_with_one_line(text: str, kind: str, expected: str) -> None:
+    with pytest.raises(TargetError, match=expected) as caught:
+        apply_pin(text, kind, PIN, where="k")  # type: ignore[arg-type]
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "image", "tag", "digest"),
+    [
+        (
+            "citation-dagster=registry:80/citation-dagster:abc@sha256:x",
+            "citation-dagster",
+            "abc",
+            "sha256:x",
+        ),
+        ("registry:80/citation-dagster:abc", "registry:80/citation-dagster", "abc", None),
+        ("registry:80/citation-dagster", "registry:80/citation-dagster", None, None),
+        ("name=registry:80/x@sha256:y", "name", None, "sha256:y"),
+    ],
+)
+def test_parse_argocd_image(value: str, image: str, tag: str | None, digest: str | None) -> None:
+    parsed = parse_argocd_image(value)
+    assert (parsed.image, parsed.tag, parsed.digest) == (image, tag, digest)

@@ -1,0 +1,571 @@
+"""`fabrique writeback` over the Gitea double (Contents API) and a real git daemon."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pipelines.config import default_values, load_site, merge, parse_site
+from pipelines.errors import StaleWrite
+from pipelines.git import GitRemote
+from pipelines.writeback import open_transport, write_back
+
+from .conftest import (
+    APPLICATION,
+    GITEA_TOKEN,
+    KUSTOMIZATION,
+    GitDaemon,
+    Repo,
+    free_port,
+    run_cli,
+    write_values,
+)
+from .doubles.gitea import GiteaDouble
+
+DIGEST_A = "sha256:" + "a" * 64
+DIGEST_B = "sha256:" + "b" * 64
+
+
+@pytest.fixture()
+def values(tmp_path: Path, gitea: GiteaDouble) -> Path:
+    return write_values(tmp_path / "site.yaml", **{"gitea.url": gitea.url})
+
+
+def _writeback(
+    values: Path,
+    revision: str,
+    digest: str,
+    *extra: str,
+    token: str = GITEA_TOKEN,
+    app: str = "citation",
+):  # type: ignore[no-untyped-def]
+    return run_cli(
+        "--values",
+        str(values),
+        "writeback",
+        "--app",
+        app,
+        "--revision",
+        revision,
+        "--digest",
+        digest,
+        *extra,
+        env={"FABRIQUE_GITEA_TOKEN": token},
+    )
+
+
+def _images(repo: Repo, path: str = KUSTOMIZATION) -> list[dict[str, Any]]:
+    return yaml.safe_load(repo.show(path))["images"]
+
+
+def _commits(repo: Repo) -> int:
+    return int(repo.git("rev-list", "--count", "main").strip())
+
+
+# ------------------------------------------------------------------ Contents API
+
+
+def test_write_back_then_replay_makes_exactly_one_commit(code_repo: Repo, values: Path) -> None:
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"}, "v2")
+    before = _commits(code_repo)
+
+    first = _writeback(values, revision, DIGEST_A)
+    assert first.exit_code == 0, first.stderr
+    head = code_repo.head()
+    assert first.stdout.strip() == (
+        f"changed: citation registry:80/citation-dagster:{revision[:12]}@{DIGEST_A} -> "
+        f"atlas/atlas@main:{KUSTOMIZATION} (commit {head})"
+    )
+    assert _images(code_repo)[-1] == {
+        "name": "citation-dagster",
+        "newName": "registry:80/citation-dagster",
+        "newTag": revision[:12],
+        "digest": DIGEST_A,
+    }
+    message = code_repo.git("log", "-1", "--format=%an <%ae>%n%B", "main")
+    assert message.startswith(
+        "fabrique <fabrique@fabrique.invalid>\nfabrique: deploy citation-dagster"
+    )
+    for needle in (
+        "App: citation",
+        f"Digest: {DIGEST_A}",
+        f"Source-Revision: {revision}",
+        f"Workflow: fabrique-citation-{revision[:12]}",
+        "Image: registry:80/citation-dagster:",
+    ):
+        assert needle in message
+
+    replay = _writeback(values, revision, DIGEST_A)
+    assert replay.exit_code == 0
+    assert replay.stdout.strip().startswith("unchanged: citation already deploys")
+    assert _commits(code_repo) == before + 1
+    assert code_repo.head() == head
+
+
+def test_only_the_image_lines_change_in_the_repository(code_repo: Repo, values: Path) -> None:
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    assert _writeback(values, revision, DIGEST_A).exit_code == 0
+    diff = code_repo.git("diff", "main~1", "main", "--unified=0", "--", KUSTOMIZATION)
+    changed = [
+        line
+        for line in diff.splitlines()
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    ]
+    assert changed == [
+        "+  - name: citation-dagster",
+        "+    newName: registry:80/citation-dagster",
+        f"+    newTag: {revision[:12]}",
+        f"+    digest: {DIGEST_A}",
+    ]
+    assert code_repo.git("diff", "--stat", "main~1", "main").count("|") == 1, (
+        "one file, nothing else"
+    )
+
+
+def test_dry_run_prints_the_exact_diff_and_writes_nothing(code_repo: Repo, values: Path) -> None:
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    head = code_repo.head()
+    result = _writeback(values, revision, DIGEST_A, "--dry-run")
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"--- a/{KUSTOMIZATION}"
+    assert lines[1] == f"+++ b/{KUSTOMIZATION}"
+    assert f"+    digest: {DIGEST_A}" in lines
+    assert lines[-1].startswith("would change: citation")
+    assert code_repo.head() == head
+
+
+def test_never_roll_back_to_a_parent(code_repo: Repo, values: Path) -> None:
+    parent = code_repo.commit({"dataops/citation-dagster/app.txt": "A\n"}, "A")
+    child = code_repo.commit({"dataops/citation-dagster/app.txt": "B\n"}, "B")
+    assert _writeback(values, child, DIGEST_B).stdout.startswith("changed:")
+    head = code_repo.head()
+
+    late = _writeback(values, parent, DIGEST_A)  # the slow build of the older commit
+    assert late.exit_code == 0, late.stderr
+    assert late.stdout.startswith("superseded: citation deployed revision")
+    assert child in late.stdout and parent in late.stdout
+    assert "not rolling back" in late.stderr
+    assert code_repo.head() == head
+    assert _images(code_repo)[-1]["digest"] == DIGEST_B
+
+
+def test_a_descendant_replaces_the_deployed_revision(code_repo: Repo, values: Path) -> None:
+    first = code_repo.commit({"dataops/citation-dagster/app.txt": "1\n"})
+    assert _writeback(values, first, DIGEST_A).stdout.startswith("changed:")
+    code_repo.commit({"README.md": "unrelated\n"})
+    second = code_repo.commit({"dataops/citation-dagster/app.txt": "2\n"})
+    code_repo.commit({"README.md": "a newer head\n"})  # second is not the head any more
+    result = _writeback(values, second, DIGEST_B)
+    assert result.stdout.startswith("changed:"), result.stdout + result.stderr
+    assert _images(code_repo)[-1]["newTag"] == second[:12]
+
+
+def test_argocd_application_target_in_the_apps_repo(
+    tmp_path: Path, gitea: GiteaDouble, code_repo: Repo, apps_repo: Repo
+) -> None:
+    values = write_values(
+        tmp_path / "site.yaml",
+        **{
+            "gitea.url": gitea.url,
+            "apps": [
+                {
+                    "name": "citation",
+                    "image": "citation-dagster",
+                    "context": "dataops/citation-dagster",
+                    "writeback": {
+                        "kind": "argocd-application",
+                        "repo": "cluster/apps",
+                        "path": APPLICATION,
+                    },
+                }
+            ],
+        },
+    )
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    result = _writeback(values, revision, DIGEST_A)
+    assert result.exit_code == 0, result.stderr
+    app = yaml.safe_load(apps_repo.show(APPLICATION))
+    assert app["spec"]["sources"][1]["kustomize"]["images"] == [
+        f"citation-dagster=registry:80/citation-dagster:{revision[:12]}@{DIGEST_A}"
+    ]
+    assert "ref" in app["spec"]["sources"][0] and "kustomize" not in app["spec"]["sources"][0]
+    assert apps_repo.show(APPLICATION).startswith("# citation in prod")
+    assert _writeback(values, revision, DIGEST_A).stdout.startswith("unchanged:")
+
+
+def test_a_missing_file_is_created_only_when_asked(
+    tmp_path: Path, gitea: GiteaDouble, code_repo: Repo
+) -> None:
+    def site(create: bool) -> Path:
+        return write_values(
+            tmp_path / "site.yaml",
+            **{
+                "gitea.url": gitea.url,
+                "apps": [
+                    {
+                        "name": "citation",
+                        "image": "citation-dagster",
+                        "context": "dataops/citation-dagster",
+                        "writeback": {
+                            "repo": "atlas/atlas",
+                            "path": "deploy/new/kustomization.yaml",
+                            "create": create,
+                        },
+                    }
+                ],
+            },
+        )
+
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    head = code_repo.head()
+    refused = _writeback(site(False), revision, DIGEST_A)
+    assert refused.exit_code == 2
+    assert (
+        "atlas/atlas@main:deploy/new/kustomization.yaml: file not found "
+        "(set apps[].writeback.create" in refused.stderr
+    )
+    assert code_repo.head() == head
+    created = _writeback(site(True), revision, DIGEST_A)
+    assert created.exit_code == 0, created.stderr
+    assert _images(code_repo, "deploy/new/kustomization.yaml")[0]["digest"] == DIGEST_A
+
+
+def _site_with_apps(gitea_url: str, count: int, **writeback: Any) -> Any:
+    values = merge(
+        default_values(),
+        {
+            "gitea": {"url": gitea_url},
+            "network": {"backoffSeconds": 0.01},
+            "writeback": {"attempts": 60, **writeback},
+            "apps": [
+                {
+                    "name": f"app-{i:02d}",
+                    "image": f"image-{i:02d}",
+                    "context": "dataops/citation-dagster",
+                    "writeback": {"repo": "atlas/atlas", "path": KUSTOMIZATION},
+                }
+                for i in range(count)
+            ],
+        },
+    )
+    return parse_site(values)
+
+
+def _race(site: Any, revision: str, token: str | None, count: int) -> list[Any]:
+    outcomes: list[Any] = [None] * count
+    errors: list[BaseException] = []
+
+    def one(index: int) -> None:
+        try:
+            with open_transport(site, token) as transport:
+                outcomes[index] = write_back(
+                    site, transport, f"app-{index:02d}", revision, f"sha256:{index:064x}"
+                )
+        except BaseException as exc:  # noqa: BLE001 - collected and re-raised below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors, errors
+    return outcomes
+
+
+def test_sixteen_concurrent_writers_on_one_file_lose_nothing(
+    code_repo: Repo, gitea: GiteaDouble
+) -> None:
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    before = _commits(code_repo)
+    gitea.race_rate = 0.25
+    outcomes = _race(_site_with_apps(gitea.url, 16), revision, GITEA_TOKEN, 16)
+    assert [o.state for o in outcomes] == ["changed"] * 16
+    pins = {e["name"]: e.get("digest") for e in _images(code_repo)}
+    assert pins == {"postgres": None, **{f"image-{i:02d}": f"sha256:{i:064x}" for i in range(16)}}
+    assert _commits(code_repo) == before + 16, "each writer made exactly one commit"
+    authors = code_repo.git("log", f"-{16}", "--format=%s", "main").splitlines()
+    assert sorted(authors) == sorted(
+        f"fabrique: deploy image-{i:02d} {revision[:12]} for app-{i:02d}" for i in range(16)
+    )
+    assert gitea.races > 0, "the double injected 422 races"
+    stale = [r for r in gitea.requests if r.method == "PUT"]
+    assert len(stale) > 16, "some writers had to re-read and retry"
+
+
+def test_a_writer_that_keeps_losing_gives_up_transiently(
+    code_repo: Repo, tmp_path: Path, gitea: GiteaDouble
+) -> None:
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    values = write_values(
+        tmp_path / "site.yaml", **{"gitea.url": gitea.url, "writeback.attempts": 3}
+    )
+    gitea.race_rate = 1.0
+    head = code_repo.head()
+    result = _writeback(values, revision, DIGEST_A)
+    assert result.exit_code == 75
+    assert "still losing the write race after 3 attempt(s)" in result.stderr
+    assert code_repo.head() == head
+
+
+@pytest.mark.parametrize("fault", [500, "drop", ("slow", 0.6)])
+def test_transient_server_faults_are_retried(
+    code_repo: Repo, tmp_path: Path, gitea: GiteaDouble, fault: Any
+) -> None:
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    values = write_values(
+        tmp_path / "site.yaml", **{"gitea.url": gitea.url, "network.timeoutSeconds": 0.4}
+    )
+    gitea.faults = [("GET", fault), ("PUT", fault)]
+    result = _writeback(values, revision, DIGEST_A)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.startswith("changed:")
+    assert gitea.faults == []
+    assert _images(code_repo)[-1]["digest"] == DIGEST_A
+
+
+# -------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "expected"),
+    [
+        (
+            ["--digest", "sha256:abc"],
+            2,
+            "digest 'sha256:abc': must match sha256:<64 lowercase hex>",
+        ),
+        (["--digest", "latest"], 2, "must match sha256:<64 lowercase hex>"),
+        (["--app", "nope"], 2, "app 'nope': not in the site config"),
+        (["--revision", "abc"], 2, "revision 'abc': must be a full 40-character"),
+    ],
+)
+def test_bad_arguments(
+    code_repo: Repo, values: Path, args: list[str], code: int, expected: str
+) -> None:
+    merged = {"--app": "citation", "--revision": code_repo.head(), "--digest": DIGEST_A}
+    merged.update(dict(zip(args[::2], args[1::2], strict=True)))
+    head = code_repo.head()
+    result = run_cli(
+        "--values",
+        str(values),
+        "writeback",
+        *[x for kv in merged.items() for x in kv],
+        env={"FABRIQUE_GITEA_TOKEN": GITEA_TOKEN},
+    )
+    assert result.exit_code == code
+    assert expected in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert code_repo.head() == head
+
+
+def test_missing_branch_is_named(tmp_path: Path, gitea: GiteaDouble, code_repo: Repo) -> None:
+    values = write_values(
+        tmp_path / "site.yaml", **{"gitea.url": gitea.url, "gitea.branch": "release"}
+    )
+    result = _writeback(values, code_repo.head(), DIGEST_A)
+    assert result.exit_code == 3
+    assert "branch 'release' of atlas/atlas: not found in Gitea" in result.stderr
+
+
+def test_a_target_that_is_not_yaml(code_repo: Repo, values: Path) -> None:
+    revision = code_repo.commit({KUSTOMIZATION: "images: [\n  - {broken\n"})
+    head = code_repo.head()
+    result = _writeback(values, revision, DIGEST_A)
+    assert result.exit_code == 2
+    assert (
+        f"atlas/atlas@main:{KUSTOMIZATION}: line" in result.stderr
+        and "not valid YAML" in result.stderr
+    )
+    assert code_repo.head() == head
+
+
+@pytest.mark.parametrize("token", ["wrong-token-5e2b", ""])
+def test_a_wrong_token_is_refused_and_never_shown(
+    code_repo: Repo, values: Path, token: str
+) -> None:
+    head = code_repo.head()
+    result = run_cli(
+        "-v",
+        "--values",
+        str(values),
+        "writeback",
+        "--app",
+        "citation",
+        "--revision",
+        head,
+        "--digest",
+        DIGEST_A,
+        env={"FABRIQUE_GITEA_TOKEN": token},
+    )
+    assert result.exit_code == 3
+    assert "Gitea refused the token (HTTP 401)" in result.stderr
+    if token:
+        assert token not in result.stdout + result.stderr
+    assert code_repo.head() == head
+
+
+def test_the_right_token_never_reaches_the_output(
+    code_repo: Repo, values: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    result = run_cli(
+        "-v",
+        "--values",
+        str(values),
+        "writeback",
+        "--app",
+        "citation",
+        "--revision",
+        revision,
+        "--digest",
+        DIGEST_A,
+        env={"FABRIQUE_GITEA_TOKEN": GITEA_TOKEN},
+    )
+    assert result.exit_code == 0, result.stderr
+    assert GITEA_TOKEN not in result.stdout + result.stderr + caplog.text
+    assert GITEA_TOKEN not in code_repo.git("log", "--format=%B%an%ae", "main")
+
+
+def test_gitea_down(tmp_path: Path) -> None:
+    values = write_values(
+        tmp_path / "site.yaml", **{"gitea.url": f"http://127.0.0.1:{free_port()}"}
+    )
+    result = _writeback(values, "a" * 40, DIGEST_A)
+    assert result.exit_code == 75
+    assert "Gitea at http://127.0.0.1:" in result.stderr and "unreachable" in result.stderr
+    assert GITEA_TOKEN not in result.stderr
+
+
+# ------------------------------------------------------------------- git transport
+
+
+@pytest.fixture()
+def git_values(tmp_path: Path, git_daemon: GitDaemon) -> Path:
+    return write_values(
+        tmp_path / "site.yaml",
+        **{"writeback.transport": "git", "writeback.gitUrl": f"git://127.0.0.1:{git_daemon.port}"},
+    )
+
+
+def test_git_transport_changed_then_unchanged(code_repo: Repo, git_values: Path) -> None:
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    before = _commits(code_repo)
+    first = run_cli(
+        "--values",
+        str(git_values),
+        "writeback",
+        "--app",
+        "citation",
+        "--revision",
+        revision,
+        "--digest",
+        DIGEST_A,
+    )
+    assert first.exit_code == 0, first.stderr
+    assert first.stdout.startswith("changed:") and code_repo.head() in first.stdout
+    assert _images(code_repo)[-1]["digest"] == DIGEST_A
+    assert code_repo.show(KUSTOMIZATION).startswith("# prod overlay of citation-dagster\n")
+    again = run_cli(
+        "--values",
+        str(git_values),
+        "writeback",
+        "--app",
+        "citation",
+        "--revision",
+        revision,
+        "--digest",
+        DIGEST_A,
+    )
+    assert again.stdout.startswith("unchanged:")
+    assert _commits(code_repo) == before + 1
+    assert code_repo.git("diff", "--stat", "main~1", "main").count("|") == 1
+
+
+def test_git_transport_push_race_is_retried(
+    code_repo: Repo, git_values: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    real_push = GitRemote.push
+    raced: list[str] = []
+
+    def push_after_a_rival(self: GitRemote, commit: str, expected_tip: str) -> None:
+        if not raced:  # someone else pushes between our read and our push, once
+            raced.append(code_repo.commit({"README.md": "a rival commit\n"}, "rival"))
+        real_push(self, commit, expected_tip)
+
+    monkeypatch.setattr(GitRemote, "push", push_after_a_rival)
+    result = run_cli(
+        "-v",
+        "--values",
+        str(git_values),
+        "writeback",
+        "--app",
+        "citation",
+        "--revision",
+        revision,
+        "--digest",
+        DIGEST_A,
+    )
+    assert result.exit_code == 0, result.stderr
+    assert "someone wrote first" in result.stderr
+    log = code_repo.git("log", "--format=%s", "-2", "main").splitlines()
+    assert log[0].startswith("fabrique: deploy") and log[1] == "rival", (
+        "re-applied on top of the rival"
+    )
+    assert code_repo.show("README.md") == "a rival commit\n"
+
+
+def test_git_transport_never_rolls_back(code_repo: Repo, git_values: Path) -> None:
+    parent = code_repo.commit({"dataops/citation-dagster/app.txt": "A\n"})
+    child = code_repo.commit({"dataops/citation-dagster/app.txt": "B\n"})
+    args = ["--values", str(git_values), "writeback", "--app", "citation"]
+    assert run_cli(*args, "--revision", child, "--digest", DIGEST_B).stdout.startswith("changed:")
+    late = run_cli(*args, "--revision", parent, "--digest", DIGEST_A)
+    assert late.exit_code == 0, late.stderr
+    assert late.stdout.startswith("superseded:")
+    assert _images(code_repo)[-1]["digest"] == DIGEST_B
+
+
+def test_git_transport_concurrent_writers(code_repo: Repo, git_daemon: GitDaemon) -> None:
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    before = _commits(code_repo)
+    site = _site_with_apps(
+        "http://unused.invalid", 4, transport="git", gitUrl=f"git://127.0.0.1:{git_daemon.port}"
+    )
+    outcomes = _race(site, revision, None, 4)
+    assert [o.state for o in outcomes] == ["changed"] * 4
+    pins = {e["name"]: e.get("digest") for e in _images(code_repo)}
+    assert pins == {"postgres": None, **{f"image-{i:02d}": f"sha256:{i:064x}" for i in range(4)}}
+    assert _commits(code_repo) == before + 4
+
+
+def test_git_transport_server_down(tmp_path: Path) -> None:
+    values = write_values(
+        tmp_path / "site.yaml",
+        **{"writeback.transport": "git", "writeback.gitUrl": f"git://127.0.0.1:{free_port()}"},
+    )
+    result = run_cli(
+        "--values",
+        str(values),
+        "writeback",
+        "--app",
+        "citation",
+        "--revision",
+        "a" * 40,
+        "--digest",
+        DIGEST_A,
+    )
+    assert result.exit_code == 75
+    assert "git fetch failed" in result.stderr
+
+
+def test_stale_write_is_transient() -> None:
+    assert StaleWrite("x").exit_code == 75
+    assert load_site(env={}).writeback.transport == "gitea"
+    assert os.environ.get("FABRIQUE_GITEA_TOKEN") is None
