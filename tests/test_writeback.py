@@ -569,3 +569,54 @@ def test_stale_write_is_transient() -> None:
     assert StaleWrite("x").exit_code == 75
     assert load_site(env={}).writeback.transport == "gitea"
     assert os.environ.get("FABRIQUE_GITEA_TOKEN") is None
+
+
+def test_git_transport_keeps_the_token_out_of_argv_and_messages(
+    code_repo: Repo, git_values: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess as sp
+
+    token = "git-token-91c4"
+    seen: list[list[str]] = []
+    real_run = sp.run
+
+    def recording_run(args: Any, *rest: Any, **kwargs: Any) -> Any:
+        seen.append([str(a) for a in args])
+        return real_run(args, *rest, **kwargs)
+
+    monkeypatch.setattr("pipelines.git.subprocess.run", recording_run)
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    result = run_cli(
+        "-v",
+        "--values",
+        str(git_values),
+        "writeback",
+        "--app",
+        "citation",
+        "--revision",
+        revision,
+        "--digest",
+        DIGEST_A,
+        env={"FABRIQUE_GITEA_TOKEN": token},
+    )
+    assert result.exit_code == 0, result.stderr
+    assert seen, "git was run"
+    assert not [argv for argv in seen if any(token in a for a in argv)]
+    assert token not in result.stdout + result.stderr
+    assert token not in code_repo.git("log", "--format=%B", "main")
+
+
+def test_the_double_lists_commits_by_path_as_gitea_does(
+    code_repo: Repo, gitea: GiteaDouble
+) -> None:
+    import httpx
+
+    touching = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    code_repo.commit({"README.md": "elsewhere\n"})
+    response = httpx.get(
+        f"{gitea.url}/api/v1/repos/atlas/atlas/commits",
+        params={"sha": "main", "path": "dataops/citation-dagster", "limit": "1"},
+        headers={"Authorization": f"token {GITEA_TOKEN}"},
+    )
+    assert response.status_code == 200
+    assert [c["sha"] for c in response.json()] == [touching]
