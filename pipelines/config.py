@@ -230,6 +230,25 @@ class NetworkConfig(_Model):
         return httpx.Timeout(self.timeout_seconds, connect=min(5.0, self.timeout_seconds))
 
 
+class JetStreamConfig(_Model):
+    """The EventBus's NATS JetStream (``events.jetstream``)."""
+
+    version: Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]+\.[0-9]+(-[a-z0-9]+)?$")]
+    replicas: Literal[1, 3]
+    max_age: Annotated[str, Field(pattern=r"^[1-9][0-9]*(m|h)$")]
+    storage_size: Annotated[str, AfterValidator(_quantity)]
+    storage_class_name: DnsLabel | None = None
+
+
+class EventsConfig(_Model):
+    """The event path: Gitea webhook -> EventSource -> EventBus -> Sensor (``events``)."""
+
+    webhook_secret: SecretKeyRef  # the bearer token Gitea sends, checked by the EventSource
+    max_payload_size: Annotated[int, Field(ge=1024, le=64 * 1024 * 1024)]
+    triggers_per_second: Annotated[int, Field(ge=1, le=1000)]
+    jetstream: JetStreamConfig
+
+
 class WriteBackTarget(_Model):
     """The file an app's digest is written into (``apps[].writeback``)."""
 
@@ -278,6 +297,7 @@ class Site(_Model):
     build: BuildConfig
     network: NetworkConfig
     writeback: WriteBackConfig
+    events: EventsConfig
     apps: Annotated[list[AppConfig], Field(min_length=1)]
 
     @model_validator(mode="after")

@@ -6,6 +6,8 @@
                                   (privileged: rootless BuildKit needs Unconfined profiles)
       build/                      WorkflowTemplate fabrique-build, its ServiceAccount and
                                   RBAC, the buildkitd.toml and site ConfigMaps
+      events/                     EventSource gitea, EventBus default (JetStream), Sensor
+                                  fabrique-build and the Sensor's RBAC
 
 The tree is written whole or not at all: it is rendered into a temporary directory
 beside the target and swapped in, so a failure leaves the previous tree as it was.
@@ -36,7 +38,8 @@ def _labels(**extra: str) -> dict[str, str]:
     return {LABEL_PART_OF: "fabrique", LABEL_MANAGED_BY: "fabrique", **extra}
 
 
-def _meta(name: str, namespace: str | None = None, **labels: str) -> dict[str, Any]:
+def object_meta(name: str, namespace: str | None = None, **labels: str) -> dict[str, Any]:
+    """``metadata`` with fabrique's labels (part-of, managed-by) and any others."""
     meta: dict[str, Any] = {"name": name}
     if namespace:
         meta["namespace"] = namespace
@@ -49,7 +52,7 @@ def namespaces_unit(site: Site) -> Tree:
         return {
             "apiVersion": "v1",
             "kind": "Namespace",
-            "metadata": _meta(
+            "metadata": object_meta(
                 name,
                 **{
                     "pod-security.kubernetes.io/enforce": level,
@@ -84,13 +87,13 @@ def build_unit(site: Site) -> Tree:
         {
             "apiVersion": "v1",
             "kind": "ServiceAccount",
-            "metadata": _meta(SERVICE_ACCOUNT, ns),
+            "metadata": object_meta(SERVICE_ACCOUNT, ns),
         },
         {
             # What the Argo executor in each step pod needs, and nothing else.
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
-            "metadata": _meta(f"{SERVICE_ACCOUNT}-executor", ns),
+            "metadata": object_meta(f"{SERVICE_ACCOUNT}-executor", ns),
             "rules": [
                 {
                     "apiGroups": ["argoproj.io"],
@@ -102,7 +105,7 @@ def build_unit(site: Site) -> Tree:
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
-            "metadata": _meta(f"{SERVICE_ACCOUNT}-executor", ns),
+            "metadata": object_meta(f"{SERVICE_ACCOUNT}-executor", ns),
             "roleRef": {
                 "apiGroup": "rbac.authorization.k8s.io",
                 "kind": "Role",
@@ -115,14 +118,14 @@ def build_unit(site: Site) -> Tree:
         {
             "apiVersion": "v1",
             "kind": "ConfigMap",
-            "metadata": _meta(BUILDKITD_CONFIGMAP, ns),
+            "metadata": object_meta(BUILDKITD_CONFIGMAP, ns),
             "data": {"buildkitd.toml": buildkitd_toml(site)},
         },
         {
             # The site as the tools image reads it (FABRIQUE_VALUES). It holds no token.
             "apiVersion": "v1",
             "kind": "ConfigMap",
-            "metadata": _meta(SITE_CONFIGMAP, ns),
+            "metadata": object_meta(SITE_CONFIGMAP, ns),
             "data": {"site.yaml": dump_documents([site.to_values()], header=False)},
         },
     ]
@@ -133,7 +136,20 @@ def build_unit(site: Site) -> Tree:
     }
 
 
-UNITS = (namespaces_unit, build_unit)
+def events_unit(site: Site) -> Tree:
+    from eventsources.eventbus import event_bus
+    from eventsources.gitea import event_source
+    from eventsources.sensor import sensor, sensor_rbac
+
+    return {
+        "events/eventbus.yaml": [event_bus(site)],
+        "events/eventsource.yaml": [event_source(site)],
+        "events/sensor.yaml": [sensor(site)],
+        "events/rbac.yaml": sensor_rbac(site),
+    }
+
+
+UNITS = (namespaces_unit, build_unit, events_unit)
 
 
 def render_tree(site: Site) -> Tree:
@@ -158,7 +174,11 @@ def _kustomization(resources: Iterable[str]) -> Document:
 
 
 class _Dumper(yaml.SafeDumper):
-    """Block style for multi-line strings (scripts, TOML), so the tree reads well."""
+    """Block style for multi-line strings (scripts, TOML), so the tree reads well; no
+    anchors or aliases (&id001), which kubectl and people read badly."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:

@@ -25,12 +25,21 @@ API_VERSION = "argoproj.io/v1alpha1"
 def build_workflow(site: Site, app: str, revision: str, *, submitted_by: str) -> dict[str, Any]:
     """The Workflow for building ``app`` at ``revision`` from the ``fabrique-build`` template."""
     site.app(app)
-    check_revision(revision)
+    return workflow_object(
+        site, app, workflow_name(app, check_revision(revision)), revision, submitted_by=submitted_by
+    )
+
+
+def workflow_object(
+    site: Site, app: str, name: str, revision: str, *, submitted_by: str
+) -> dict[str, Any]:
+    """The Workflow body itself. ``build_workflow`` checks its inputs; the Sensor fills
+    ``name`` and ``revision`` from the push event (see ``SENSOR_PARAMETERS``)."""
     return {
         "apiVersion": API_VERSION,
         "kind": "Workflow",
         "metadata": {
-            "name": workflow_name(app, revision),
+            "name": name,
             "namespace": site.namespaces.build,
             "labels": {
                 LABEL_APP: app,
@@ -50,6 +59,12 @@ def build_workflow(site: Site, app: str, revision: str, *, submitted_by: str) ->
             },
         },
     }
+
+
+# Where the Sensor writes the pushed commit into ``workflow_object``: sjson paths, as
+# Argo Events' trigger parameters take them (dots inside a key escaped).
+REVISION_DESTS = ("spec.arguments.parameters.1.value", "metadata.labels.fabrique\\.io/revision")
+NAME_DEST = "metadata.name"
 
 
 def argo_submit_line(site: Site, app: str, revision: str) -> str:
