@@ -6,6 +6,7 @@ from typing import Any
 
 from hera.events.models import Service, Template, WebhookContext
 from hera.events.models.io.k8s.api.core.v1 import SecretKeySelector, ServicePort
+from hera.events.models.io.k8s.apimachinery.pkg.util.intstr import IntOrString
 
 from pipelines.config import Site
 
@@ -37,7 +38,7 @@ def event_source(site: Site) -> dict[str, Any]:
         ),
     )
     service = Service(
-        ports=[ServicePort(name="webhook", port=WEBHOOK_PORT, target_port=WEBHOOK_PORT)]
+        ports=[ServicePort(name="webhook", port=WEBHOOK_PORT, target_port=IntOrString(WEBHOOK_PORT))]
     )
     template = dump(Template())
     template["securityContext"] = restricted_pod()
