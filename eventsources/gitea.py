@@ -38,7 +38,9 @@ def event_source(site: Site) -> dict[str, Any]:
         ),
     )
     service = Service(
-        ports=[ServicePort(name="webhook", port=WEBHOOK_PORT, target_port=IntOrString(WEBHOOK_PORT))]
+        ports=[
+            ServicePort(name="webhook", port=WEBHOOK_PORT, target_port=IntOrString(WEBHOOK_PORT))
+        ]
     )
     template = dump(Template())
     template["securityContext"] = restricted_pod()

@@ -5,7 +5,9 @@
                          BuildKit
 
 - ``plan`` (``fabrique plan``) checks the revision and resolves the app from the site
-  ConfigMap; a bad revision or an unknown app fails the Workflow here.
+  ConfigMap; a bad revision or an unknown app fails the Workflow here. It also decides
+  whether anything under the app's context changed since the deployed revision: if not,
+  every later step is skipped (``force=true`` overrides).
 - ``checkout`` clones the code repo at the revision, sparse to the app's context, into
   the Workflow's volume.
 - ``build`` runs rootless BuildKit (``buildctl-daemonless.sh``) and pushes
@@ -55,13 +57,17 @@ BUILDKIT_CONFIG_DIR = "/home/user/.config/buildkit"
 BUILDKIT_STATE_DIR = "/home/user/.local/share/buildkit"
 METADATA_FILE = f"{WORKSPACE}/build-metadata.json"
 PLAN_DIR = "/tmp/fabrique/plan"
-PLAN_OUTPUTS = ("image-ref", "cache-ref", "repo-url", "context", "dockerfile", "build-opts")
+PLAN_OUTPUTS = (
+    *("image-ref", "cache-ref", "repo-url", "context", "dockerfile", "build-opts"),
+    *("build", "reason"),
+)
 DIGEST_FILE = "/tmp/fabrique/digest"
 BUILDER_UID = 1000
 CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 
 APP = "{{workflow.parameters.app}}"
 REVISION = "{{workflow.parameters.revision}}"
+FORCE = "{{workflow.parameters.force}}"
 POD_LABELS = {LABEL_APP: APP, LABEL_REVISION: REVISION, LABEL_PART_OF: "fabrique"}
 
 CHECKOUT_SCRIPT = r"""set -eu
@@ -195,6 +201,15 @@ def _transient_retry(site: Site) -> RetryStrategy:
     )
 
 
+def _token(site: Site) -> SecretEnv:
+    """The Gitea token, from the Secret the site names."""
+    return SecretEnv(
+        name=TOKEN_ENV,
+        secret_name=site.gitea.token_secret.name,
+        secret_key=site.gitea.token_secret.key,
+    )
+
+
 def _tools_step(
     site: Site, name: str, args: list[str], env: list[Any] | None = None, **extra: Any
 ) -> Container:
@@ -237,7 +252,11 @@ def build_template(site: Site) -> WorkflowTemplate:
             )
         },
         entrypoint="main",
-        arguments=[Parameter(name="app"), Parameter(name="revision")],
+        arguments=[
+            Parameter(name="app"),
+            Parameter(name="revision"),
+            Parameter(name="force", value="false"),
+        ],
         service_account_name=SERVICE_ACCOUNT,
         workflow_metadata=m.WorkflowMetadata(
             labels={LABEL_PART_OF: "fabrique"},
@@ -263,7 +282,12 @@ def build_template(site: Site) -> WorkflowTemplate:
         plan = _tools_step(
             site,
             "plan",
-            ["plan", "--app", APP, "--revision", REVISION, "--out", PLAN_DIR],
+            [
+                *("plan", "--app", APP, "--revision", REVISION),
+                *("--force", FORCE, "--out", PLAN_DIR),
+            ],
+            env=[_token(site)],
+            retry_strategy=_transient_retry(site),
             outputs=[
                 Parameter(name=name, value_from=m.ValueFrom(path=f"{PLAN_DIR}/{name}"))
                 for name in PLAN_OUTPUTS
@@ -353,13 +377,7 @@ def build_template(site: Site) -> WorkflowTemplate:
                 *("writeback", "--app", APP, "--revision", REVISION),
                 *("--digest", "{{inputs.parameters.digest}}", "--workflow", "{{workflow.name}}"),
             ],
-            env=[
-                SecretEnv(
-                    name=TOKEN_ENV,
-                    secret_name=site.gitea.token_secret.name,
-                    secret_key=site.gitea.token_secret.key,
-                )
-            ],
+            env=[_token(site)],
             inputs=_inputs("digest"),
             retry_strategy=_transient_retry(site),
         )
@@ -367,21 +385,26 @@ def build_template(site: Site) -> WorkflowTemplate:
         with Steps(name="main"):
             planned = plan()
             assert isinstance(planned, Step)
+            # nothing under the app's context changed: the Workflow succeeds having
+            # built and written nothing
+            changed = f"{planned.get_parameter('build').value} == true"
             checkout(
                 arguments={
                     name: planned.get_parameter(name).value
                     for name in ("repo-url", "context", "dockerfile")
-                }
+                },
+                when=changed,
             )
             build(
                 arguments={
                     name: planned.get_parameter(name).value
                     for name in ("image-ref", "cache-ref", "context", "dockerfile", "build-opts")
-                }
+                },
+                when=changed,
             )
-            verified = verify()
+            verified = verify(when=changed)
             assert isinstance(verified, Step)
-            write_back(arguments={"digest": verified.get_parameter("digest").value})
+            write_back(arguments={"digest": verified.get_parameter("digest").value}, when=changed)
     return template
 
 

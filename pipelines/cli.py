@@ -122,14 +122,35 @@ def validate(directory: Path, specs: str | None, k8s_version: str | None) -> Non
 @click.option("--app", required=True, help="App name from the site config.")
 @click.option("--revision", required=True, help="Full 40-hex commit id.")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Output directory.")
+@click.option(
+    "--force",
+    type=click.Choice(["true", "false"]),
+    default="false",
+    show_default=True,
+    help="Build even if nothing under the app's context changed since the deployed revision.",
+)
 @pass_state
-def plan(state: _State, app: str, revision: str, out: Path) -> None:
-    """Resolve an app and revision into build parameters (first step of fabrique-build)."""
-    from .plan import make_plan, write_outputs
+def plan(state: _State, app: str, revision: str, out: Path, force: str) -> None:
+    """Resolve an app and revision into build parameters, and decide whether to build.
 
-    build_plan = make_plan(state.site, app, revision)
-    write_outputs(build_plan, out)
-    click.echo(f"plan: {build_plan.app} at {build_plan.revision} -> {build_plan.image_ref}")
+    The first step of fabrique-build: a bad revision or an unknown app fails here, and a
+    push that changed nothing under the app's context skips the rest of the Workflow.
+    """
+    from .changes import Decision, needs_build
+    from .gitea import token_from_env
+    from .plan import make_plan, write_outputs
+    from .writeback import open_transport
+
+    site = state.site
+    build_plan = make_plan(site, app, revision)
+    if force == "true":
+        decision = Decision(True, "forced")
+    else:
+        with open_transport(site, token_from_env()) as transport:
+            decision = needs_build(site, transport, app, revision)
+    write_outputs(build_plan, out, build=decision.build, reason=decision.reason)
+    verdict = "build" if decision.build else "skip"
+    click.echo(f"plan: {verdict} {build_plan.image_ref} ({decision.reason})")
 
 
 @cli.group()
@@ -180,6 +201,7 @@ def digest_verify(
 @click.option("--app", required=True, help="App name from the site config.")
 @click.option("--revision", help="Full 40-hex commit id to build.")
 @click.option("--head", is_flag=True, help="Build the branch head, resolved through Gitea.")
+@click.option("--force", is_flag=True, help="Build even if the app's context did not change.")
 @click.option("--dry-run", is_flag=True, help="Print the Workflow YAML; create nothing.")
 @click.option(
     "--print-argo", is_flag=True, help="Print the equivalent `argo submit` line; create nothing."
@@ -193,6 +215,7 @@ def submit(
     app: str,
     revision: str | None,
     head: bool,
+    force: bool,
     dry_run: bool,
     print_argo: bool,
     kube_context: str | None,
@@ -217,9 +240,9 @@ def submit(
             revision = gitea.branch_head(site.gitea.code_repo, site.gitea.branch)
         log.info("head of %s@%s is %s", site.gitea.code_repo, site.gitea.branch, revision)
     assert revision is not None
-    body = build_workflow(site, app, revision, submitted_by="cli")
+    body = build_workflow(site, app, revision, submitted_by="cli", force=force)
     if print_argo:
-        click.echo(argo_submit_line(site, app, revision))
+        click.echo(argo_submit_line(site, app, revision, force=force))
         return
     if dry_run:
         from .render import dump_documents

@@ -180,6 +180,12 @@ class GitRemote:
             return result.returncode == 0
         raise GitError(f"{self._what()}: cannot compare {ancestor[:12]} and {descendant[:12]}")
 
+    def files_changed(self, since: str, until: str, path: str) -> list[str]:
+        """Files under ``path`` changed by the commits in ``since..until``."""
+        self.fetch_history()
+        out = self._git("log", "--format=", "--name-only", f"{since}..{until}", "--", path)
+        return sorted({line for line in out.splitlines() if line.strip()})
+
     # ------------------------------------------------------------------- running
 
     def _what(self) -> str:

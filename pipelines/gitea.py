@@ -122,6 +122,41 @@ class GiteaClient(JsonApi):
             raise GiteaError(f"{what}: Gitea answered without total_commits")
         return total == 0
 
+    def files_changed(
+        self, repo: str, since: str, until: str, path: str, *, max_pages: int = 20
+    ) -> list[str] | None:
+        """Files under ``path`` changed by the commits in ``since..until``.
+
+        Read from the commits-by-path listing (``not=since``), page by page. None when
+        there are more than ``max_pages`` pages: too many to say, so the caller assumes
+        a change.
+        """
+        what = f"commits of {repo} touching {path} in {since[:12]}..{until[:12]}"
+        prefix = path.rstrip("/") + "/"
+        files: list[str] = []
+        for page in range(1, max_pages + 1):
+            params = {
+                "sha": until,
+                "path": path,
+                "not": since,
+                "page": str(page),
+                "files": "true",
+                "stat": "false",
+                "verification": "false",
+            }
+            response = self.request("GET", f"/repos/{repo}/commits", params=params)
+            commits = self._check(response, what)
+            if not isinstance(commits, list):
+                raise GiteaError(f"{what}: Gitea answered something that is not a list")
+            for commit in commits:
+                for entry in _get(commit, "files") or []:
+                    name = _get(entry, "filename")
+                    if isinstance(name, str) and (name.startswith(prefix) or name == path):
+                        files.append(name)
+            if not commits or response.headers.get("X-HasMore", "false").lower() != "true":
+                return sorted(set(files))
+        return None
+
     # ----------------------------------------------------------------- writes
 
     def update_file(

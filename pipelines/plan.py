@@ -54,11 +54,15 @@ def make_plan(site: Site, app_name: str, revision: str) -> BuildPlan:
     )
 
 
-def write_outputs(plan: BuildPlan, directory: Path) -> None:
-    """One file per output parameter, each written whole (temp file, then rename)."""
+def write_outputs(plan: BuildPlan, directory: Path, *, build: bool, reason: str) -> None:
+    """One file per output parameter, each written whole (temp file, then rename).
+
+    ``build`` is ``true`` or ``false``: the later steps run only when it is ``true``.
+    """
+    outputs = plan.outputs() | {"build": "true" if build else "false", "reason": reason}
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        for name, value in plan.outputs().items():
+        for name, value in outputs.items():
             write_atomic(directory / name, value)
     except OSError as exc:
         raise InputError(f"plan output directory {directory}: {exc.strerror}") from None

@@ -22,12 +22,20 @@ from .names import (
 API_VERSION = "argoproj.io/v1alpha1"
 
 
-def build_workflow(site: Site, app: str, revision: str, *, submitted_by: str) -> dict[str, Any]:
-    """The Workflow for building ``app`` at ``revision`` from the ``fabrique-build`` template."""
+def build_workflow(
+    site: Site, app: str, revision: str, *, submitted_by: str, force: bool = False
+) -> dict[str, Any]:
+    """The Workflow for building ``app`` at ``revision`` from the ``fabrique-build`` template.
+
+    ``force`` builds even if nothing under the app's context changed (the plan step's check).
+    """
     site.app(app)
-    return workflow_object(
+    body = workflow_object(
         site, app, workflow_name(app, check_revision(revision)), revision, submitted_by=submitted_by
     )
+    if force:
+        body["spec"]["arguments"]["parameters"].append({"name": "force", "value": "true"})
+    return body
 
 
 def workflow_object(
@@ -67,12 +75,13 @@ REVISION_DESTS = ("spec.arguments.parameters.1.value", "metadata.labels.fabrique
 NAME_DEST = "metadata.name"
 
 
-def argo_submit_line(site: Site, app: str, revision: str) -> str:
+def argo_submit_line(site: Site, app: str, revision: str, *, force: bool = False) -> str:
     """The equivalent ``argo submit`` command line, for people who prefer the argo CLI."""
     site.app(app)
     return (
         f"argo submit -n {site.namespaces.build} --from workflowtemplate/{TEMPLATE_NAME} "
         f"--name {workflow_name(app, revision)} "
         f"-p app={app} -p revision={check_revision(revision)} "
-        f"-l {LABEL_APP}={app},{LABEL_REVISION}={revision}"
+        + ("-p force=true " if force else "")
+        + f"-l {LABEL_APP}={app},{LABEL_REVISION}={revision}"
     )

@@ -62,6 +62,10 @@ class Transport(Protocol):
 
     def is_ancestor(self, repo: str, branch: str, ancestor: str, descendant: str) -> bool: ...
 
+    def files_changed(
+        self, repo: str, branch: str, since: str, until: str, path: str
+    ) -> list[str] | None: ...
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -233,6 +237,11 @@ class GiteaTransport:
     def is_ancestor(self, repo: str, branch: str, ancestor: str, descendant: str) -> bool:
         return self.client.is_ancestor(repo, ancestor, descendant)
 
+    def files_changed(
+        self, repo: str, branch: str, since: str, until: str, path: str
+    ) -> list[str] | None:
+        return self.client.files_changed(repo, since, until, path)
+
 
 class GitTransport:
     """Plain git: the branch tip is the lease; a rejected push means it moved."""
@@ -279,6 +288,11 @@ class GitTransport:
 
     def is_ancestor(self, repo: str, branch: str, ancestor: str, descendant: str) -> bool:
         return self._remote(repo, branch).is_ancestor(ancestor, descendant)
+
+    def files_changed(
+        self, repo: str, branch: str, since: str, until: str, path: str
+    ) -> list[str] | None:
+        return self._remote(repo, branch).files_changed(since, until, path)
 
 
 @contextmanager

@@ -41,7 +41,13 @@ def test_steps_run_in_order(template: dict[str, Any]) -> None:
         "write-back",
     ]
     assert template["spec"]["entrypoint"] == "main"
-    assert [p["name"] for p in template["spec"]["arguments"]["parameters"]] == ["app", "revision"]
+    assert template["spec"]["arguments"]["parameters"] == [
+        {"name": "app"},
+        {"name": "revision"},
+        {"name": "force", "value": "false"},
+    ]
+    for step in main["steps"][1:]:
+        assert step[0]["when"] == "{{steps.plan.outputs.parameters.build}} == true", step[0]["name"]
 
 
 def test_build_container_is_rootless_buildkit(template: dict[str, Any]) -> None:
@@ -175,12 +181,11 @@ def test_labels_mutex_and_lifecycle(template: dict[str, Any]) -> None:
 
 def test_network_steps_retry_with_backoff(template: dict[str, Any]) -> None:
     templates = _templates(template)
-    for name in ("checkout", "build", "verify-digest", "write-back"):
+    for name in ("plan", "checkout", "build", "verify-digest", "write-back"):
         strategy = templates[name]["retryStrategy"]
         assert int(strategy["limit"]) >= 1, name
         assert strategy["backoff"]["duration"] and strategy["backoff"]["factor"], name
-    assert "retryStrategy" not in templates["plan"], "plan is pure: a retry cannot help it"
-    for name in ("verify-digest", "write-back"):
+    for name in ("plan", "verify-digest", "write-back"):
         # a digest mismatch or a bad target is not retried: only transient failures are
         assert templates[name]["retryStrategy"]["expression"] == "asInt(lastRetry.exitCode) == 75"
 

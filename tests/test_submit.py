@@ -241,7 +241,17 @@ def test_plan_writes_the_step_outputs(tmp_path: Path) -> None:
     )
     out = tmp_path / "plan"
     result = run_cli(
-        "--values", str(values), "plan", "--app", "citation", "--revision", REV, "--out", str(out)
+        "--values",
+        str(values),
+        "plan",
+        "--app",
+        "citation",
+        "--revision",
+        REV,
+        "--out",
+        str(out),
+        "--force",
+        "true",
     )
     assert result.exit_code == 0, result.stderr
     files = {p.name: p.read_text() for p in out.iterdir()}
@@ -251,6 +261,7 @@ def test_plan_writes_the_step_outputs(tmp_path: Path) -> None:
     assert files["dockerfile"] == "docker/Dockerfile"
     assert files["repo-url"] == "http://gitea-http.gitea.svc.cluster.local:3000/atlas/atlas.git"
     assert files["build-opts"] == "build-arg:A=one two\nbuild-arg:B=2"
+    assert (files["build"], files["reason"]) == ("true", "forced")
 
 
 @pytest.mark.parametrize("revision", ["", "HEAD", "a" * 39, "g" * 40, "a" * 41])

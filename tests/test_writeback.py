@@ -611,6 +611,7 @@ def test_the_double_lists_commits_by_path_as_gitea_does(
 ) -> None:
     import httpx
 
+    seed = code_repo.head()
     touching = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
     code_repo.commit({"README.md": "elsewhere\n"})
     response = httpx.get(
@@ -619,4 +620,15 @@ def test_the_double_lists_commits_by_path_as_gitea_does(
         headers={"Authorization": f"token {GITEA_TOKEN}"},
     )
     assert response.status_code == 200
-    assert [c["sha"] for c in response.json()] == [touching]
+    # like Gitea, `limit` is ignored with `path`; each commit lists its files
+    assert [c["sha"] for c in response.json()] == [touching, seed]
+    assert response.json()[0]["files"] == [
+        {"filename": "dataops/citation-dagster/app.txt", "status": "modified"}
+    ]
+    assert response.headers["X-HasMore"] == "false"
+    since = httpx.get(
+        f"{gitea.url}/api/v1/repos/atlas/atlas/commits",
+        params={"sha": "main", "path": "dataops/citation-dagster", "not": seed},
+        headers={"Authorization": f"token {GITEA_TOKEN}"},
+    )
+    assert [c["sha"] for c in since.json()] == [touching]

@@ -95,12 +95,12 @@ class GiteaDouble:
         path = request.path[len(base) :]
         try:
             self.swagger.check_request(request.method, unquote(path), request.query, request.json())
-            status, body = self._route(request, path)
+            status, body, *headers = self._route(request, path)
             self.swagger.check_response(request.method, unquote(path), status, body)
         except SpecViolation as violation:
             self.violations.append(str(violation))
             return 500, {"message": f"double: {violation}", "url": self.url}
-        return status, body
+        return status, body, *headers
 
     def _take_fault(self, method: str) -> Any:
         with self._fault_lock:
@@ -291,16 +291,50 @@ class GiteaDouble:
             "commits": [self._api_commit(repo, s) for s in shas],
         }
 
-    def _commits(self, repo: str, query: dict[str, str]) -> tuple[int, Any]:
+    page_size = 50  # Gitea's default page size; `limit` is ignored with `path`, as there
+
+    def _commits(self, repo: str, query: dict[str, str]) -> tuple[Any, ...]:
         start = self._resolve(repo, query.get("sha") or self._default_branch(repo))
         if start is None:
             return 404, NOT_FOUND
-        limit = int(query.get("limit") or 50)
-        args = ["rev-list", f"--max-count={limit}", start]
+        limit = self.page_size if query.get("path") else int(query.get("limit") or self.page_size)
+        page = max(1, int(query.get("page") or 1))
+        args = ["rev-list", start]
+        if query.get("not"):
+            excluded = self._resolve(repo, query["not"])
+            if excluded is None:
+                return 404, NOT_FOUND
+            args.append(f"^{excluded}")
         if query.get("path"):
             args += ["--", query["path"]]
         shas = git(self._bare(repo), *args).split()
-        return 200, [self._api_commit(repo, s) for s in shas]
+        chunk = shas[(page - 1) * limit : page * limit]
+        commits = [self._api_commit(repo, s) for s in chunk]
+        if query.get("files", "true") == "true":
+            for commit in commits:
+                changed = git(
+                    self._bare(repo),
+                    "diff-tree",
+                    "--no-commit-id",
+                    "--name-status",
+                    "-r",
+                    "--root",
+                    commit["sha"],
+                )
+                statuses = {"A": "added", "M": "modified", "D": "deleted"}
+                commit["files"] = [
+                    {
+                        "filename": line.split("\t", 1)[1],
+                        "status": statuses.get(line[0], "modified"),
+                    }
+                    for line in changed.splitlines()
+                    if "\t" in line
+                ]
+        headers = {
+            "X-Total": str(len(shas)),
+            "X-HasMore": "true" if page * limit < len(shas) else "false",
+        }
+        return 200, commits, headers
 
     # ------------------------------------------------------------------- writes
 

@@ -1,0 +1,66 @@
+"""Build only what changed: the authoritative check, run by the plan step.
+
+A push builds an app only if a file under the app's context changed between the
+revision deployed now and the pushed one. Files that fabrique itself writes (the
+write-back targets) do not count: otherwise every write-back commit, which lands inside
+the context when the overlay lives there, would trigger the next build, forever.
+
+When it cannot tell (nothing deployed yet, a deployed tag that is not a commit, a pushed
+commit that does not descend from the deployed one, too many commits to list), it builds:
+building too often is safe, and the write-back guards against rolling back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config import Site
+from .names import check_revision
+from .targets import read_pin
+from .writeback import Transport, desired_pin
+
+
+@dataclass(frozen=True)
+class Decision:
+    build: bool
+    reason: str
+
+
+def needs_build(site: Site, transport: Transport, app_name: str, revision: str) -> Decision:
+    app = site.app(app_name)
+    check_revision(revision)
+    code_repo, branch = site.gitea.code_repo, site.gitea.branch
+    target = app.writeback
+    snapshot = transport.read(target.repo, target.branch or branch, target.path)
+    if snapshot.text is None:
+        return Decision(True, f"no deployment recorded yet ({target.path} does not exist)")
+    probe = desired_pin(site, app, revision, "sha256:" + "0" * 64)
+    deployed = read_pin(
+        snapshot.text,
+        target.kind,
+        probe,
+        where=f"{target.repo}:{target.path}",
+        source_index=target.source_index,
+    )
+    if deployed is None or not deployed.tag:
+        return Decision(True, f"no deployed revision of {app.image} in {target.path}")
+    deployed_revision = transport.resolve(code_repo, branch, deployed.tag)
+    if deployed_revision is None:
+        return Decision(True, f"deployed tag {deployed.tag!r} is not a commit of {code_repo}")
+    if deployed_revision == revision:
+        return Decision(False, f"{revision[:12]} is the deployed revision already")
+    if not transport.is_ancestor(code_repo, branch, deployed_revision, revision):
+        return Decision(
+            True, f"{revision[:12]} does not descend from deployed {deployed_revision[:12]}"
+        )
+    files = transport.files_changed(code_repo, branch, deployed_revision, revision, app.context)
+    if files is None:
+        return Decision(True, f"too many commits since {deployed_revision[:12]} to list")
+    ours = {a.writeback.path for a in site.apps if a.writeback.repo == code_repo}
+    changed = [f for f in files if f not in ours]
+    if not changed:
+        return Decision(
+            False, f"nothing under {app.context} changed since deployed {deployed_revision[:12]}"
+        )
+    shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+    return Decision(True, f"{len(changed)} file(s) changed under {app.context}: {shown}")
