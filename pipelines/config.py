@@ -135,6 +135,12 @@ def _build_args(value: dict[str, str]) -> dict[str, str]:
     return value
 
 
+def _one_or_three(value: int) -> int:
+    if value not in (1, 3):
+        raise ValueError("must be 1 or 3 (a JetStream cluster needs a majority)")
+    return value
+
+
 DnsLabel = Annotated[str, AfterValidator(_dns_label)]
 RelativePath = Annotated[str, AfterValidator(_relative_path)]
 RepoSlug = Annotated[str, AfterValidator(_repo_slug)]
@@ -234,7 +240,7 @@ class JetStreamConfig(_Model):
     """The EventBus's NATS JetStream (``events.jetstream``)."""
 
     version: Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]+\.[0-9]+(-[a-z0-9]+)?$")]
-    replicas: Literal[1, 3]
+    replicas: Annotated[int, AfterValidator(_one_or_three)]
     max_age: Annotated[str, Field(pattern=r"^[1-9][0-9]*(m|h)$")]
     storage_size: Annotated[str, AfterValidator(_quantity)]
     storage_class_name: DnsLabel | None = None

@@ -98,6 +98,10 @@ class Swagger:
         if schema is not None and body is not None:
             self._validate(schema, body, f"{method} {template} response {status}")
 
+    def check_definition(self, name: str, instance: Any) -> None:
+        """``instance`` against the closed definition ``name`` (e.g. ``PayloadCommit``)."""
+        self._validate({"$ref": f"#/definitions/{name}"}, instance, name)
+
     def _validate(self, schema: dict[str, Any], instance: Any, what: str) -> None:
         validator = self._validator(json.dumps(schema, sort_keys=True))
         error = jsonschema.exceptions.best_match(validator.iter_errors(instance))

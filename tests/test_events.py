@@ -1,0 +1,307 @@
+"""The event path's manifests: EventSource, EventBus, Sensor, and what a push does."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from eventsources.eventbus import event_bus
+from eventsources.sensor import sensor
+from pipelines.config import load_site
+from pipelines.validate import validate_tree
+from pipelines.workflow import build_workflow
+
+from . import payloads
+from .conftest import GITEA_TOKEN, KUSTOMIZATION, ROOT, Repo, run_cli, write_values
+from .doubles.gitea import GiteaDouble
+from .doubles.sensor import filters_pass, fire
+from .doubles.swagger import Swagger
+from .manifests import documents, find, walk
+
+TREE = ROOT / "manifests"
+SITE = load_site(env={})
+
+
+@pytest.fixture(scope="module")
+def rendered_sensor() -> dict[str, Any]:
+    return find(TREE, "Sensor", "fabrique-build")
+
+
+def test_event_kinds_validate_strictly_and_typos_are_caught(tmp_path: Path, specs: Path) -> None:
+    tree = tmp_path / "m"
+    shutil.copytree(TREE, tree)
+    assert [p for p in validate_tree(tree, specs) if "events/" in str(p)] == []
+    path = tree / "events" / "sensor.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["spec"]["triggers"][0]["atLeastOnse"] = True
+    doc["spec"]["dependencies"][0]["filters"]["data"][0]["valu"] = ["^push$"]
+    path.write_text(yaml.safe_dump(doc))
+    problems = [str(p) for p in validate_tree(tree, specs)]
+    assert any("spec.triggers[0]" in p and "'atLeastOnse' was unexpected" in p for p in problems)
+    assert any("filters.data[0]" in p and "'valu' was unexpected" in p for p in problems)
+
+
+def test_event_source_is_the_authenticated_push_webhook() -> None:
+    source = find(TREE, "EventSource", "gitea")
+    assert source["metadata"]["namespace"] == "fabrique"
+    push = source["spec"]["webhook"]["push"]
+    assert (push["port"], push["endpoint"], push["method"]) == ("12000", "/push", "POST")
+    assert push["authSecret"] == {"name": "fabrique-webhook-token", "key": "token"}
+    assert push["maxPayloadSize"] == 1048576
+    assert source["spec"]["service"]["ports"] == [
+        {"name": "webhook", "port": 12000, "targetPort": 12000}
+    ]
+    assert "clusterIP" not in source["spec"]["service"], "a plain ClusterIP Service"
+    assert source["spec"]["eventBusName"] == "default"
+
+
+def test_event_bus_is_persistent_jetstream_with_bounded_retention() -> None:
+    bus = find(TREE, "EventBus", "default")["spec"]["jetstream"]
+    assert bus["version"] == SITE.events.jetstream.version
+    assert bus["replicas"] == 1
+    assert yaml.safe_load(bus["streamConfig"]) == {"maxAge": "72h", "replicas": 1}
+    assert bus["persistence"] == {"accessMode": "ReadWriteOnce", "volumeSize": "1Gi"}
+
+
+def test_three_replicas_move_the_stream_replicas_too() -> None:
+    site = load_site(env={"FABRIQUE_EVENTS__JETSTREAM__REPLICAS": "3"})
+    bus = event_bus(site)["spec"]["jetstream"]
+    assert bus["replicas"] == 3
+    assert yaml.safe_load(bus["streamConfig"])["replicas"] == 3
+
+
+def test_two_replicas_are_refused() -> None:
+    from pipelines.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^events\.jetstream\.replicas: "):
+        load_site(env={"FABRIQUE_EVENTS__JETSTREAM__REPLICAS": "2"})
+
+
+def test_every_string_filter_is_anchored(rendered_sensor: dict[str, Any]) -> None:
+    for dependency in rendered_sensor["spec"]["dependencies"]:
+        for data_filter in dependency["filters"]["data"]:
+            for value in data_filter["value"]:
+                assert value.startswith("^") and value.endswith("$"), (data_filter["path"], value)
+    paths = [f["path"] for f in rendered_sensor["spec"]["dependencies"][0]["filters"]["data"]]
+    assert paths == [
+        "header.X-Gitea-Event.0",
+        "body.ref",
+        "body.repository.full_name",
+        "body.after",
+        "body.after",
+    ]
+
+
+def test_trigger_creates_the_raw_workflow_once(rendered_sensor: dict[str, Any]) -> None:
+    (trigger,) = rendered_sensor["spec"]["triggers"]
+    assert trigger["atLeastOnce"] is True
+    assert trigger["retryStrategy"]["steps"] >= 1
+    assert trigger["rateLimit"] == {"unit": "Second", "requestsPerUnit": 10}
+    k8s = trigger["template"]["k8s"]
+    assert k8s["operation"] == "create"
+    resource = k8s["source"]["resource"]
+    assert isinstance(resource, dict) and "value" not in resource, "raw object, not base64"
+    assert resource["kind"] == "Workflow"
+    assert resource["spec"]["workflowTemplateRef"] == {"name": "fabrique-build"}
+    assert resource["metadata"]["namespace"] == "fabrique-build"
+
+
+def test_sensor_names_the_workflow_as_submit_does(rendered_sensor: dict[str, Any]) -> None:
+    """Same commit, same name, same object: a redelivery meets 409 AlreadyExists."""
+    revision = "4e1d9c0b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e2d"
+    event = payloads.push(after=revision, files=["dataops/citation-dagster/app.txt"])
+    created = fire(rendered_sensor["spec"]["triggers"][0], event)
+    expected = build_workflow(SITE, "citation", revision, submitted_by="sensor")
+    assert created == expected
+
+
+def test_sensor_rbac_allows_creating_workflows_only() -> None:
+    role = find(TREE, "Role", "fabrique-sensor-create-workflows")
+    assert role["metadata"]["namespace"] == "fabrique-build"
+    assert role["rules"] == [
+        {"apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": ["create"]}
+    ]
+    binding = find(TREE, "RoleBinding", "fabrique-sensor-create-workflows")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "fabrique-sensor", "namespace": "fabrique"}
+    ]
+    assert (
+        find(TREE, "Sensor", "fabrique-build")["spec"]["template"]["serviceAccountName"]
+        == "fabrique-sensor"
+    )
+
+
+def test_control_namespace_pods_are_restricted() -> None:
+    for kind, name in (("EventSource", "gitea"), ("Sensor", "fabrique-build")):
+        template = find(TREE, kind, name)["spec"]["template"]
+        assert template["securityContext"]["runAsNonRoot"] is True
+        assert template["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        container = template["container"]["securityContext"]
+        assert container["allowPrivilegeEscalation"] is False and container["capabilities"] == {
+            "drop": ["ALL"]
+        }
+    bus = find(TREE, "EventBus", "default")["spec"]["jetstream"]
+    for key in ("containerTemplate", "reloaderContainerTemplate", "metricsContainerTemplate"):
+        assert bus[key]["securityContext"]["allowPrivilegeEscalation"] is False, key
+
+
+def test_one_dependency_and_trigger_per_app() -> None:
+    from pipelines.config import default_values, merge, parse_site
+
+    two = merge(
+        default_values(),
+        {
+            "apps": [
+                {
+                    "name": n,
+                    "image": n,
+                    "context": f"apps/{n}",
+                    "writeback": {"repo": "atlas/atlas", "path": f"apps/{n}/k.yaml"},
+                }
+                for n in ("alpha", "beta")
+            ]
+        },
+    )
+    spec = sensor(parse_site(two))["spec"]
+    assert [d["name"] for d in spec["dependencies"]] == ["push-alpha", "push-beta"]
+    assert [t["template"]["conditions"] for t in spec["triggers"]] == ["push-alpha", "push-beta"]
+
+
+# ------------------------------------------------------------ what a push does
+
+
+@pytest.mark.parametrize(
+    ("event", "passes"),
+    [
+        (payloads.push(after="a" * 40), True),
+        (payloads.push(after="a" * 40, ref="refs/heads/feature"), False),
+        (payloads.push(after="a" * 40, ref="refs/heads/main-backup"), False),
+        (payloads.push(after="a" * 40, ref="refs/tags/v1.0.0"), False),
+        (payloads.push(after=payloads.ZERO), False),
+        (payloads.push(after="a" * 40, repo="atlas/atlas-fork"), False),
+        (payloads.push(after="a" * 40, repo="x-atlas/atlas"), False),
+        (payloads.push(after="a" * 40, event="pull_request"), False),
+        (payloads.push(after="a" * 40, event="push-like"), False),
+    ],
+    ids=[
+        "main",
+        "other-branch",
+        "prefix-branch",
+        "tag",
+        "deletion",
+        "fork",
+        "nested",
+        "other-event",
+        "prefix-event",
+    ],
+)
+def test_sensor_filters_on_realistic_payloads(
+    rendered_sensor: dict[str, Any], gitea_swagger: Swagger, event: dict[str, Any], passes: bool
+) -> None:
+    for definition, value in payloads.parts(event):
+        gitea_swagger.check_definition(definition, value)
+    filters = rendered_sensor["spec"]["dependencies"][0]["filters"]["data"]
+    assert filters_pass(event, filters) is passes
+
+
+def _plan(values: Path, revision: str, tmp_path: Path) -> dict[str, str]:
+    out = tmp_path / f"plan-{revision[:7]}"
+    result = run_cli(
+        "--values",
+        str(values),
+        "plan",
+        "--app",
+        "citation",
+        "--revision",
+        revision,
+        "--out",
+        str(out),
+        env={"FABRIQUE_GITEA_TOKEN": GITEA_TOKEN},
+    )
+    assert result.exit_code == 0, result.stderr
+    return {p.name: p.read_text() for p in out.iterdir()}
+
+
+def test_pushes_drive_the_skip_when_unchanged_step(
+    tmp_path: Path, code_repo: Repo, gitea: GiteaDouble, rendered_sensor: dict[str, Any]
+) -> None:
+    values = write_values(tmp_path / "site.yaml", **{"gitea.url": gitea.url})
+    filters = rendered_sensor["spec"]["dependencies"][0]["filters"]["data"]
+    trigger = rendered_sensor["spec"]["triggers"][0]
+
+    def deliver(revision: str, files: list[str]) -> dict[str, str]:
+        event = payloads.push(after=revision, files=files)
+        assert filters_pass(event, filters)
+        workflow = fire(trigger, event)
+        assert workflow["spec"]["arguments"]["parameters"][1]["value"] == revision
+        return _plan(values, revision, tmp_path)
+
+    # nothing deployed yet: build
+    first = code_repo.commit({"dataops/citation-dagster/app.txt": "v1\n"})
+    assert deliver(first, ["dataops/citation-dagster/app.txt"])["build"] == "true"
+    written = run_cli(
+        "--values",
+        str(values),
+        "writeback",
+        "--app",
+        "citation",
+        "--revision",
+        first,
+        "--digest",
+        "sha256:" + "1" * 64,
+        env={"FABRIQUE_GITEA_TOKEN": GITEA_TOKEN},
+    )
+    assert written.stdout.startswith("changed:")
+    writeback_commit = code_repo.head()
+
+    # the write-back commit itself lands inside the context: it must not rebuild
+    skipped = deliver(
+        writeback_commit, ["dataops/citation-dagster/deploy/overlays/prod/kustomization.yaml"]
+    )
+    assert skipped["build"] == "false", skipped["reason"]
+
+    # a push touching only another app: the Sensor lets it through, the plan skips it
+    other = code_repo.commit({"dataops/other-app/Dockerfile": "FROM scratch\nLABEL v=2\n"})
+    decision = deliver(other, ["dataops/other-app/Dockerfile"])
+    assert decision["build"] == "false"
+    assert "nothing under dataops/citation-dagster changed" in decision["reason"]
+
+    # a push touching the app: build, naming what changed
+    touching = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    decision = deliver(touching, ["dataops/citation-dagster/app.txt"])
+    assert decision["build"] == "true"
+    assert "dataops/citation-dagster/app.txt" in decision["reason"]
+
+    # the already deployed revision: nothing to do
+    assert _plan(values, first, tmp_path)["build"] == "false"
+
+
+def test_plan_builds_when_the_deployed_tag_is_not_a_commit(
+    tmp_path: Path, code_repo: Repo, gitea: GiteaDouble
+) -> None:
+    values = write_values(tmp_path / "site.yaml", **{"gitea.url": gitea.url})
+    code_repo.commit({KUSTOMIZATION: "images:\n- name: citation-dagster\n  newTag: 1.4.2\n"})
+    revision = code_repo.commit({"README.md": "x\n"})
+    decision = _plan(values, revision, tmp_path)
+    assert decision["build"] == "true"
+    assert "deployed tag '1.4.2' is not a commit" in decision["reason"]
+
+
+def test_no_wide_nets_or_literal_secrets_in_the_event_unit() -> None:
+    for doc in documents(TREE):
+        if doc["apiVersion"].startswith("argoproj.io") and doc["kind"] in (
+            "EventSource",
+            "Sensor",
+            "EventBus",
+        ):
+            for path, key, value in walk(doc):
+                assert not (
+                    isinstance(key, str)
+                    and re.search(r"token|password", key, re.I)
+                    and isinstance(value, str)
+                ), path
