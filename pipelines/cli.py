@@ -291,6 +291,34 @@ def writeback(
     click.echo(outcome.line())
 
 
+@cli.command("seed-webhook")
+@click.option("--dry-run", is_flag=True, help="Say what would change; change nothing.")
+@click.option("--rotate", is_flag=True, help="Write the HMAC secret and token again.")
+@pass_state
+def seed_webhook_command(state: _State, dry_run: bool, rotate: bool) -> None:
+    """Make sure the code repository has exactly one webhook #2 to the EventSource.
+
+    The bearer token comes from FABRIQUE_WEBHOOK_TOKEN (the value of the Secret the
+    EventSource checks), the HMAC secret from FABRIQUE_WEBHOOK_SECRET, and the Gitea
+    token from FABRIQUE_GITEA_TOKEN. None of them is ever printed.
+    """
+    from eventsources.webhook import Credentials, seed_webhook
+
+    from .gitea import GiteaClient, token_from_env
+
+    site = state.site
+    credentials = Credentials.from_env()
+    with GiteaClient(
+        site.gitea.url,
+        token_from_env(),
+        retry=site.network.retry_policy(),
+        timeout=site.network.http_timeout(),
+    ) as gitea:
+        actions = seed_webhook(site, gitea, credentials, dry_run=dry_run, rotate=rotate)
+    for action in actions:
+        click.echo(action.line(dry_run))
+
+
 @cli.group()
 def config() -> None:
     """The effective site config."""

@@ -39,7 +39,17 @@ from .names import (
 
 ENV_PREFIX = "FABRIQUE_"
 # FABRIQUE_* variables that are not config overrides.
-ENV_RESERVED = frozenset({"FABRIQUE_VALUES", "FABRIQUE_GITEA_TOKEN", "FABRIQUE_KUBECONTEXT"})
+ENV_RESERVED = frozenset(
+    {
+        "FABRIQUE_VALUES",
+        "FABRIQUE_GITEA_TOKEN",
+        "FABRIQUE_KUBECONTEXT",
+        "FABRIQUE_WEBHOOK_TOKEN",
+        "FABRIQUE_WEBHOOK_SECRET",
+        "FABRIQUE_NATS_TOKEN",
+        "FABRIQUE_SPECS",
+    }
+)
 
 
 def _dns_label(value: str) -> str:

@@ -157,6 +157,36 @@ class GiteaClient(JsonApi):
                 return sorted(set(files))
         return None
 
+    # ------------------------------------------------------------------ hooks
+
+    def list_hooks(self, repo: str) -> list[dict[str, Any]]:
+        what = f"webhooks of {repo}"
+        hooks: list[dict[str, Any]] = []
+        for page in range(1, 51):
+            response = self.request(
+                "GET", f"/repos/{repo}/hooks", params={"page": str(page), "limit": "50"}
+            )
+            batch = self._check(response, what)
+            if not isinstance(batch, list):
+                raise GiteaError(f"{what}: Gitea answered something that is not a list")
+            hooks += [h for h in batch if isinstance(h, dict)]
+            if len(batch) < 50:
+                return hooks
+        return hooks
+
+    def create_hook(self, repo: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = self.request("POST", f"/repos/{repo}/hooks", json=body)
+        return self._check(response, f"create webhook in {repo}", expect=(201,))
+
+    def edit_hook(self, repo: str, hook_id: int, body: dict[str, Any]) -> dict[str, Any]:
+        response = self.request("PATCH", f"/repos/{repo}/hooks/{hook_id}", json=body)
+        return self._check(response, f"webhook #{hook_id} of {repo}")
+
+    def delete_hook(self, repo: str, hook_id: int) -> None:
+        response = self.request("DELETE", f"/repos/{repo}/hooks/{hook_id}")
+        if response.status_code != 204:
+            self._check(response, f"delete webhook #{hook_id} of {repo}", expect=(204,))
+
     # ----------------------------------------------------------------- writes
 
     def update_file(

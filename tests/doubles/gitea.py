@@ -63,6 +63,9 @@ class GiteaDouble:
         self.race_rate = 0.0
         self.races = 0
         self._random = random.Random(1234)
+        self.hooks: dict[str, dict[int, dict[str, Any]]] = {repo: {} for repo in repos}
+        self.hook_secrets: dict[tuple[str, int], str] = {}  # stored, never shown, like Gitea
+        self._next_hook = 1
         self._write_lock = threading.Lock()
         self._fault_lock = threading.Lock()
         self.server = LoopbackServer(self._handle)
@@ -134,6 +137,15 @@ class GiteaDouble:
             return self._compare(repo, unquote(rest[len("compare/") :]))
         if method == "GET" and rest == "commits":
             return self._commits(repo, request.query)
+        if rest == "hooks" and method in ("GET", "POST"):
+            return (
+                self._list_hooks(repo)
+                if method == "GET"
+                else self._create_hook(repo, request.json())
+            )
+        hook = re.fullmatch(r"hooks/(\d+)", rest)
+        if hook and method in ("GET", "PATCH", "DELETE"):
+            return self._hook(repo, int(hook[1]), method, request.json())
         raise SpecViolation(f"{method} {path}: declared by Gitea, not served by the double")
 
     # -------------------------------------------------------------------- reads
@@ -335,6 +347,63 @@ class GiteaDouble:
             "X-HasMore": "true" if page * limit < len(shas) else "false",
         }
         return 200, commits, headers
+
+    # -------------------------------------------------------------------- hooks
+
+    def _hook_view(self, repo: str, hook: dict[str, Any]) -> dict[str, Any]:
+        shown = {k: v for k, v in hook.items() if k != "config"}
+        shown["config"] = {k: v for k, v in hook["config"].items() if k != "secret"}
+        return shown
+
+    def _list_hooks(self, repo: str) -> tuple[int, Any]:
+        return 200, [self._hook_view(repo, h) for h in self.hooks[repo].values()]
+
+    def _create_hook(self, repo: str, body: dict[str, Any]) -> tuple[int, Any]:
+        config = dict(body["config"])
+        if not config.get("url") or not config.get("content_type"):
+            return 422, {
+                "message": "config.url and config.content_type are required",
+                "url": self.url,
+            }
+        hook_id, self._next_hook = self._next_hook, self._next_hook + 1
+        now = "2026-12-02T10:00:00Z"
+        self.hook_secrets[(repo, hook_id)] = config.get("secret", "")
+        self.hooks[repo][hook_id] = {
+            "id": hook_id,
+            "type": body["type"],
+            "name": body.get("name", ""),
+            "config": {
+                "url": config["url"],
+                "content_type": config["content_type"],
+                "http_method": config.get("http_method", "post"),
+            },
+            "events": body.get("events") or ["push"],
+            "branch_filter": body.get("branch_filter", "*"),
+            "authorization_header": body.get("authorization_header", ""),
+            "active": bool(body.get("active", False)),
+            "created_at": now,
+            "updated_at": now,
+        }
+        return 201, self._hook_view(repo, self.hooks[repo][hook_id])
+
+    def _hook(self, repo: str, hook_id: int, method: str, body: Any) -> tuple[int, Any]:
+        hook = self.hooks[repo].get(hook_id)
+        if hook is None:
+            return 404, NOT_FOUND
+        if method == "GET":
+            return 200, self._hook_view(repo, hook)
+        if method == "DELETE":
+            del self.hooks[repo][hook_id]
+            return 204, None
+        for key in ("events", "branch_filter", "authorization_header", "active", "name"):
+            if key in body:
+                hook[key] = body[key]
+        if "config" in body:
+            config = dict(body["config"])
+            if "secret" in config:
+                self.hook_secrets[(repo, hook_id)] = config.pop("secret")
+            hook["config"].update(config)
+        return 200, self._hook_view(repo, hook)
 
     # ------------------------------------------------------------------- writes
 

@@ -1,0 +1,132 @@
+"""Seeding webhook #2: the code repository posts its pushes to the EventSource.
+
+``fabrique seed-webhook`` makes sure ``atlas/atlas`` has exactly one webhook pointing at
+the EventSource's Service: type ``gitea``, JSON, ``push`` events only, the branch filter,
+``Authorization: Bearer <token>`` (what the EventSource's authSecret checks) and an HMAC
+secret, active. It creates it when missing, repairs it when it differs, removes
+duplicates, and changes nothing when all is right.
+
+Gitea never returns the HMAC secret, so a changed secret alone cannot be seen: pass
+``--rotate`` to write the secret and token again. Neither is ever printed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipelines.config import Site
+from pipelines.errors import InputError
+from pipelines.gitea import GiteaClient
+
+from ._common import webhook_service_url
+
+TOKEN_ENV = "FABRIQUE_WEBHOOK_TOKEN"
+SECRET_ENV = "FABRIQUE_WEBHOOK_SECRET"
+HOOK_NAME = "fabrique-eventsource"
+
+
+@dataclass(frozen=True)
+class Credentials:
+    token: str = field(repr=False)
+    secret: str = field(repr=False)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Credentials:
+        env = os.environ if env is None else env
+        missing = [name for name in (TOKEN_ENV, SECRET_ENV) if not env.get(name)]
+        if missing:
+            raise InputError(
+                f"{' and '.join(missing)}: not set; the webhook's bearer token (the value of "
+                "the Secret the EventSource checks) and its HMAC secret come from there"
+            )
+        return cls(env[TOKEN_ENV], env[SECRET_ENV])
+
+
+@dataclass(frozen=True)
+class Action:
+    verb: str  # created | repaired | unchanged | removed
+    hook_id: int | None
+    detail: str = ""
+
+    def line(self, dry_run: bool) -> str:
+        hook = f"webhook #{self.hook_id}" if self.hook_id is not None else "webhook"
+        prefix = "would be " if dry_run and self.verb != "unchanged" else ""
+        return f"{prefix}{self.verb}: {hook}" + (f" ({self.detail})" if self.detail else "")
+
+
+def desired(site: Site, credentials: Credentials) -> dict[str, Any]:
+    """The CreateHookOption body of webhook #2."""
+    return {
+        "type": "gitea",
+        "name": HOOK_NAME,
+        "config": {
+            "url": webhook_service_url(site.namespaces.control),
+            "content_type": "json",
+            "http_method": "post",
+            "secret": credentials.secret,
+        },
+        "events": ["push"],
+        "branch_filter": site.gitea.branch,
+        "authorization_header": f"Bearer {credentials.token}",
+        "active": True,
+    }
+
+
+def differences(hook: dict[str, Any], want: dict[str, Any]) -> list[str]:
+    """What differs between a hook as Gitea shows it and the wanted one (names only)."""
+    config = hook.get("config") or {}
+    found = []
+    if hook.get("type") != want["type"]:
+        found.append("type")
+    if config.get("content_type") != want["config"]["content_type"]:
+        found.append("content_type")
+    if (config.get("http_method") or "post").lower() != want["config"]["http_method"]:
+        found.append("http_method")
+    if sorted(hook.get("events") or []) != sorted(want["events"]):
+        found.append("events")
+    if (hook.get("branch_filter") or "") != want["branch_filter"]:
+        found.append("branch_filter")
+    if hook.get("active") is not True:
+        found.append("active")
+    shown = hook.get("authorization_header")
+    if shown is not None and shown != want["authorization_header"]:
+        found.append("authorization_header")
+    return found
+
+
+def seed_webhook(
+    site: Site, gitea: GiteaClient, credentials: Credentials, *, dry_run: bool, rotate: bool
+) -> list[Action]:
+    repo = site.gitea.code_repo
+    want = desired(site, credentials)
+    url = want["config"]["url"]
+    ours = sorted(
+        (h for h in gitea.list_hooks(repo) if (h.get("config") or {}).get("url") == url),
+        key=lambda h: int(h.get("id") or 0),
+    )
+    actions: list[Action] = []
+    if not ours:
+        hook_id = None if dry_run else int(gitea.create_hook(repo, want).get("id") or 0)
+        return [Action("created", hook_id, f"{url}, push on {site.gitea.branch}")]
+    keep, *duplicates = ours
+    hook_id = int(keep["id"])
+    changed = differences(keep, want)
+    if rotate:
+        changed.append("secret and token rotated")
+    if changed:
+        if not dry_run:
+            edit = {k: v for k, v in want.items() if k != "type"}
+            gitea.edit_hook(repo, hook_id, edit)
+        actions.append(Action("repaired", hook_id, ", ".join(changed)))
+    else:
+        actions.append(Action("unchanged", hook_id))
+    for duplicate in duplicates:
+        if not dry_run:
+            gitea.delete_hook(repo, int(duplicate["id"]))
+        actions.append(
+            Action("removed", int(duplicate["id"]), "a duplicate pointing at the same URL")
+        )
+    return actions

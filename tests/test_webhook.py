@@ -1,0 +1,111 @@
+"""`fabrique seed-webhook` against the Gitea double: create, unchanged, repair, dedupe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .conftest import GITEA_TOKEN, run_cli, write_values
+from .doubles.gitea import GiteaDouble
+
+URL = "http://gitea-eventsource-svc.fabrique.svc.cluster.local:12000/push"
+WEBHOOK_TOKEN = "bearer-7f3a9c"
+WEBHOOK_SECRET = "hmac-4b2e81"
+ENV = {
+    "FABRIQUE_GITEA_TOKEN": GITEA_TOKEN,
+    "FABRIQUE_WEBHOOK_TOKEN": WEBHOOK_TOKEN,
+    "FABRIQUE_WEBHOOK_SECRET": WEBHOOK_SECRET,
+}
+
+
+@pytest.fixture()
+def values(tmp_path: Path, gitea: GiteaDouble) -> Path:
+    return write_values(tmp_path / "site.yaml", **{"gitea.url": gitea.url})
+
+
+def _seed(values: Path, *args: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    result = run_cli("--values", str(values), "seed-webhook", *args, env=env or ENV)
+    for secret in (WEBHOOK_TOKEN, WEBHOOK_SECRET, GITEA_TOKEN):
+        assert secret not in result.stdout + result.stderr
+    return result
+
+
+def test_creates_then_unchanged(values: Path, gitea: GiteaDouble) -> None:
+    first = _seed(values)
+    assert first.exit_code == 0, first.stderr
+    assert first.stdout.strip() == f"created: webhook #1 ({URL}, push on main)"
+    (hook,) = gitea.hooks["atlas/atlas"].values()
+    assert hook["type"] == "gitea"
+    assert hook["config"] == {"url": URL, "content_type": "json", "http_method": "post"}
+    assert hook["events"] == ["push"] and hook["branch_filter"] == "main" and hook["active"] is True
+    assert hook["authorization_header"] == f"Bearer {WEBHOOK_TOKEN}"
+    assert gitea.hook_secrets[("atlas/atlas", 1)] == WEBHOOK_SECRET
+
+    again = _seed(values)
+    assert again.stdout.strip() == "unchanged: webhook #1"
+    assert [r.method for r in gitea.requests[-1:]] == ["GET"], "a second run only reads"
+
+
+def test_repairs_a_hook_edited_by_hand(values: Path, gitea: GiteaDouble) -> None:
+    _seed(values)
+    hook = gitea.hooks["atlas/atlas"][1]
+    hook.update(events=["push", "pull_request"], active=False, authorization_header="Bearer old")
+    repaired = _seed(values)
+    assert repaired.exit_code == 0
+    assert repaired.stdout.strip() == "repaired: webhook #1 (events, active, authorization_header)"
+    assert hook["events"] == ["push"] and hook["active"] is True
+    assert hook["authorization_header"] == f"Bearer {WEBHOOK_TOKEN}"
+    assert _seed(values).stdout.strip() == "unchanged: webhook #1"
+
+
+def test_removes_duplicates_and_leaves_other_hooks(values: Path, gitea: GiteaDouble) -> None:
+    _seed(values)
+    gitea.hooks["atlas/atlas"][2] = {**gitea.hooks["atlas/atlas"][1], "id": 2}
+    gitea.hooks["atlas/atlas"][3] = {
+        **gitea.hooks["atlas/atlas"][1],
+        "id": 3,
+        "config": {"url": "http://argocd/webhook", "content_type": "json"},
+    }
+    result = _seed(values)
+    assert result.stdout.splitlines() == [
+        "unchanged: webhook #1",
+        "removed: webhook #2 (a duplicate pointing at the same URL)",
+    ]
+    assert sorted(gitea.hooks["atlas/atlas"]) == [1, 3]
+
+
+def test_rotate_rewrites_the_secret(values: Path, gitea: GiteaDouble) -> None:
+    _seed(values)
+    rotated = _seed(values, "--rotate", env={**ENV, "FABRIQUE_WEBHOOK_SECRET": "hmac-new-0c1d"})
+    assert rotated.stdout.strip() == "repaired: webhook #1 (secret and token rotated)"
+    assert gitea.hook_secrets[("atlas/atlas", 1)] == "hmac-new-0c1d"
+
+
+def test_dry_run_changes_nothing(values: Path, gitea: GiteaDouble) -> None:
+    result = _seed(values, "--dry-run")
+    assert result.exit_code == 0
+    assert result.stdout.strip().startswith("would be created: webhook")
+    assert gitea.hooks["atlas/atlas"] == {}
+    assert {r.method for r in gitea.requests} == {"GET"}
+
+
+def test_missing_credentials_are_named(values: Path, gitea: GiteaDouble) -> None:
+    result = run_cli(
+        "--values", str(values), "seed-webhook", env={"FABRIQUE_GITEA_TOKEN": GITEA_TOKEN}
+    )
+    assert result.exit_code == 2
+    assert result.stderr.startswith(
+        "error: FABRIQUE_WEBHOOK_TOKEN and FABRIQUE_WEBHOOK_SECRET: not set"
+    )
+    assert gitea.hooks["atlas/atlas"] == {}
+
+
+def test_bodies_follow_gitea_create_and_edit_hook_options(values: Path, gitea: GiteaDouble) -> None:
+    """The double checks every request body against CreateHookOption / EditHookOption."""
+    _seed(values)
+    gitea.hooks["atlas/atlas"][1]["active"] = False
+    _seed(values)
+    methods = [r.method for r in gitea.requests if "/hooks" in r.path]
+    assert "POST" in methods and "PATCH" in methods
+    assert gitea.violations == []
