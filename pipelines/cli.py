@@ -320,6 +320,36 @@ def seed_webhook_command(state: _State, dry_run: bool, rotate: bool) -> None:
 
 
 @cli.group()
+def doctor() -> None:
+    """Diagnose the platform pieces fabrique depends on."""
+
+
+@doctor.command("eventbus")
+@click.option("--url", required=True, help="nats://host:4222 (or tls://) of the EventBus.")
+@click.option("--creds", type=click.Path(path_type=Path), help="NATS creds file.")
+@click.option("--tls-ca", type=click.Path(path_type=Path), help="CA of the EventBus's TLS.")
+def doctor_eventbus(url: str, creds: Path | None, tls_ca: Path | None) -> None:
+    """Report the JetStream stream and consumers; fail if the Sensor's consumer is missing.
+
+    The EventBus token comes from FABRIQUE_NATS_TOKEN (the Secret
+    eventbus-default-js-client-auth holds it).
+    """
+    import os
+
+    from eventsources.doctor import inspect
+
+    from .errors import RemoteError
+
+    report = inspect(
+        url, token=os.environ.get("FABRIQUE_NATS_TOKEN") or None, creds=creds, tls_ca=tls_ca
+    )
+    for line in report.lines():
+        click.echo(line)
+    if report.errors:
+        raise RemoteError(f"EventBus at {url}: {len(report.errors)} problem(s), see above")
+
+
+@cli.group()
 def config() -> None:
     """The effective site config."""
 

@@ -343,3 +343,54 @@ def git_daemon(repos_root: Path, code_repo: Repo) -> Iterator[GitDaemon]:
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+class NatsServer:
+    """A real nats-server with JetStream on 127.0.0.1, token auth."""
+
+    def __init__(self, port: int, token: str) -> None:
+        self.port = port
+        self.token = token
+        self.url = f"nats://127.0.0.1:{port}"
+
+
+def nats_server_binary() -> str:
+    import sys
+
+    beside = Path(sys.executable).parent / "nats-server"
+    return str(beside) if beside.exists() else require_binary("nats-server")
+
+
+@pytest.fixture()
+def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
+    port = free_port()
+    token = "nats-test-token-55aa"
+    process = subprocess.Popen(
+        [
+            nats_server_binary(),
+            "-js",
+            "-a",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "--auth",
+            token,
+            "-sd",
+            str(tmp_path / "jetstream"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        else:
+            raise RuntimeError("nats-server did not start")
+        yield NatsServer(port, token)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
