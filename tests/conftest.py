@@ -6,15 +6,12 @@ is a failure with the command that installs it, never a silent skip.
 
 from __future__ import annotations
 
-import shutil
-import socket
 import subprocess
-import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 from click.testing import CliRunner, Result
@@ -22,41 +19,15 @@ from click.testing import CliRunner, Result
 from pipelines.cli import cli
 from pipelines.validate import find_specs
 
+from . import servers
 from .doubles.gitea import GiteaDouble
 from .doubles.kube import KubeApiDouble
 from .doubles.swagger import Swagger
+from .servers import GitDaemon
+from .servers import Nats as NatsServer
 
 ROOT = Path(__file__).resolve().parent.parent
 GITEA_SPEC = "gitea-1.27.1.swagger.json"
-
-
-def require_binary(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        pytest.fail(
-            f"{name} is not installed; `make test` installs it "
-            "(apt-get install -y docker-registry skopeo umoci)",
-            pytrace=False,
-        )
-    return path
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_http(url: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=1).status_code < 500:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} did not come up within {timeout}s")
 
 
 @pytest.fixture(scope="session")
@@ -65,46 +36,22 @@ def specs() -> Path:
 
 
 @pytest.fixture(scope="session")
-def gitea_swagger(specs: Path) -> Swagger:
-    return Swagger(specs / GITEA_SPEC)
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Registry]:
+    with _need_server(), servers.registry(tmp_path_factory.mktemp("registry")) as running:
+        yield running
 
 
-class Registry:
-    """A real Distribution registry (Debian's docker-registry) on 127.0.0.1."""
-
-    def __init__(self, host: str) -> None:
-        self.host = host
-        self.url = f"http://{host}"
+@contextmanager
+def _need_server() -> Iterator[None]:
+    try:
+        yield
+    except servers.MissingServer as missing:
+        pytest.fail(str(missing), pytrace=False)
 
 
 @pytest.fixture(scope="session")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
-    binary = require_binary("docker-registry")
-    root = tmp_path_factory.mktemp("registry")
-    port = free_port()
-    config = root / "config.yml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "version": 0.1,
-                "log": {"level": "error", "accesslog": {"disabled": True}},
-                "storage": {
-                    "filesystem": {"rootdirectory": str(root / "data")},
-                    "delete": {"enabled": True},
-                },
-                "http": {"addr": f"127.0.0.1:{port}"},
-            }
-        )
-    )
-    log = (root / "registry.log").open("w")
-    process = subprocess.Popen([binary, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_http(f"http://127.0.0.1:{port}/v2/")
-        yield Registry(f"127.0.0.1:{port}")
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-        log.close()
+def gitea_swagger(specs: Path) -> Swagger:
+    return Swagger(specs / GITEA_SPEC)
 
 
 def make_commit(work: Path, files: dict[str, str], message: str) -> str:
@@ -298,99 +245,13 @@ def _clean_fabrique_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FABRIQUE_NETWORK__BACKOFF_SECONDS", "0.01")
 
 
-class GitDaemon:
-    """A real `git daemon` serving a directory of bare repositories on 127.0.0.1."""
-
-    def __init__(self, base: Path, port: int) -> None:
-        self.base = base
-        self.port = port
-
-    def url(self, name: str) -> str:
-        return f"git://127.0.0.1:{self.port}/{name}"
-
-
 @pytest.fixture()
 def git_daemon(repos_root: Path, code_repo: Repo) -> Iterator[GitDaemon]:
-    binary = require_binary("git")
-    base = repos_root
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            binary,
-            "daemon",
-            "--reuseaddr",
-            f"--base-path={base}",
-            "--export-all",
-            "--enable=receive-pack",
-            "--informative-errors",
-            "--listen=127.0.0.1",
-            f"--port={port}",
-            str(base),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.05)
-        else:
-            raise RuntimeError("git daemon did not start")
-        yield GitDaemon(base, port)
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-
-
-class NatsServer:
-    """A real nats-server with JetStream on 127.0.0.1, token auth."""
-
-    def __init__(self, port: int, token: str) -> None:
-        self.port = port
-        self.token = token
-        self.url = f"nats://127.0.0.1:{port}"
-
-
-def nats_server_binary() -> str:
-    import sys
-
-    beside = Path(sys.executable).parent / "nats-server"
-    return str(beside) if beside.exists() else require_binary("nats-server")
+    with _need_server(), servers.git_daemon(repos_root) as running:
+        yield running
 
 
 @pytest.fixture()
 def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
-    port = free_port()
-    token = "nats-test-token-55aa"
-    process = subprocess.Popen(
-        [
-            nats_server_binary(),
-            "-js",
-            "-a",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "--auth",
-            token,
-            "-sd",
-            str(tmp_path / "jetstream"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.05)
-        else:
-            raise RuntimeError("nats-server did not start")
-        yield NatsServer(port, token)
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+    with _need_server(), servers.nats(tmp_path / "jetstream") as running:
+        yield running

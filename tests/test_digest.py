@@ -13,8 +13,9 @@ import pytest
 from pipelines.errors import RegistryError
 from pipelines.registry import OCI_INDEX, OCI_MANIFEST, RegistryClient
 
-from .conftest import Registry, free_port, run_cli, write_values
+from .conftest import run_cli, write_values
 from .oci import push_image, push_index
+from .servers import Registry, free_port
 
 REV = "3f5e2a1b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f"
 TAG = REV[:12]

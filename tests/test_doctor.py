@@ -12,7 +12,9 @@ import nats
 import pytest
 from nats.js.api import ConsumerConfig, StorageType, StreamConfig
 
-from .conftest import NatsServer, free_port, run_cli
+from .conftest import run_cli
+from .servers import Nats as NatsServer
+from .servers import free_port
 
 
 async def _prepare(

@@ -18,7 +18,8 @@ from pipelines.build import CHECKOUT_SCRIPT, build_template
 from pipelines.config import load_site
 from pipelines.plan import make_plan
 
-from .conftest import CodeRepo, GitDaemon
+from .conftest import CodeRepo
+from .servers import GitDaemon
 
 
 def _run_checkout(

@@ -11,9 +11,10 @@ from pipelines.config import load_site
 from pipelines.names import workflow_name
 from pipelines.workflow import build_workflow
 
-from .conftest import CodeRepo, free_port, run_cli, write_values
+from .conftest import CodeRepo, run_cli, write_values
 from .doubles.gitea import GiteaDouble
 from .doubles.kube import KubeApiDouble
+from .servers import free_port
 
 REV = "9c1d0f3b2a4e5d6c7b8a9f0e1d2c3b4a5f6e7d8c"
 

