@@ -26,15 +26,11 @@ script text, so a parameter cannot inject shell.
 
 from __future__ import annotations
 
-from typing import Any
-
 from hera.workflows import (
     ConfigMapVolume,
     Container,
     EmptyDirVolume,
-    Env,
     Parameter,
-    RetryStrategy,
     SecretEnv,
     Step,
     Steps,
@@ -44,14 +40,21 @@ from hera.workflows import (
 from hera.workflows import models as m
 
 from .config import Site, load_site
-from .errors import TRANSIENT_EXIT_CODE
-from .gitea import TOKEN_ENV
 from .names import LABEL_APP, LABEL_MANAGED_BY, LABEL_PART_OF, LABEL_REVISION, TEMPLATE_NAME
+from .steps import (
+    env,
+    inputs,
+    pod_security,
+    resources,
+    restricted,
+    retry,
+    token,
+    tools_step,
+    transient_retry,
+)
 
 SERVICE_ACCOUNT = "fabrique-build"
 BUILDKITD_CONFIGMAP = "fabrique-buildkitd"
-SITE_CONFIGMAP = "fabrique-site"
-SITE_MOUNT = "/etc/fabrique"
 WORKSPACE = "/workspace"
 BUILDKIT_CONFIG_DIR = "/home/user/.config/buildkit"
 BUILDKIT_STATE_DIR = "/home/user/.local/share/buildkit"
@@ -140,24 +143,6 @@ def buildkitd_toml(site: Site) -> str:
     return f'[registry."{site.registry.host}"]\n  http = true\n'
 
 
-def _retry(site: Site) -> RetryStrategy:
-    return RetryStrategy(
-        limit=str(site.build.retries),
-        retry_policy="Always",
-        backoff=m.Backoff(duration="10s", factor=m.IntOrString("2"), max_duration="5m"),
-    )
-
-
-def _restricted(read_only_root: bool = True) -> m.SecurityContext:
-    """The container securityContext of every step but the build: Pod Security restricted."""
-    return m.SecurityContext(
-        allow_privilege_escalation=False,
-        capabilities=m.Capabilities(drop=["ALL"]),
-        read_only_root_filesystem=read_only_root,
-        run_as_non_root=True,
-    )
-
-
 def _no_control_plane() -> m.Affinity:
     return m.Affinity(
         node_affinity=m.NodeAffinity(
@@ -173,61 +158,6 @@ def _no_control_plane() -> m.Affinity:
                 ]
             )
         )
-    )
-
-
-def _env(**values: str) -> list[Env]:
-    return [Env(name=name, value=value) for name, value in values.items()]
-
-
-def _inputs(*names: str) -> list[Parameter]:
-    return [Parameter(name=name) for name in names]
-
-
-def _resources(cpu: str, memory: str, memory_limit: str) -> m.ResourceRequirements:
-    return m.ResourceRequirements(
-        requests={"cpu": m.Quantity(cpu), "memory": m.Quantity(memory)},
-        limits={"memory": m.Quantity(memory_limit)},
-    )
-
-
-def _transient_retry(site: Site) -> RetryStrategy:
-    """Retry a tools step only when it failed transiently (exit 75), never a wrong answer."""
-    return RetryStrategy(
-        limit=str(site.build.retries),
-        retry_policy="Always",
-        expression=f"asInt(lastRetry.exitCode) == {TRANSIENT_EXIT_CODE}",
-        backoff=m.Backoff(duration="10s", factor=m.IntOrString("2"), max_duration="5m"),
-    )
-
-
-def _token(site: Site) -> SecretEnv:
-    """The Gitea token, from the Secret the site names."""
-    return SecretEnv(
-        name=TOKEN_ENV,
-        secret_name=site.gitea.token_secret.name,
-        secret_key=site.gitea.token_secret.key,
-    )
-
-
-def _tools_step(
-    site: Site, name: str, args: list[str], env: list[Any] | None = None, **extra: Any
-) -> Container:
-    """A step that runs ``fabrique <args>`` in the tools image, reading the site ConfigMap."""
-    return Container(
-        name=name,
-        labels=POD_LABELS,
-        image=site.images.tools,
-        command=["fabrique"],
-        args=args,
-        env=[*_env(FABRIQUE_VALUES=f"{SITE_MOUNT}/site.yaml"), *(env or [])],
-        volumes=[
-            EmptyDirVolume(name="tmp", mount_path="/tmp"),
-            ConfigMapVolume(name=SITE_CONFIGMAP, mount_path=SITE_MOUNT, read_only=True),
-        ],
-        security_context=_restricted(),
-        resources=_resources("50m", "64Mi", "256Mi"),
-        **extra,
     )
 
 
@@ -271,23 +201,18 @@ def build_template(site: Site) -> WorkflowTemplate:
         pod_gc=m.PodGC(strategy="OnPodSuccess"),
         ttl_strategy=m.TTLStrategy(seconds_after_success=86400, seconds_after_failure=604800),
         volume_claim_gc=m.VolumeClaimGC(strategy="OnWorkflowCompletion"),
-        security_context=m.PodSecurityContext(
-            run_as_non_root=True,
-            run_as_user=BUILDER_UID,
-            run_as_group=BUILDER_UID,
-            fs_group=BUILDER_UID,
-            seccomp_profile=m.SeccompProfile(type="RuntimeDefault"),
-        ),
+        security_context=pod_security(),
     ) as template:
-        plan = _tools_step(
+        plan = tools_step(
             site,
             "plan",
             [
                 *("plan", "--app", APP, "--revision", REVISION),
                 *("--force", FORCE, "--out", PLAN_DIR),
             ],
-            env=[_token(site)],
-            retry_strategy=_transient_retry(site),
+            labels=POD_LABELS,
+            extra_env=[token(site)],
+            retry_strategy=transient_retry(site),
             outputs=[
                 Parameter(name=name, value_from=m.ValueFrom(path=f"{PLAN_DIR}/{name}"))
                 for name in PLAN_OUTPUTS
@@ -298,9 +223,9 @@ def build_template(site: Site) -> WorkflowTemplate:
             labels=POD_LABELS,
             image=site.images.git,
             command=["sh", "-c", CHECKOUT_SCRIPT],
-            inputs=_inputs("repo-url", "context", "dockerfile"),
+            inputs=inputs("repo-url", "context", "dockerfile"),
             env=[
-                *_env(
+                *env(
                     HOME="/tmp",
                     WORKSPACE=WORKSPACE,
                     REVISION=REVISION,
@@ -316,17 +241,17 @@ def build_template(site: Site) -> WorkflowTemplate:
                 ),
             ],
             volumes=[workspace, tmp],
-            security_context=_restricted(),
-            resources=_resources("100m", "128Mi", "1Gi"),
-            retry_strategy=_retry(site),
+            security_context=restricted(),
+            resources=resources("100m", "128Mi", "1Gi"),
+            retry_strategy=retry(site),
         )
         build = Container(
             name="build",
             labels=POD_LABELS,
             image=site.images.buildkit,
             command=["sh", "-c", _build_script(site)],
-            inputs=_inputs("image-ref", "cache-ref", "context", "dockerfile", "build-opts"),
-            env=_env(
+            inputs=inputs("image-ref", "cache-ref", "context", "dockerfile", "build-opts"),
+            env=env(
                 BUILDKITD_FLAGS="--oci-worker-no-process-sandbox",
                 WORKSPACE=WORKSPACE,
                 REVISION=REVISION,
@@ -356,30 +281,32 @@ def build_template(site: Site) -> WorkflowTemplate:
                 app_armor_profile=m.AppArmorProfile(type="Unconfined"),
             ),
             affinity=_no_control_plane(),
-            resources=_resources("500m", "1Gi", "4Gi"),
-            retry_strategy=_retry(site),
+            resources=resources("500m", "1Gi", "4Gi"),
+            retry_strategy=retry(site),
         )
-        verify = _tools_step(
+        verify = tools_step(
             site,
             "verify-digest",
             [
                 *("digest", "verify", "--app", APP, "--revision", REVISION),
                 *("--metadata", METADATA_FILE, "--output", DIGEST_FILE),
             ],
+            labels=POD_LABELS,
             volume_mounts=[m.VolumeMount(name="workspace", mount_path=WORKSPACE, read_only=True)],
-            retry_strategy=_transient_retry(site),
+            retry_strategy=transient_retry(site),
             outputs=[Parameter(name="digest", value_from=m.ValueFrom(path=DIGEST_FILE))],
         )
-        write_back = _tools_step(
+        write_back = tools_step(
             site,
             "write-back",
             [
                 *("writeback", "--app", APP, "--revision", REVISION),
                 *("--digest", "{{inputs.parameters.digest}}", "--workflow", "{{workflow.name}}"),
             ],
-            env=[_token(site)],
-            inputs=_inputs("digest"),
-            retry_strategy=_transient_retry(site),
+            labels=POD_LABELS,
+            extra_env=[token(site)],
+            inputs=inputs("digest"),
+            retry_strategy=transient_retry(site),
         )
 
         with Steps(name="main"):

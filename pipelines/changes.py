@@ -20,6 +20,13 @@ from .targets import read_pin
 from .writeback import Transport, desired_pin
 
 
+def fabrique_paths(site: Site) -> frozenset[str]:
+    """The files of the code repository that fabrique itself writes (write-back targets)."""
+    return frozenset(
+        a.writeback.path for a in site.apps if a.writeback.repo == site.gitea.code_repo
+    )
+
+
 @dataclass(frozen=True)
 class Decision:
     build: bool
@@ -56,8 +63,7 @@ def needs_build(site: Site, transport: Transport, app_name: str, revision: str) 
     files = transport.files_changed(code_repo, branch, deployed_revision, revision, app.context)
     if files is None:
         return Decision(True, f"too many commits since {deployed_revision[:12]} to list")
-    ours = {a.writeback.path for a in site.apps if a.writeback.repo == code_repo}
-    changed = [f for f in files if f not in ours]
+    changed = [f for f in files if f not in fabrique_paths(site)]
     if not changed:
         return Decision(
             False, f"nothing under {app.context} changed since deployed {deployed_revision[:12]}"

@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from . import __version__
 from .config import Site, load_site
 from .errors import FabriqueError, ValidationFailed
+
+if TYPE_CHECKING:
+    from .reconcile import Reconciler
 
 log = logging.getLogger("fabrique")
 
@@ -317,6 +322,88 @@ def seed_webhook_command(state: _State, dry_run: bool, rotate: bool) -> None:
         actions = seed_webhook(site, gitea, credentials, dry_run=dry_run, rotate=rotate)
     for action in actions:
         click.echo(action.line(dry_run))
+
+
+@contextmanager
+def _reconciler(site: Site, kube_context: str | None) -> Iterator[Reconciler]:
+    from .gitea import token_from_env
+    from .kube import KubeClient, connect
+    from .reconcile import Reconciler
+    from .registry import RegistryClient
+    from .writeback import open_transport
+
+    kube = KubeClient(
+        connect(kube_context),
+        retry=site.network.retry_policy(),
+        timeout_seconds=site.network.timeout_seconds,
+    )
+    with (
+        open_transport(site, token_from_env()) as transport,
+        RegistryClient(
+            site.registry.host,
+            plain_http=site.registry.plain_http,
+            retry=site.network.retry_policy(),
+            timeout=site.network.http_timeout(),
+        ) as registry,
+    ):
+        yield Reconciler(site, transport, registry, kube)
+
+
+@cli.command()
+@click.option("--app", help="Only this app (default: every app of the site).")
+@click.option("--dry-run", is_flag=True, help="Decide and say; take no action.")
+@click.option(
+    "--context", "kube_context", envvar="FABRIQUE_KUBECONTEXT", help="kubeconfig context."
+)
+@pass_state
+def reconcile(state: _State, app: str | None, dry_run: bool, kube_context: str | None) -> None:
+    """Converge every app on the image of the last commit that changed it (the safety net).
+
+    One line per app (ok, in-flight, written-back, submitted, failed, error), then a
+    summary. Exits non-zero only when a check itself failed.
+    """
+    from .reconcile import raise_for_errors, selected, summary
+
+    site = state.site
+    apps = selected(site, app)
+    with _reconciler(site, kube_context) as reconciler:
+        results = reconciler.run(apps, "dry-run" if dry_run else "act")
+    for result in results:
+        click.echo(f"{result.app}: {result.state}: {result.detail}")
+    click.echo(summary(results))
+    raise_for_errors(results)
+
+
+@cli.command()
+@click.option("--app", help="Only this app (default: every app of the site).")
+@click.option(
+    "--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
+@click.option(
+    "--context", "kube_context", envvar="FABRIQUE_KUBECONTEXT", help="kubeconfig context."
+)
+@pass_state
+def status(state: _State, app: str | None, output: str, kube_context: str | None) -> None:
+    """Is prod on the commit I pushed? Want, deployed, built and in-flight, per app. Read-only."""
+    import json
+
+    from .reconcile import raise_for_errors, selected, table
+
+    site = state.site
+    with _reconciler(site, kube_context) as reconciler:
+        results = reconciler.run(selected(site, app), "status")
+    if output == "json":
+        click.echo(json.dumps([r.as_dict() for r in results], indent=2))
+    else:
+        for line in table(results, _short):
+            click.echo(line)
+    raise_for_errors(results)
+
+
+def _short(value: str | None) -> str:
+    if not value:
+        return "-"
+    return value[:19] if value.startswith("sha256:") else value[:12]
 
 
 @cli.group()

@@ -265,6 +265,15 @@ class EventsConfig(_Model):
     jetstream: JetStreamConfig
 
 
+class ReconcileConfig(_Model):
+    """The safety net (``reconcile``): the CronWorkflow and ``fabrique reconcile``."""
+
+    schedule: Annotated[str, Field(pattern=r"^\S+ \S+ \S+ \S+ \S+$")]
+    timezone: Annotated[str, Field(pattern=r"^[A-Za-z_]+(/[A-Za-z_+-]+)*$")]
+    concurrency: Annotated[int, Field(ge=1, le=64)]
+    starting_deadline_seconds: Annotated[int, Field(ge=10, le=3600)]
+
+
 class WriteBackTarget(_Model):
     """The file an app's digest is written into (``apps[].writeback``)."""
 
@@ -314,6 +323,7 @@ class Site(_Model):
     network: NetworkConfig
     writeback: WriteBackConfig
     events: EventsConfig
+    reconcile: ReconcileConfig
     apps: Annotated[list[AppConfig], Field(min_length=1)]
 
     @model_validator(mode="after")

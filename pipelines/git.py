@@ -186,6 +186,17 @@ class GitRemote:
         out = self._git("log", "--format=", "--name-only", f"{since}..{until}", "--", path)
         return sorted({line for line in out.splitlines() if line.strip()})
 
+    def last_change(self, path: str, ignore: frozenset[str]) -> str | None:
+        """The newest commit of the branch changing a file under ``path`` not in ``ignore``."""
+        tip = self.fetch_tip()
+        self.fetch_history()
+        out = self._git("log", "--format=%x00%H", "--name-only", tip, "--", path)
+        for block in out.split("\x00")[1:]:
+            sha, *names = [line for line in block.splitlines() if line.strip()]
+            if any(name not in ignore for name in names):
+                return sha
+        return None
+
     # ------------------------------------------------------------------- running
 
     def _what(self) -> str:

@@ -157,6 +157,39 @@ class GiteaClient(JsonApi):
                 return sorted(set(files))
         return None
 
+    def last_change(
+        self, repo: str, branch: str, path: str, ignore: frozenset[str], *, max_pages: int = 20
+    ) -> str | None:
+        """The newest commit on ``branch`` that changed a file under ``path`` other than
+        those in ``ignore``; None if there is none (in ``max_pages`` pages)."""
+        what = f"commits of {repo}@{branch} touching {path}"
+        prefix = path.rstrip("/") + "/"
+        for page in range(1, max_pages + 1):
+            params = {
+                "sha": branch,
+                "path": path,
+                "page": str(page),
+                "files": "true",
+                "stat": "false",
+                "verification": "false",
+            }
+            response = self.request("GET", f"/repos/{repo}/commits", params=params)
+            commits = self._check(response, what)
+            if not isinstance(commits, list):
+                raise GiteaError(f"{what}: Gitea answered something that is not a list")
+            for commit in commits:
+                names = [_get(f, "filename") for f in _get(commit, "files") or []]
+                if any(
+                    isinstance(n, str) and n.startswith(prefix) and n not in ignore for n in names
+                ):
+                    sha = _get(commit, "sha")
+                    if not isinstance(sha, str) or not REVISION_RE.match(sha):
+                        raise GiteaError(f"{what}: a commit without a valid sha")
+                    return sha
+            if not commits or response.headers.get("X-HasMore", "false").lower() != "true":
+                return None
+        return None
+
     # ------------------------------------------------------------------ hooks
 
     def list_hooks(self, repo: str) -> list[dict[str, Any]]:

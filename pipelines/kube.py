@@ -96,6 +96,29 @@ class KubeClient:
             raise self._error(f"create Workflow {namespace}/{name}", exc) from None
         return CreateResult(name, namespace, created=True)
 
+    def workflow_phase(self, namespace: str, name: str) -> str | None:
+        """The phase of Workflow ``name`` (``Pending`` before the controller sets one), or
+        None if there is no such Workflow."""
+        what = f"get Workflow {namespace}/{name}"
+        try:
+            body = self._call(
+                what,
+                lambda: self._custom.get_namespaced_custom_object(
+                    ARGO_GROUP,
+                    ARGO_VERSION,
+                    namespace,
+                    "workflows",
+                    name,
+                    _request_timeout=self._timeout,
+                ),
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise self._error(what, exc) from None
+        phase = (body.get("status") or {}).get("phase") if isinstance(body, dict) else None
+        return str(phase) if phase else "Pending"
+
     def _call(self, what: str, call: Callable[[], Any]) -> Any:
         for attempt in range(1, self._retry.attempts + 1):
             try:

@@ -77,10 +77,10 @@ def build_unit(site: Site) -> Tree:
     from .build import (
         BUILDKITD_CONFIGMAP,
         SERVICE_ACCOUNT,
-        SITE_CONFIGMAP,
         build_template,
         buildkitd_toml,
     )
+    from .steps import SITE_CONFIGMAP
 
     ns = site.namespaces.build
     rbac: list[Document] = [

@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import logging
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
 from .config import AppConfig, Site
 from .errors import StaleWrite, TargetError
@@ -35,6 +37,8 @@ from .names import check_digest, check_revision, short_sha, workflow_name
 from .targets import ImagePin, apply_pin, new_target, read_pin
 
 log = logging.getLogger("fabrique.writeback")
+
+_T = TypeVar("_T")
 
 State = Literal["changed", "unchanged", "superseded", "would-change"]
 
@@ -65,6 +69,10 @@ class Transport(Protocol):
     def files_changed(
         self, repo: str, branch: str, since: str, until: str, path: str
     ) -> list[str] | None: ...
+
+    def last_change(
+        self, repo: str, branch: str, path: str, ignore: frozenset[str]
+    ) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -242,11 +250,26 @@ class GiteaTransport:
     ) -> list[str] | None:
         return self.client.files_changed(repo, since, until, path)
 
+    def last_change(self, repo: str, branch: str, path: str, ignore: frozenset[str]) -> str | None:
+        return self.client.last_change(repo, branch, path, ignore)
+
+
+def _locked(method: Callable[..., _T]) -> Callable[..., _T]:
+    """One git operation at a time: the local repositories are shared between threads."""
+
+    @functools.wraps(method)
+    def wrapper(self: GitTransport, *args: object, **kwargs: object) -> _T:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return wrapper
+
 
 class GitTransport:
     """Plain git: the branch tip is the lease; a rejected push means it moved."""
 
     def __init__(self, site: Site, workdir: Path, token: str | None) -> None:
+        self._lock = threading.RLock()
         self.site = site
         self.workdir = workdir
         self.token = token
@@ -265,11 +288,13 @@ class GitTransport:
             )
         return self._remotes[key]
 
+    @_locked
     def read(self, repo: str, branch: str, path: str) -> Snapshot:
         remote = self._remote(repo, branch)
         tip = remote.fetch_tip()
         return Snapshot(remote.show(tip, path), tip)
 
+    @_locked
     def write(
         self, repo: str, branch: str, path: str, text: str, snapshot: Snapshot, message: str
     ) -> str:
@@ -280,19 +305,26 @@ class GitTransport:
         remote.push(commit, tip)
         return commit
 
+    @_locked
     def head(self, repo: str, branch: str) -> str:
         return self._remote(repo, branch).remote_head()
 
+    @_locked
     def resolve(self, repo: str, branch: str, ref: str) -> str | None:
         return self._remote(repo, branch).resolve(ref)
 
+    @_locked
     def is_ancestor(self, repo: str, branch: str, ancestor: str, descendant: str) -> bool:
         return self._remote(repo, branch).is_ancestor(ancestor, descendant)
 
+    @_locked
     def files_changed(
         self, repo: str, branch: str, since: str, until: str, path: str
     ) -> list[str] | None:
         return self._remote(repo, branch).files_changed(since, until, path)
+
+    def last_change(self, repo: str, branch: str, path: str, ignore: frozenset[str]) -> str | None:
+        return self._remote(repo, branch).last_change(path, ignore)
 
 
 @contextmanager

@@ -1,0 +1,119 @@
+"""What the fabrique Workflow kinds share: the tools-image step and restricted pods.
+
+``fabrique-build`` and ``fabrique-reconcile`` both run ``fabrique`` in the tools image,
+with the site ConfigMap as ``FABRIQUE_VALUES``, the Gitea token from its Secret, and a
+securityContext that Pod Security ``restricted`` admits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hera.workflows import (
+    ConfigMapVolume,
+    Container,
+    EmptyDirVolume,
+    Env,
+    Parameter,
+    RetryStrategy,
+    SecretEnv,
+)
+from hera.workflows import models as m
+
+from .config import Site
+from .errors import TRANSIENT_EXIT_CODE
+from .gitea import TOKEN_ENV
+
+SITE_CONFIGMAP = "fabrique-site"
+SITE_MOUNT = "/etc/fabrique"
+RUN_AS = 1000
+
+
+def retry(site: Site) -> RetryStrategy:
+    return RetryStrategy(
+        limit=str(site.build.retries),
+        retry_policy="Always",
+        backoff=m.Backoff(duration="10s", factor=m.IntOrString("2"), max_duration="5m"),
+    )
+
+
+def restricted(read_only_root: bool = True) -> m.SecurityContext:
+    """The container securityContext of every step but the build: Pod Security restricted."""
+    return m.SecurityContext(
+        allow_privilege_escalation=False,
+        capabilities=m.Capabilities(drop=["ALL"]),
+        read_only_root_filesystem=read_only_root,
+        run_as_non_root=True,
+    )
+
+
+def env(**values: str) -> list[Env]:
+    return [Env(name=name, value=value) for name, value in values.items()]
+
+
+def inputs(*names: str) -> list[Parameter]:
+    return [Parameter(name=name) for name in names]
+
+
+def resources(cpu: str, memory: str, memory_limit: str) -> m.ResourceRequirements:
+    return m.ResourceRequirements(
+        requests={"cpu": m.Quantity(cpu), "memory": m.Quantity(memory)},
+        limits={"memory": m.Quantity(memory_limit)},
+    )
+
+
+def transient_retry(site: Site) -> RetryStrategy:
+    """Retry a tools step only when it failed transiently (exit 75), never a wrong answer."""
+    return RetryStrategy(
+        limit=str(site.build.retries),
+        retry_policy="Always",
+        expression=f"asInt(lastRetry.exitCode) == {TRANSIENT_EXIT_CODE}",
+        backoff=m.Backoff(duration="10s", factor=m.IntOrString("2"), max_duration="5m"),
+    )
+
+
+def token(site: Site) -> SecretEnv:
+    """The Gitea token, from the Secret the site names."""
+    return SecretEnv(
+        name=TOKEN_ENV,
+        secret_name=site.gitea.token_secret.name,
+        secret_key=site.gitea.token_secret.key,
+    )
+
+
+def tools_step(
+    site: Site,
+    name: str,
+    args: list[str],
+    *,
+    labels: dict[str, str],
+    extra_env: list[Any] | None = None,
+    **extra: Any,
+) -> Container:
+    """A step that runs ``fabrique <args>`` in the tools image, reading the site ConfigMap."""
+    return Container(
+        name=name,
+        labels=labels,
+        image=site.images.tools,
+        command=["fabrique"],
+        args=args,
+        env=[*env(FABRIQUE_VALUES=f"{SITE_MOUNT}/site.yaml"), *(extra_env or [])],
+        volumes=[
+            EmptyDirVolume(name="tmp", mount_path="/tmp"),
+            ConfigMapVolume(name=SITE_CONFIGMAP, mount_path=SITE_MOUNT, read_only=True),
+        ],
+        security_context=restricted(),
+        resources=resources("50m", "64Mi", "256Mi"),
+        **extra,
+    )
+
+
+def pod_security() -> m.PodSecurityContext:
+    """The pod securityContext of every fabrique Workflow: non-root, RuntimeDefault seccomp."""
+    return m.PodSecurityContext(
+        run_as_non_root=True,
+        run_as_user=RUN_AS,
+        run_as_group=RUN_AS,
+        fs_group=RUN_AS,
+        seccomp_profile=m.SeccompProfile(type="RuntimeDefault"),
+    )
