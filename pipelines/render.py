@@ -8,6 +8,7 @@
                                   RBAC, the buildkitd.toml and site ConfigMaps
       events/                     EventSource gitea, EventBus default (JetStream), Sensor
                                   fabrique-build and the Sensor's RBAC
+      reconcile/                  CronWorkflow fabrique-reconcile and its RBAC
 
 The tree is written whole or not at all: it is rendered into a temporary directory
 beside the target and swapped in, so a failure leaves the previous tree as it was.
@@ -149,7 +150,52 @@ def events_unit(site: Site) -> Tree:
     }
 
 
-UNITS = (namespaces_unit, build_unit, events_unit)
+def reconcile_unit(site: Site) -> Tree:
+    from .reconcile_cron import CRON_NAME, SERVICE_ACCOUNT, reconcile_cron
+
+    ns = site.namespaces.build
+    name = SERVICE_ACCOUNT
+    rbac: list[Document] = [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": object_meta(name, ns)},
+        {
+            # get/list/create Workflows and read the template; the last rule is what the
+            # Argo executor in its own pod needs to report the step's result
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": object_meta(name, ns),
+            "rules": [
+                {
+                    "apiGroups": ["argoproj.io"],
+                    "resources": ["workflows"],
+                    "verbs": ["get", "list", "create"],
+                },
+                {
+                    "apiGroups": ["argoproj.io"],
+                    "resources": ["workflowtemplates"],
+                    "verbs": ["get"],
+                },
+                {
+                    "apiGroups": ["argoproj.io"],
+                    "resources": ["workflowtaskresults"],
+                    "verbs": ["create", "patch"],
+                },
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": object_meta(name, ns),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
+        },
+    ]
+    return {
+        "reconcile/rbac.yaml": rbac,
+        f"reconcile/cronworkflow-{CRON_NAME}.yaml": [reconcile_cron(site).to_dict()],
+    }
+
+
+UNITS = (namespaces_unit, build_unit, events_unit, reconcile_unit)
 
 
 def render_tree(site: Site) -> Tree:

@@ -88,6 +88,7 @@ def tools_step(
     *,
     labels: dict[str, str],
     extra_env: list[Any] | None = None,
+    sizing: m.ResourceRequirements | None = None,
     **extra: Any,
 ) -> Container:
     """A step that runs ``fabrique <args>`` in the tools image, reading the site ConfigMap."""
@@ -103,7 +104,7 @@ def tools_step(
             ConfigMapVolume(name=SITE_CONFIGMAP, mount_path=SITE_MOUNT, read_only=True),
         ],
         security_context=restricted(),
-        resources=resources("50m", "64Mi", "256Mi"),
+        resources=sizing or resources("50m", "64Mi", "256Mi"),
         **extra,
     )
 

@@ -122,5 +122,6 @@ def test_hera_generate_yaml_renders_the_same_template(
         for doc in yaml.safe_load_all(path.read_text())
         if doc
     ]
-    assert [d["kind"] for d in generated] == ["WorkflowTemplate"]
-    assert generated[0] == find(ROOT / "manifests", "WorkflowTemplate", "fabrique-build")
+    assert sorted(d["kind"] for d in generated) == ["CronWorkflow", "WorkflowTemplate"]
+    for doc in generated:
+        assert doc == find(ROOT / "manifests", doc["kind"], doc["metadata"]["name"])

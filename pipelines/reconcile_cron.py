@@ -1,0 +1,68 @@
+"""CronWorkflow ``fabrique-reconcile``: the safety net, on a schedule.
+
+Every period it runs ``fabrique reconcile`` in the tools image: an event lost anywhere
+between Gitea and the Sensor is caught up within one period. ``Forbid`` keeps two passes
+from overlapping; a missed start older than ``startingDeadlineSeconds`` is skipped, not
+queued.
+"""
+
+from __future__ import annotations
+
+from hera.workflows import CronWorkflow, Steps
+
+from .config import Site, load_site
+from .names import LABEL_MANAGED_BY, LABEL_PART_OF
+from .steps import pod_security, resources, token, tools_step
+
+CRON_NAME = "fabrique-reconcile"
+SERVICE_ACCOUNT = "fabrique-reconciler"
+POD_LABELS = {LABEL_PART_OF: "fabrique", "fabrique.io/role": "reconciler"}
+
+
+def reconcile_cron(site: Site) -> CronWorkflow:
+    settings = site.reconcile
+    with CronWorkflow(
+        name=CRON_NAME,
+        namespace=site.namespaces.build,
+        labels={LABEL_PART_OF: "fabrique", LABEL_MANAGED_BY: "fabrique"},
+        annotations={
+            "workflows.argoproj.io/description": (
+                "Converge every app on the image of the last commit that changed it."
+            )
+        },
+        schedules=[settings.schedule],
+        timezone=settings.timezone,
+        concurrency_policy="Forbid",
+        starting_deadline_seconds=settings.starting_deadline_seconds,
+        successful_jobs_history_limit=3,
+        failed_jobs_history_limit=3,
+        entrypoint="main",
+        service_account_name=SERVICE_ACCOUNT,
+        security_context=pod_security(),
+        # a pass that hangs must not hold the next one off (concurrencyPolicy Forbid)
+        active_deadline_seconds=max(60, _period_seconds(settings.schedule) - 30),
+    ) as cron:
+        run = tools_step(
+            site,
+            "reconcile",
+            ["reconcile"],
+            labels=POD_LABELS,
+            extra_env=[token(site)],
+            sizing=resources("100m", "128Mi", "512Mi"),
+        )
+        with Steps(name="main"):
+            run()
+    return cron
+
+
+def _period_seconds(schedule: str) -> int:
+    """The period of a ``*/N`` minute schedule, else an hour (only bounds the deadline)."""
+    minute = schedule.split()[0]
+    if minute.startswith("*/") and minute[2:].isdigit():
+        return int(minute[2:]) * 60
+    return 3600
+
+
+# `hera generate yaml pipelines/` finds this object; `fabrique render` calls
+# reconcile_cron() with the site it was given.
+cron_workflow = reconcile_cron(load_site())
