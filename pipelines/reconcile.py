@@ -73,6 +73,7 @@ class AppResult:
     state: str  # ok | in-flight | written-back | submitted | failed | error (+ would-…)
     detail: str
     facts: Facts | None = None
+    transient: bool = False  # for errors: a later pass may succeed
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -174,7 +175,8 @@ class Reconciler:
             return self._act(app, action, detail, facts)
         except FabriqueError as err:
             log.warning("%s: %s", app.name, err)
-            return AppResult(app.name, "error", str(err))
+            transient = isinstance(err, RemoteError) and err.transient
+            return AppResult(app.name, "error", str(err), transient=transient)
 
     def _act(self, app: AppConfig, action: Action, detail: str, facts: Facts) -> AppResult:
         assert facts.want is not None
@@ -216,7 +218,7 @@ def summary(results: Sequence[AppResult]) -> str:
 def raise_for_errors(results: Sequence[AppResult]) -> None:
     errors = [r for r in results if r.state == "error"]
     if errors:
-        transient = all("unreachable" in r.detail or "timed out" in r.detail for r in errors)
+        transient = all(r.transient for r in errors)
         names = ", ".join(r.app for r in errors)
         raise RemoteError(
             f"{len(errors)} app(s) could not be checked: {names}", transient=transient

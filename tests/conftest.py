@@ -7,6 +7,7 @@ is a failure with the command that installs it, never a silent skip.
 from __future__ import annotations
 
 import subprocess
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -150,7 +151,9 @@ def code_repo(repos_root: Path) -> Repo:
             "dataops/citation-dagster/app.txt": "citation\n",
             KUSTOMIZATION: SEED_KUSTOMIZATION,
             "dataops/other-app/Dockerfile": "FROM scratch\n",
-            "README.md": "atlas\n",
+            # unique per test: the registry is shared by the session, and equal
+            # histories made in the same second would have equal commit ids
+            "README.md": f"atlas {uuid.uuid4()}\n",
         },
         "seed",
     )

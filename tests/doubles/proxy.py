@@ -1,0 +1,89 @@
+"""A fault-injecting HTTP proxy in front of a real server. Not a registry.
+
+It forwards every request to ``upstream`` unchanged, except those for which ``fault``
+returns a status: those are answered with that status and an empty body. Tests use it to
+take the real registry "down" for one repository only.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+
+HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "content-length",
+}
+
+
+class FaultProxy:
+    def __init__(self, upstream: str, fault: Callable[[str, str], int | None]) -> None:
+        client = httpx.Client(base_url=upstream, timeout=10)
+        outer = self
+
+        class _Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _serve(self) -> None:
+                status = fault(self.command, self.path)
+                if status is not None:
+                    outer.faulted += 1
+                    self.send_response(status)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                headers = {
+                    k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP | {"host"}
+                }
+                answer = client.request(self.command, self.path, content=body, headers=headers)
+                self.send_response(answer.status_code)
+                for name, value in answer.headers.items():
+                    if name.lower() not in HOP_BY_HOP:
+                        self.send_header(name, value)
+                data = b"" if self.command == "HEAD" else answer.content
+                self.send_header(
+                    "Content-Length",
+                    str(
+                        len(data)
+                        if self.command != "HEAD"
+                        else answer.headers.get("content-length", 0)
+                    ),
+                )
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.faulted = 0
+        self._client = client
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    @property
+    def host(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"{host}:{port}"
+
+    def start(self) -> FaultProxy:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._client.close()

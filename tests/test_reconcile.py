@@ -1,0 +1,340 @@
+"""The safety net: every decision row, idempotence, a race with the Sensor, partial failure.
+
+Against the Gitea double (real bare repository), the real loopback registry holding real
+images, and the Kubernetes API double.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pipelines.config import load_site
+from pipelines.kube import KubeClient
+from pipelines.reconcile import Facts, decide
+from pipelines.workflow import build_workflow
+
+from .conftest import GITEA_TOKEN, KUSTOMIZATION, Repo, run_cli, write_values
+from .doubles.gitea import GiteaDouble
+from .doubles.kube import KubeApiDouble
+from .doubles.proxy import FaultProxy
+from .oci import push_image
+from .servers import Registry
+
+NS = "fabrique-build"
+
+
+@pytest.fixture()
+def env(tmp_path: Path, kube: KubeApiDouble) -> dict[str, str]:
+    return {
+        "KUBECONFIG": str(kube.kubeconfig(tmp_path / "kubeconfig")),
+        "FABRIQUE_GITEA_TOKEN": GITEA_TOKEN,
+    }
+
+
+def _values(
+    tmp_path: Path, gitea: GiteaDouble, registry_host: str, apps: list[dict[str, Any]] | None = None
+) -> Path:
+    overrides: dict[str, Any] = {"gitea.url": gitea.url, "registry.host": registry_host}
+    if apps is not None:
+        overrides["apps"] = apps
+    return write_values(tmp_path / "site.yaml", **overrides)
+
+
+@pytest.fixture()
+def values(tmp_path: Path, gitea: GiteaDouble, registry: Registry) -> Path:
+    return _values(tmp_path, gitea, registry.host)
+
+
+def _reconcile(values: Path, env: dict[str, str], *args: str):  # type: ignore[no-untyped-def]
+    return run_cli("--values", str(values), "reconcile", *args, env=env)
+
+
+def _line(result: Any, app: str = "citation") -> str:
+    return next(line for line in result.stdout.splitlines() if line.startswith(f"{app}: "))
+
+
+def _phase(kube: KubeApiDouble, revision: str, phase: str, app: str = "citation") -> str:
+    name = f"fabrique-{app}-{revision[:12]}"
+    body = build_workflow(load_site(env={}), app, revision, submitted_by="sensor")
+    kube.objects[(NS, name)] = {**body, "status": {"phase": phase}}
+    return name
+
+
+def _deployed(code_repo: Repo) -> dict[str, Any]:
+    images = yaml.safe_load(code_repo.show(KUSTOMIZATION))["images"]
+    return next(e for e in images if e["name"] == "citation-dagster")
+
+
+def _posts(kube: KubeApiDouble) -> int:
+    return sum(1 for r in kube.requests if r.method == "POST")
+
+
+# ------------------------------------------------------------ the decision table
+
+
+def test_not_built_is_submitted_with_the_sensors_name(
+    code_repo: Repo, values: Path, env: dict[str, str], kube: KubeApiDouble
+) -> None:
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    result = _reconcile(values, env)
+    assert result.exit_code == 0, result.stderr
+    assert _line(result).startswith(
+        f"citation: submitted: {revision[:12]} is not built; created fabrique-citation-{revision[:12]}"
+    )
+    stored = kube.objects[(NS, f"fabrique-citation-{revision[:12]}")]
+    assert stored["metadata"]["labels"]["fabrique.io/submitted-by"] == "reconciler"
+    assert (
+        stored["spec"]
+        == build_workflow(load_site(env={}), "citation", revision, submitted_by="sensor")["spec"]
+    )
+    assert result.stdout.splitlines()[-1] == "reconcile: 1 app(s): 1 submitted"
+
+
+def test_in_flight_is_left_alone(
+    code_repo: Repo, values: Path, env: dict[str, str], kube: KubeApiDouble
+) -> None:
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    for phase in ("Pending", "Running"):
+        name = _phase(kube, revision, phase)
+        result = _reconcile(values, env)
+        assert _line(result) == f"citation: in-flight: {name} is {phase}"
+    assert _posts(kube) == 0
+
+
+def test_built_but_not_written_back_is_written_back(
+    code_repo: Repo, values: Path, env: dict[str, str], registry: Registry
+) -> None:
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    digest = push_image(registry.url, "citation-dagster", revision[:12])
+    result = _reconcile(values, env)
+    assert result.exit_code == 0, result.stderr
+    assert _line(result).startswith("citation: written-back: ")
+    assert _deployed(code_repo) == {
+        "name": "citation-dagster",
+        "newName": f"{registry.host}/citation-dagster",
+        "newTag": revision[:12],
+        "digest": digest,
+    }
+    assert "Workflow: fabrique-reconcile" in code_repo.git("log", "-1", "--format=%B", "main")
+
+
+@pytest.mark.parametrize("phase", ["Failed", "Error"])
+def test_failed_is_reported_not_resubmitted(
+    code_repo: Repo, values: Path, env: dict[str, str], kube: KubeApiDouble, phase: str
+) -> None:
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    name = _phase(kube, revision, phase)
+    for _ in range(2):
+        result = _reconcile(values, env)
+        assert result.exit_code == 0, "a failed build is reported, not an error of the pass"
+        assert _line(result).startswith(f"citation: failed: {name} {phase}")
+    assert _posts(kube) == 0
+
+
+def test_succeeded_without_image_is_failed(
+    code_repo: Repo, values: Path, env: dict[str, str], kube: KubeApiDouble
+) -> None:
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    name = _phase(kube, revision, "Succeeded")
+    assert _line(_reconcile(values, env)).startswith(f"citation: failed: {name} is Succeeded but")
+
+
+def test_deployed_is_ok_and_two_passes_change_nothing(
+    code_repo: Repo, values: Path, env: dict[str, str], registry: Registry, kube: KubeApiDouble
+) -> None:
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    push_image(registry.url, "citation-dagster", revision[:12])
+    assert _line(_reconcile(values, env)).startswith("citation: written-back")
+    head = code_repo.head()  # the write-back commit itself is inside the context
+    for _ in range(2):
+        result = _reconcile(values, env)
+        assert _line(result).startswith(f"citation: ok: deploys {revision[:12]}")
+        assert result.stdout.splitlines()[-1] == "reconcile: 1 app(s): 1 ok"
+    assert code_repo.head() == head, "no commit"
+    assert _posts(kube) == 0, "no Workflow"
+
+
+def test_a_commit_elsewhere_does_not_move_want(
+    code_repo: Repo, values: Path, env: dict[str, str], registry: Registry
+) -> None:
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    push_image(registry.url, "citation-dagster", revision[:12])
+    _reconcile(values, env)
+    code_repo.commit({"dataops/other-app/Dockerfile": "FROM scratch\n# v2\n"})
+    assert _line(_reconcile(values, env)).startswith(f"citation: ok: deploys {revision[:12]}")
+
+
+def test_dry_run_takes_no_action(
+    code_repo: Repo, values: Path, env: dict[str, str], kube: KubeApiDouble
+) -> None:
+    code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    result = _reconcile(values, env, "--dry-run")
+    assert _line(result).startswith("citation: would-submit: ")
+    assert _posts(kube) == 0
+
+
+def _facts(**changes: Any) -> Facts:
+    base: dict[str, Any] = dict(
+        app="citation",
+        want="b" * 40,
+        deployed_revision="a" * 40,
+        deployed_tag="a" * 12,
+        deployed_digest="sha256:" + "1" * 64,
+        deployed_is_current=False,
+        built_digest=None,
+        workflow="fabrique-citation-" + "b" * 12,
+        phase=None,
+    )
+    return Facts(**(base | changes))
+
+
+@pytest.mark.parametrize(
+    ("changes", "action"),
+    [
+        ({"deployed_is_current": True}, "ok"),
+        ({"want": None}, "ok"),
+        ({"phase": "Pending"}, "in-flight"),
+        ({"phase": "Running", "built_digest": "sha256:" + "2" * 64}, "in-flight"),
+        ({"built_digest": "sha256:" + "2" * 64}, "write-back"),
+        ({"built_digest": "sha256:" + "2" * 64, "phase": "Failed"}, "write-back"),
+        ({"phase": "Failed"}, "failed"),
+        ({"phase": "Error"}, "failed"),
+        ({"phase": "Succeeded"}, "failed"),
+        ({}, "submit"),
+        ({"deployed_revision": None, "deployed_tag": None}, "submit"),
+    ],
+)
+def test_decision_table(changes: dict[str, Any], action: str) -> None:
+    assert decide(_facts(**changes))[0] == action
+
+
+# --------------------------------------------------------------- races, failures
+
+
+def test_reconciler_and_sensor_race_for_the_same_commit(
+    tmp_path: Path, code_repo: Repo, values: Path, env: dict[str, str], kube: KubeApiDouble
+) -> None:
+    from kubernetes import config as k8s_config
+
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    sensor_client = KubeClient(k8s_config.new_client_from_config(config_file=env["KUBECONFIG"]))
+    body = build_workflow(load_site(env={}), "citation", revision, submitted_by="sensor")
+    outcome: dict[str, Any] = {}
+    start = threading.Barrier(2)
+
+    def sensor() -> None:
+        start.wait()
+        outcome["sensor"] = sensor_client.create_workflow(body)
+
+    thread = threading.Thread(target=sensor)
+    thread.start()
+    start.wait()
+    result = _reconcile(values, env)
+    thread.join(timeout=30)
+    assert len(kube.objects) == 1
+    created = [r for r in kube.requests if r.method == "POST"]
+    assert 1 <= len(created) <= 2
+    line = _line(result)
+    if outcome["sensor"].created:
+        assert line.startswith("citation: in-flight: "), line  # saw it, or met 409 already exists
+    else:
+        assert line.startswith("citation: submitted: "), line
+
+
+def test_one_app_registry_down_others_still_reconciled(
+    tmp_path: Path,
+    code_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    env: dict[str, str],
+    kube: KubeApiDouble,
+) -> None:
+    proxy = FaultProxy(
+        registry.url, lambda method, path: 503 if path.startswith("/v2/broken/") else None
+    ).start()
+    try:
+        apps = [
+            {
+                "name": "citation",
+                "image": "citation-dagster",
+                "context": "dataops/citation-dagster",
+                "writeback": {"repo": "atlas/atlas", "path": KUSTOMIZATION},
+            },
+            {
+                "name": "other",
+                "image": "broken",
+                "context": "dataops/other-app",
+                "writeback": {
+                    "repo": "atlas/atlas",
+                    "path": "dataops/other-app/kustomization.yaml",
+                    "create": True,
+                },
+            },
+        ]
+        values = _values(tmp_path, gitea, proxy.host, apps)
+        revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+        code_repo.commit({"dataops/other-app/Dockerfile": "FROM scratch\n# v2\n"})
+        result = _reconcile(values, env)
+    finally:
+        proxy.stop()
+    assert _line(result).startswith("citation: submitted: ")
+    assert (NS, f"fabrique-citation-{revision[:12]}") in kube.objects
+    assert _line(result, "other").startswith("other: error: ")
+    assert "503" in _line(result, "other")
+    assert result.exit_code == 75
+    assert "1 app(s) could not be checked: other" in result.stderr
+    assert proxy.faulted > 0
+
+
+def test_kube_api_down_is_an_error_for_every_app(
+    code_repo: Repo, values: Path, tmp_path: Path
+) -> None:
+    from .servers import free_port
+
+    config = tmp_path / "down.kubeconfig"
+    config.write_text(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n"
+        f"    server: http://127.0.0.1:{free_port()}\ncontexts:\n- name: c\n  context:\n    cluster: c\n"
+        "    user: u\nusers:\n- name: u\n  user: {}\ncurrent-context: c\n"
+    )
+    code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    result = _reconcile(values, {"KUBECONFIG": str(config), "FABRIQUE_GITEA_TOKEN": GITEA_TOKEN})
+    assert result.exit_code == 75
+    assert _line(result).startswith("citation: error: get Workflow")
+
+
+# ------------------------------------------------------------------------- status
+
+
+def test_status_table_and_json_are_read_only(
+    code_repo: Repo, values: Path, env: dict[str, str], kube: KubeApiDouble, registry: Registry
+) -> None:
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    head = code_repo.head()
+    table = run_cli("--values", str(values), "status", env=env)
+    assert table.exit_code == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["APP", "STATE", "WANT", "DEPLOYED", "BUILT", "WORKFLOW"]
+    assert lines[1].split()[:3] == ["citation", "not-built", revision[:12]]
+    assert lines[0].index("STATE") == lines[1].index("not-built"), "columns are aligned"
+
+    digest = push_image(registry.url, "citation-dagster", revision[:12])
+    as_json = run_cli("--values", str(values), "status", "--output", "json", env=env)
+    (entry,) = json.loads(as_json.stdout)
+    assert entry["state"] == "built-not-deployed"
+    assert entry["facts"]["want"] == revision
+    assert entry["facts"]["built_digest"] == digest
+    assert entry["facts"]["workflow"] == f"fabrique-citation-{revision[:12]}"
+    assert code_repo.head() == head and _posts(kube) == 0
+
+
+def test_status_of_an_unknown_app(values: Path, env: dict[str, str]) -> None:
+    result = run_cli("--values", str(values), "status", "--app", "nope", env=env)
+    assert result.exit_code == 2
+    assert "app 'nope': not in the site config" in result.stderr
