@@ -6,7 +6,6 @@ is a failure with the command that installs it, never a silent skip.
 
 from __future__ import annotations
 
-import subprocess
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +23,7 @@ from . import servers
 from .doubles.gitea import GiteaDouble
 from .doubles.kube import KubeApiDouble
 from .doubles.swagger import Swagger
+from .gitrepo import Repo
 from .servers import GitDaemon
 from .servers import Nats as NatsServer
 
@@ -53,72 +53,6 @@ def _need_server() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def gitea_swagger(specs: Path) -> Swagger:
     return Swagger(specs / GITEA_SPEC)
-
-
-def make_commit(work: Path, files: dict[str, str], message: str) -> str:
-    for relative, content in files.items():
-        path = work / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content)
-    subprocess.run(["git", "-C", str(work), "add", "-A"], check=True)
-    subprocess.run(
-        [
-            "git",
-            "-C",
-            str(work),
-            "-c",
-            "user.name=seed",
-            "-c",
-            "user.email=seed@example.invalid",
-            "commit",
-            "-q",
-            "-m",
-            message,
-        ],
-        check=True,
-    )
-    return subprocess.run(
-        ["git", "-C", str(work), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-    ).stdout.strip()
-
-
-class Repo:
-    """A bare repository ``<root>/<owner>/<name>.git`` with a working clone to commit from."""
-
-    def __init__(self, root: Path, slug: str) -> None:
-        self.slug = slug
-        self.bare = root / f"{slug}.git"
-        self.work = root / "work" / slug
-        self.bare.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(self.bare)], check=True)
-        subprocess.run(["git", "init", "-q", "-b", "main", str(self.work)], check=True)
-        subprocess.run(
-            ["git", "-C", str(self.work), "remote", "add", "origin", str(self.bare)], check=True
-        )
-
-    def commit(self, files: dict[str, str], message: str = "change") -> str:
-        """Commit on top of the server's main (pulled first), push, return the sha."""
-        subprocess.run(
-            ["git", "-C", str(self.work), "pull", "-q", "--ff-only", "origin", "main"],
-            check=False,
-            capture_output=True,
-        )
-        sha = make_commit(self.work, files, message)
-        subprocess.run(
-            ["git", "-C", str(self.work), "push", "-q", "origin", "HEAD:main"], check=True
-        )
-        return sha
-
-    def git(self, *args: str) -> str:
-        return subprocess.run(
-            ["git", "-C", str(self.bare), *args], capture_output=True, text=True, check=True
-        ).stdout
-
-    def head(self) -> str:
-        return self.git("rev-parse", "refs/heads/main").strip()
-
-    def show(self, path: str, ref: str = "main") -> str:
-        return self.git("show", f"{ref}:{path}")
 
 
 CodeRepo = Repo

@@ -257,37 +257,59 @@ class GiteaDouble:
         return 200, self._api_commit(repo, sha)
 
     def _api_commit(self, repo: str, sha: str) -> dict[str, Any]:
-        bare = self._bare(repo)
-        fields = git(
-            bare,
-            "log",
-            "-1",
-            "--format=%an%x00%ae%x00%aI%x00%cn%x00%ce%x00%cI%x00%T%x00%P%x00%B",
-            sha,
-        )
-        an, ae, ad, cn, ce, cd, tree, parents, message = fields.split("\x00")
-        url = f"{self.url}/api/v1/repos/{repo}/git/commits/{sha}"
-        return {
-            "url": url,
-            "sha": sha,
-            "created": cd,
-            "html_url": f"{self.url}/{repo}/commit/{sha}",
-            "commit": {
+        return self._api_commits(repo, [sha])[0]
+
+    def _api_commits(
+        self, repo: str, shas: list[str], *, files: bool = False
+    ) -> list[dict[str, Any]]:
+        """Gitea ``Commit`` objects for ``shas``, read with one ``git log``."""
+        if not shas:
+            return []
+        fmt = "%x02%H%x00%an%x00%ae%x00%aI%x00%cn%x00%ce%x00%cI%x00%T%x00%P%x00%B%x00"
+        args = ["log", "--no-walk=unsorted", f"--format={fmt}"]
+        args += ["--name-status", "--no-renames"] if files else []
+        out = git(self._bare(repo), *args, *shas)
+        statuses = {"A": "added", "M": "modified", "D": "deleted"}
+        commits = []
+        for record in out.split("\x02")[1:]:
+            sha, an, ae, ad, cn, ce, cd, tree, parents, message, changed = record.split("\x00")
+            url = f"{self.url}/api/v1/repos/{repo}/git/commits/{sha}"
+            commit: dict[str, Any] = {
                 "url": url,
-                "author": {"name": an, "email": ae, "date": ad},
-                "committer": {"name": cn, "email": ce, "date": cd},
-                "message": message.strip() + "\n",
-                "tree": {
-                    "url": f"{self.url}/api/v1/repos/{repo}/git/trees/{tree}",
-                    "sha": tree,
-                    "created": cd,
+                "sha": sha,
+                "created": cd,
+                "html_url": f"{self.url}/{repo}/commit/{sha}",
+                "commit": {
+                    "url": url,
+                    "author": {"name": an, "email": ae, "date": ad},
+                    "committer": {"name": cn, "email": ce, "date": cd},
+                    "message": message.strip() + "\n",
+                    "tree": {
+                        "url": f"{self.url}/api/v1/repos/{repo}/git/trees/{tree}",
+                        "sha": tree,
+                        "created": cd,
+                    },
                 },
-            },
-            "parents": [
-                {"url": f"{self.url}/api/v1/repos/{repo}/git/commits/{p}", "sha": p, "created": cd}
-                for p in parents.split()
-            ],
-        }
+                "parents": [
+                    {
+                        "url": f"{self.url}/api/v1/repos/{repo}/git/commits/{p}",
+                        "sha": p,
+                        "created": cd,
+                    }
+                    for p in parents.split()
+                ],
+            }
+            if files:
+                commit["files"] = [
+                    {
+                        "filename": line.split("\t", 1)[1],
+                        "status": statuses.get(line[0], "modified"),
+                    }
+                    for line in changed.splitlines()
+                    if "\t" in line
+                ]
+            commits.append(commit)
+        return commits
 
     def _compare(self, repo: str, basehead: str) -> tuple[int, Any]:
         if "..." not in basehead:
@@ -300,7 +322,7 @@ class GiteaDouble:
         shas = git(self._bare(repo), "rev-list", f"{merge_base}..{head_sha}").split()
         return 200, {
             "total_commits": len(shas),
-            "commits": [self._api_commit(repo, s) for s in shas],
+            "commits": self._api_commits(repo, shas),
         }
 
     page_size = 50  # Gitea's default page size; `limit` is ignored with `path`, as there
@@ -321,27 +343,7 @@ class GiteaDouble:
             args += ["--", query["path"]]
         shas = git(self._bare(repo), *args).split()
         chunk = shas[(page - 1) * limit : page * limit]
-        commits = [self._api_commit(repo, s) for s in chunk]
-        if query.get("files", "true") == "true":
-            for commit in commits:
-                changed = git(
-                    self._bare(repo),
-                    "diff-tree",
-                    "--no-commit-id",
-                    "--name-status",
-                    "-r",
-                    "--root",
-                    commit["sha"],
-                )
-                statuses = {"A": "added", "M": "modified", "D": "deleted"}
-                commit["files"] = [
-                    {
-                        "filename": line.split("\t", 1)[1],
-                        "status": statuses.get(line[0], "modified"),
-                    }
-                    for line in changed.splitlines()
-                    if "\t" in line
-                ]
+        commits = self._api_commits(repo, chunk, files=query.get("files", "true") == "true")
         headers = {
             "X-Total": str(len(shas)),
             "X-HasMore": "true" if page * limit < len(shas) else "false",

@@ -1,0 +1,451 @@
+"""Fault bench: events get lost, the reconciler makes the platform converge anyway.
+
+    python bench/event_loss.py [--apps 20] [--pushes 200] [--drop 0.1] [--crash 0.05] [--json]
+
+A **simulation**, run on this machine: the real Sensor and Argo controller are not in the
+loop. What is real: a nats-server with JetStream (memory storage, an EventBus without a
+PVC), the OCI registry holding real images, and a bare git repository behind the Gitea
+double. What stands in:
+
+- the EventSource: each push is published to ``default.gitea.push`` (a share of the
+  webhook deliveries is dropped first, as Gitea does not retry);
+- the Sensor: a durable consumer that applies the rendered Sensor's filters and trigger to
+  each event and creates the Workflow through the Kubernetes API double, then acks;
+- the controller: each created Workflow runs the plan step's change check, "builds" by
+  pushing a real image, and writes back through the Gitea double. They finish in a
+  shuffled order, and a share crash between the push and the write-back.
+
+nats-server is killed and restarted halfway through: what the Sensor had not consumed
+yet is gone. The last pushes happen while the EventSource is down. Every delivered push
+makes every app's plan step look at what changed since its deployed revision, so a later
+event heals earlier losses; what is lost at the end only the reconciler can catch. Then
+reconcile passes run until every app is deployed at its last change.
+
+It prints the figures below and exits non-zero if a rule breaks: no duplicate build, no
+rollback, no app drifted once converged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import random
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
+import nats  # noqa: E402
+from kubernetes import config as k8s_config  # noqa: E402
+from nats.js.api import StorageType, StreamConfig  # noqa: E402
+
+from eventsources.sensor import sensor  # noqa: E402
+from pipelines.changes import fabrique_paths, needs_build  # noqa: E402
+from pipelines.config import Site, default_values, merge, parse_site  # noqa: E402
+from pipelines.gitea import GiteaClient, Identity  # noqa: E402
+from pipelines.kube import KubeClient  # noqa: E402
+from pipelines.reconcile import Reconciler  # noqa: E402
+from pipelines.registry import RegistryClient  # noqa: E402
+from pipelines.targets import read_pin  # noqa: E402
+from pipelines.validate import find_specs  # noqa: E402
+from pipelines.writeback import GiteaTransport, desired_pin, write_back  # noqa: E402
+from tests import payloads, servers  # noqa: E402
+from tests.doubles.gitea import GiteaDouble  # noqa: E402
+from tests.doubles.kube import KubeApiDouble  # noqa: E402
+from tests.doubles.sensor import filters_pass, fire  # noqa: E402
+from tests.doubles.swagger import Swagger  # noqa: E402
+from tests.gitrepo import Repo  # noqa: E402
+from tests.oci import push_image  # noqa: E402
+
+SUBJECT = "default.gitea.push"
+SEED_KUSTOMIZATION = "kind: Kustomization\nresources: []\n"
+TOKEN = "bench-gitea-token"
+
+
+@dataclass
+class Figures:
+    events_sent: int = 0
+    lost_webhook: int = 0
+    lost_eventbus: int = 0
+    lost_outage: int = 0
+    redelivered: int = 0
+    workflows_created: int = 0
+    workflows_refused_409: int = 0
+    builds: int = 0
+    builds_skipped_unchanged: int = 0
+    crashed_after_push: int = 0
+    duplicate_builds: int = 0
+    superseded: int = 0
+    rollbacks: int = 0
+    drifted_before: int = 0
+    drifted_after: int = 0
+    reconcile_passes: int = 0
+    requests_per_app_per_pass: float = 0.0
+    built: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
+
+    @property
+    def events_lost(self) -> int:
+        return self.lost_webhook + self.lost_eventbus + self.lost_outage
+
+    def broken(self) -> list[str]:
+        rules = []
+        if self.duplicate_builds:
+            rules.append(f"{self.duplicate_builds} duplicate build(s)")
+        if self.rollbacks:
+            rules.append(f"{self.rollbacks} rollback(s)")
+        if self.drifted_after:
+            rules.append(f"{self.drifted_after} app(s) still drifted after reconciling")
+        return rules
+
+    def report(self) -> dict[str, Any]:
+        out = {k: v for k, v in asdict(self).items() if k != "built"}
+        out["events_lost"] = self.events_lost
+        return out
+
+
+class CountingTransport(httpx.BaseTransport):
+    def __init__(self) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.count = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.count += 1
+        return self.inner.handle_request(request)
+
+
+def make_site(apps: int, gitea_url: str, registry: str) -> Site:
+    values = merge(
+        default_values(),
+        {
+            "gitea": {"url": gitea_url},
+            "registry": {"host": registry},
+            "network": {"backoffSeconds": 0.01, "timeoutSeconds": 10},
+            "writeback": {"attempts": 50},
+            "reconcile": {"concurrency": 8},
+            "apps": [
+                {
+                    "name": f"app-{i:02d}",
+                    "image": f"app-{i:02d}",
+                    "context": f"apps/app-{i:02d}",
+                    "writeback": {
+                        "repo": "atlas/atlas",
+                        "path": f"apps/app-{i:02d}/deploy/kustomization.yaml",
+                    },
+                }
+                for i in range(apps)
+            ],
+        },
+    )
+    return parse_site(values)
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, work: Path) -> None:
+        self.args = args
+        self.work = work
+        self.rng = random.Random(args.seed)
+        self.figures = Figures()
+
+    async def run(self) -> Figures:
+        args, work = self.args, self.work
+        specs = find_specs(ROOT / ".." / "shared" / "specs")
+        (work / "registry").mkdir()
+        with servers.registry(work / "registry") as registry, servers.nats(work / "nats") as bus:
+            repo = Repo(work / "srv", "atlas/atlas")
+            repo.commit(
+                {
+                    **{f"apps/app-{i:02d}/Dockerfile": "FROM scratch\n" for i in range(args.apps)},
+                    **{
+                        f"apps/app-{i:02d}/deploy/kustomization.yaml": SEED_KUSTOMIZATION
+                        for i in range(args.apps)
+                    },
+                },
+                "seed",
+            )
+            gitea = GiteaDouble(
+                Swagger(specs / "gitea-1.27.1.swagger.json"),
+                {"atlas/atlas": repo.bare},
+                token=TOKEN,
+            )
+            kube = KubeApiDouble(specs)
+            gitea.start()
+            kube.start()
+            try:
+                site = make_site(args.apps, gitea.url, registry.host)
+                kubeconfig = kube.kubeconfig(work / "kubeconfig")
+                api = KubeClient(k8s_config.new_client_from_config(config_file=str(kubeconfig)))
+                counting = CountingTransport()
+                with (
+                    GiteaClient(site.gitea.url, TOKEN, retry=site.network.retry_policy()) as client,
+                    RegistryClient(registry.host, plain_http=True, transport=counting) as reg,
+                ):
+                    transport = GiteaTransport(
+                        client, Identity("fabrique", "fabrique@fabrique.invalid")
+                    )
+                    world = World(
+                        site,
+                        repo,
+                        registry,
+                        kube,
+                        api,
+                        transport,
+                        self.rng,
+                        self.figures,
+                        args.crash,
+                    )
+                    await self.play(world, bus)
+                    self.figures.drifted_before = world.drifted()
+                    reconciler = Reconciler(site, transport, reg, api)
+                    await self.converge(world, reconciler, gitea, kube, counting)
+                    self.figures.rollbacks = world.rollbacks()
+                    self.figures.duplicate_builds = sum(
+                        n - 1 for n in self.figures.built.values() if n > 1
+                    )
+                if gitea.violations:
+                    raise RuntimeError(
+                        f"the Gitea double saw traffic outside Gitea's spec: {gitea.violations[:3]}"
+                    )
+            finally:
+                gitea.stop()
+                kube.stop()
+        return self.figures
+
+    async def play(self, world: World, bus: servers.Nats) -> None:
+        """Pushes, webhook drops, a NATS restart halfway, the Sensor consuming in batches."""
+        args, f = self.args, self.figures
+        triggers = sensor(world.site)["spec"]
+        nc, psub = await connect(bus)
+        try:
+            for push in range(args.pushes):
+                if push == args.pushes // 2:
+                    await nc.close()
+                    bus.restart()  # memory storage: whatever was not consumed is gone
+                    nc, psub = await connect(bus)
+                app = self.rng.randrange(args.apps)
+                revision = world.repo.commit(
+                    {f"apps/app-{app:02d}/src.txt": f"push {push}\n"}, f"push {push}"
+                )
+                f.events_sent += 1
+                if push >= args.pushes - args.outage:
+                    f.lost_outage += 1  # the EventSource is scaled to zero: Gitea gets an error
+                elif self.rng.random() < args.drop:
+                    f.lost_webhook += 1
+                else:
+                    event = payloads.push(after=revision, files=[f"apps/app-{app:02d}/src.txt"])
+                    await nc.jetstream().publish(SUBJECT, json.dumps(event).encode())
+                    world.published += 1
+                if (push + 1) % args.batch == 0:
+                    await self.consume(world, psub, triggers)
+                    world.run_controller()
+            await self.consume(world, psub, triggers)
+        finally:
+            await nc.close()
+        f.lost_eventbus = world.published - len(world.delivered)
+        world.run_controller()
+
+    async def consume(self, world: World, psub: Any, spec: dict[str, Any]) -> None:
+        while True:
+            try:
+                messages = await psub.fetch(batch=50, timeout=0.2)
+            except nats.errors.TimeoutError:
+                return
+            for message in messages:
+                event = json.loads(message.data)
+                world.delivered.add(event["body"]["after"])
+                for dependency, trigger in zip(spec["dependencies"], spec["triggers"], strict=True):
+                    if filters_pass(event, dependency["filters"]["data"]):
+                        world.create(fire(trigger, event))
+                if self.rng.random() < self.args.redeliver:
+                    # the Sensor died between the create and the ack: JetStream delivers again
+                    self.figures.redelivered += 1
+                    await message.nak()
+                else:
+                    await message.ack()
+
+    async def converge(
+        self,
+        world: World,
+        reconciler: Reconciler,
+        gitea: GiteaDouble,
+        kube: KubeApiDouble,
+        counting: CountingTransport,
+    ) -> None:
+        f = self.figures
+        requests = 0
+        for _ in range(self.args.max_passes):
+            before = len(gitea.requests) + len(kube.requests) + counting.count
+            results = reconciler.run(list(world.site.apps), "act")
+            requests += len(gitea.requests) + len(kube.requests) + counting.count - before
+            f.reconcile_passes += 1
+            errors = [r for r in results if r.state == "error"]
+            if errors:
+                raise RuntimeError(f"reconcile errors: {[r.detail for r in errors][:3]}")
+            world.run_controller(crash=0.0)
+            if all(r.state == "ok" for r in results):
+                break
+        f.requests_per_app_per_pass = round(
+            requests / (len(world.site.apps) * f.reconcile_passes), 1
+        )
+        f.drifted_after = world.drifted()
+
+
+async def connect(bus: servers.Nats) -> tuple[Any, Any]:
+    nc = await nats.connect(bus.url, token=bus.token)
+    js = nc.jetstream()
+    await js.add_stream(
+        StreamConfig(name="default", subjects=["default.*.*"], storage=StorageType.MEMORY)
+    )
+    return nc, await js.pull_subscribe(SUBJECT, durable="fabrique-build-sensor", stream="default")
+
+
+class World:
+    """The cluster side of the simulation: Workflows, builds, write-backs."""
+
+    def __init__(
+        self,
+        site: Site,
+        repo: Repo,
+        registry: servers.Registry,
+        kube: KubeApiDouble,
+        api: KubeClient,
+        transport: GiteaTransport,
+        rng: random.Random,
+        figures: Figures,
+        crash: float,
+    ) -> None:
+        self.site, self.repo, self.registry, self.kube = site, repo, registry, kube
+        self.api, self.transport, self.rng, self.f = api, transport, rng, figures
+        self.crash = crash
+        self.published = 0
+        self.delivered: set[str] = set()
+
+    def create(self, body: dict[str, Any]) -> None:
+        if self.api.create_workflow(body).created:
+            self.f.workflows_created += 1
+        else:
+            self.f.workflows_refused_409 += 1
+
+    def run_controller(self, crash: float | None = None) -> None:
+        """Run every Workflow that has not run yet, in a shuffled order."""
+        crash = self.crash if crash is None else crash
+        pending = [key for key, body in self.kube.objects.items() if "status" not in body]
+        self.rng.shuffle(pending)
+        for key in pending:
+            body = self.kube.objects[key]
+            params = {p["name"]: p["value"] for p in body["spec"]["arguments"]["parameters"]}
+            app, revision = params["app"], params["revision"]
+            phase = self.build(app, revision, crash)
+            self.kube.objects[key] = {**body, "status": {"phase": phase}}
+
+    def build(self, app: str, revision: str, crash: float) -> str:
+        if not needs_build(self.site, self.transport, app, revision).build:
+            self.f.builds_skipped_unchanged += 1
+            return "Succeeded"
+        key = (app, revision)
+        self.f.built[key] = self.f.built.get(key, 0) + 1
+        self.f.builds += 1
+        image = self.site.app(app).image
+        digest = push_image(self.registry.url, image, revision[:12], {"rev": revision.encode()})
+        if self.rng.random() < crash:
+            self.f.crashed_after_push += 1
+            return "Failed"
+        outcome = write_back(self.site, self.transport, app, revision, digest)
+        if outcome.state == "superseded":
+            self.f.superseded += 1
+        return "Succeeded"
+
+    def want(self, app: Any) -> str | None:
+        return self.transport.last_change(
+            "atlas/atlas", "main", app.context, fabrique_paths(self.site)
+        )
+
+    def deployed(self, app: Any, ref: str = "main") -> str | None:
+        text = self.repo.show(app.writeback.path, ref)
+        pin = read_pin(
+            text,
+            "kustomize-images",
+            desired_pin(self.site, app, "0" * 40, "sha256:" + "0" * 64),
+            where="k",
+        )
+        if pin is None or not pin.tag:
+            return None
+        return self.repo.git("rev-parse", f"{pin.tag}^{{commit}}").strip()
+
+    def drifted(self) -> int:
+        """Apps whose deployed revision does not contain their last change (the reconciler's
+        own test: deployed == want, or deployed descends from want)."""
+        count = 0
+        for app in self.site.apps:
+            want, deployed = self.want(app), self.deployed(app)
+            if want is None:
+                continue
+            current = deployed is not None and (
+                deployed == want or self.repo.git_ok("merge-base", "--is-ancestor", want, deployed)
+            )
+            count += 0 if current else 1
+        return count
+
+    def rollbacks(self) -> int:
+        """Successive deployed revisions of an app must each descend from the one before."""
+        count = 0
+        for app in self.site.apps:
+            history = self.repo.git(
+                "log", "--reverse", "--format=%H", "main", "--", app.writeback.path
+            ).split()
+            previous = None
+            for commit in history:
+                current = self.deployed(app, commit)
+                if previous and current and current != previous:
+                    ancestor = self.repo.git_ok("merge-base", "--is-ancestor", previous, current)
+                    count += 0 if ancestor else 1
+                previous = current or previous
+        return count
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--apps", type=int, default=20)
+    parser.add_argument("--pushes", type=int, default=200)
+    parser.add_argument("--drop", type=float, default=0.1, help="share of webhook deliveries lost")
+    parser.add_argument(
+        "--crash", type=float, default=0.05, help="share of builds crashing before write-back"
+    )
+    parser.add_argument(
+        "--redeliver", type=float, default=0.1, help="share of events delivered twice"
+    )
+    parser.add_argument(
+        "--outage", type=int, default=3, help="last pushes sent while the EventSource is down"
+    )
+    parser.add_argument("--batch", type=int, default=8, help="pushes between two Sensor fetches")
+    parser.add_argument("--max-passes", type=int, default=6)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--verbose", "-v", action="store_true", help="show fabrique's own log")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.ERROR, format="%(name)s: %(message)s"
+    )
+    with tempfile.TemporaryDirectory(prefix="fabrique-event-loss-") as tmp:
+        figures = asyncio.run(Bench(args, Path(tmp)).run())
+    report = figures.report()
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        width = max(len(k) for k in report)
+        for key, value in report.items():
+            print(f"{key.replace('_', ' '):<{width}}  {value}")
+    broken = figures.broken()
+    for rule in broken:
+        print(f"RULE BROKEN: {rule}", file=sys.stderr)
+    return 1 if broken else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
