@@ -33,8 +33,8 @@ system-deps:
 	fi
 
 lint: $(VENV)/.test
-	$(BIN)/ruff check pipelines tests bench
-	$(BIN)/ruff format --check pipelines tests bench
+	$(BIN)/ruff check pipelines eventsources netpol tests bench
+	$(BIN)/ruff format --check pipelines eventsources netpol tests bench
 	$(BIN)/mypy
 
 test: system-deps lint

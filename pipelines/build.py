@@ -72,6 +72,7 @@ APP = "{{workflow.parameters.app}}"
 REVISION = "{{workflow.parameters.revision}}"
 FORCE = "{{workflow.parameters.force}}"
 POD_LABELS = {LABEL_APP: APP, LABEL_REVISION: REVISION, LABEL_PART_OF: "fabrique"}
+STEP_LABEL = "fabrique.io/step"
 
 CHECKOUT_SCRIPT = r"""set -eu
 if [ -n "${GITEA_TOKEN:-}" ]; then
@@ -247,7 +248,8 @@ def build_template(site: Site) -> WorkflowTemplate:
         )
         build = Container(
             name="build",
-            labels=POD_LABELS,
+            # the one pod the NetworkPolicies let out to the Internet (TCP 443, allowlist)
+            labels=POD_LABELS | {STEP_LABEL: "build"},
             image=site.images.buildkit,
             command=["sh", "-c", _build_script(site)],
             inputs=inputs("image-ref", "cache-ref", "context", "dockerfile", "build-opts"),

@@ -16,6 +16,7 @@ Tokens are never part of the config; it only names the Secrets that hold them.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -274,6 +275,47 @@ class ReconcileConfig(_Model):
     starting_deadline_seconds: Annotated[int, Field(ge=10, le=3600)]
 
 
+def _cidr(value: str) -> str:
+    try:
+        network = ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        raise ValueError("must be a CIDR such as 203.0.113.0/24") from None
+    if network.prefixlen == 0:
+        raise ValueError("must not be a /0: no wide nets (list the destinations)")
+    return str(network)
+
+
+def _fqdn(value: str) -> str:
+    if not re.fullmatch(r"(\*\.)?([a-z0-9]([-a-z0-9]*[a-z0-9])?\.)+[a-z]{2,63}", value):
+        raise ValueError("must be a host name such as pypi.org (or *.example.org)")
+    return value
+
+
+Cidr = Annotated[str, AfterValidator(_cidr)]
+Fqdn = Annotated[str, AfterValidator(_fqdn)]
+
+
+class PeerSelector(_Model):
+    """Pods reached in-cluster: a namespace and pod labels, on one port."""
+
+    namespace: DnsLabel
+    pod_labels: Annotated[dict[str, str], Field(min_length=1)]
+    port: Annotated[int, Field(ge=1, le=65535)]
+
+
+class NetpolConfig(_Model):
+    """The NetworkPolicies (``netpol``). No wide net can be asked for: a /0 is refused."""
+
+    flavor: Literal["kubernetes", "cilium"]
+    dns: PeerSelector
+    gitea: PeerSelector  # namespace: the Gitea namespace
+    registry: PeerSelector
+    api_server_cidrs: Annotated[list[Cidr], Field(min_length=1)]
+    api_server_ports: Annotated[list[Annotated[int, Field(ge=1, le=65535)]], Field(min_length=1)]
+    egress_cidrs: list[Cidr]  # TCP 443 for the build, flavor kubernetes
+    egress_fqdns: list[Fqdn]  # TCP 443 for the build, flavor cilium
+
+
 class WriteBackTarget(_Model):
     """The file an app's digest is written into (``apps[].writeback``)."""
 
@@ -324,6 +366,7 @@ class Site(_Model):
     writeback: WriteBackConfig
     events: EventsConfig
     reconcile: ReconcileConfig
+    netpol: NetpolConfig
     apps: Annotated[list[AppConfig], Field(min_length=1)]
 
     @model_validator(mode="after")

@@ -9,6 +9,7 @@
       events/                     EventSource gitea, EventBus default (JetStream), Sensor
                                   fabrique-build and the Sensor's RBAC
       reconcile/                  CronWorkflow fabrique-reconcile and its RBAC
+      netpol/                     default deny, and only what each pod needs (no wide net)
 
 The tree is written whole or not at all: it is rendered into a temporary directory
 beside the target and swapped in, so a failure leaves the previous tree as it was.
@@ -195,7 +196,13 @@ def reconcile_unit(site: Site) -> Tree:
     }
 
 
-UNITS = (namespaces_unit, build_unit, events_unit, reconcile_unit)
+def netpol_unit(site: Site) -> Tree:
+    from netpol.policies import policies
+
+    return policies(site)
+
+
+UNITS = (namespaces_unit, build_unit, events_unit, reconcile_unit, netpol_unit)
 
 
 def render_tree(site: Site) -> Tree:

@@ -97,6 +97,96 @@ def close_schema(node: Any) -> Any:
     return closed
 
 
+def _closed(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+_LABELS = _closed(
+    {"matchLabels": {"type": "object", "additionalProperties": {"type": "string"}}}, ["matchLabels"]
+)
+_PORTS = {
+    "type": "array",
+    "minItems": 1,
+    "items": _closed(
+        {
+            "ports": {
+                "type": "array",
+                "minItems": 1,
+                "items": _closed(
+                    {
+                        "port": {"type": "string", "pattern": "^[0-9]{1,5}$"},
+                        "protocol": {"enum": ["TCP", "UDP", "SCTP", "ANY"]},
+                    },
+                    ["port", "protocol"],
+                ),
+            },
+            "rules": _closed(
+                {
+                    "dns": {
+                        "type": "array",
+                        "items": _closed(
+                            {"matchPattern": {"type": "string"}, "matchName": {"type": "string"}},
+                            [],
+                        ),
+                    }
+                },
+                [],
+            ),
+        },
+        ["ports"],
+    ),
+}
+# Cilium's CRD is not among the upstream specs: this closed schema covers the part of
+# CiliumNetworkPolicy (cilium.io/v2) that fabrique renders, with the fields Cilium requires.
+CILIUM_NETWORK_POLICY = _closed(
+    {
+        "apiVersion": {"const": "cilium.io/v2"},
+        "kind": {"const": "CiliumNetworkPolicy"},
+        "metadata": {"type": "object", "required": ["name", "namespace"]},
+        "spec": _closed(
+            {
+                "endpointSelector": _LABELS,
+                "egress": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "toEndpoints": {"type": "array", "minItems": 1, "items": _LABELS},
+                            "toFQDNs": {
+                                "type": "array",
+                                "minItems": 1,
+                                "items": {
+                                    "type": "object",
+                                    "minProperties": 1,
+                                    "maxProperties": 1,
+                                    "properties": {
+                                        "matchName": {"type": "string"},
+                                        "matchPattern": {"type": "string"},
+                                    },
+                                    "additionalProperties": False,
+                                },
+                            },
+                            "toPorts": _PORTS,
+                        },
+                        "required": ["toPorts"],
+                        "minProperties": 2,
+                        "additionalProperties": False,
+                    },
+                },
+            },
+            ["endpointSelector", "egress"],
+        ),
+    },
+    ["apiVersion", "kind", "metadata", "spec"],
+)
+
+
 class Schemas:
     """Strict validators for the Argo and Argo CD kinds, built once per specs directory."""
 
@@ -126,6 +216,8 @@ class Schemas:
             return self._definition(self._events, f"io.argoproj.events.v1alpha1.{kind}")
         if group == "argoproj.io" and kind == "Application":
             return jsonschema.Draft7Validator(self._application)
+        if group == "cilium.io" and kind == "CiliumNetworkPolicy":
+            return jsonschema.Draft7Validator(CILIUM_NETWORK_POLICY)
         return None
 
     @staticmethod
@@ -149,7 +241,7 @@ def check_document(doc: Any, schemas: Schemas, k8s_version: str) -> Iterator[tup
         for error in sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path)):
             yield _json_path(error.absolute_path), error.message
         return
-    if api_version.split("/")[0] in ("argoproj.io",):
+    if api_version.split("/")[0] in ("argoproj.io", "cilium.io"):
         yield "", f"no schema for {api_version} {kind}"
         return
     try:

@@ -1,0 +1,236 @@
+"""Rendering the NetworkPolicies (see the package docstring)."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+from eventsources._common import EVENT_BUS, EVENT_SOURCE, SENSOR, WEBHOOK_PORT
+from pipelines.config import PeerSelector, Site
+from pipelines.errors import RenderError
+from pipelines.names import LABEL_PART_OF
+from pipelines.render import object_meta
+
+STEP_LABEL = "fabrique.io/step"
+NATS_CLIENT, NATS_CLUSTER, NATS_MONITOR = 4222, 6222, 8222
+FABRIQUE_PODS = {"matchLabels": {LABEL_PART_OF: "fabrique"}}
+BUILD_POD = {"matchLabels": {STEP_LABEL: "build"}}
+EVENTSOURCE_POD = {"matchLabels": {"eventsource-name": EVENT_SOURCE}}
+SENSOR_POD = {"matchLabels": {"sensor-name": SENSOR}}
+EVENTBUS_POD = {"matchLabels": {"eventbus-name": EVENT_BUS}}
+
+
+def _ns_selector(namespace: str) -> dict[str, Any]:
+    return {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+
+
+def _peer(selector: PeerSelector) -> dict[str, Any]:
+    return {
+        "to": [
+            {
+                "namespaceSelector": _ns_selector(selector.namespace),
+                "podSelector": {"matchLabels": dict(selector.pod_labels)},
+            }
+        ],
+        "ports": [{"protocol": "TCP", "port": selector.port}],
+    }
+
+
+def _dns(site: Site) -> dict[str, Any]:
+    dns = site.netpol.dns
+    peer = {
+        "namespaceSelector": _ns_selector(dns.namespace),
+        "podSelector": {"matchLabels": dict(dns.pod_labels)},
+    }
+    return {
+        "to": [peer],
+        "ports": [{"protocol": "UDP", "port": dns.port}, {"protocol": "TCP", "port": dns.port}],
+    }
+
+
+def _api(site: Site) -> dict[str, Any]:
+    return {
+        "to": [{"ipBlock": {"cidr": cidr}} for cidr in site.netpol.api_server_cidrs],
+        "ports": [{"protocol": "TCP", "port": port} for port in site.netpol.api_server_ports],
+    }
+
+
+def _policy(
+    name: str,
+    namespace: str,
+    selector: dict[str, Any],
+    *,
+    ingress: list[Any] | None = None,
+    egress: list[Any] | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"podSelector": selector, "policyTypes": []}
+    if ingress is not None:
+        spec["policyTypes"].append("Ingress")
+        spec["ingress"] = ingress
+    if egress is not None:
+        spec["policyTypes"].append("Egress")
+        spec["egress"] = egress
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": object_meta(name, namespace),
+        "spec": spec,
+    }
+
+
+def _default_deny(namespace: str) -> dict[str, Any]:
+    return _policy("default-deny", namespace, {}, ingress=[], egress=[])
+
+
+def build_namespace(site: Site) -> list[dict[str, Any]]:
+    ns = site.namespaces.build
+    docs = [
+        _default_deny(ns),
+        _policy(
+            "fabrique-pods-egress",
+            ns,
+            FABRIQUE_PODS,
+            egress=[_dns(site), _peer(site.netpol.gitea), _peer(site.netpol.registry), _api(site)],
+        ),
+    ]
+    if site.netpol.flavor == "kubernetes" and site.netpol.egress_cidrs:
+        docs.append(
+            _policy(
+                "build-internet-egress",
+                ns,
+                BUILD_POD,
+                egress=[
+                    {
+                        "to": [{"ipBlock": {"cidr": cidr}} for cidr in site.netpol.egress_cidrs],
+                        "ports": [{"protocol": "TCP", "port": 443}],
+                    }
+                ],
+            )
+        )
+    if site.netpol.flavor == "cilium" and site.netpol.egress_fqdns:
+        docs.append(cilium_build_egress(site))
+    return docs
+
+
+def cilium_build_egress(site: Site) -> dict[str, Any]:
+    """The build's 443 allowlist by host name. Cilium learns the names' addresses through
+    its DNS proxy, hence the DNS rule with an L7 ``dns`` match."""
+    dns = site.netpol.dns
+    dns_endpoint = {
+        "matchLabels": {
+            "k8s:io.kubernetes.pod.namespace": dns.namespace,
+            **{f"k8s:{k}": v for k, v in dns.pod_labels.items()},
+        }
+    }
+    return {
+        "apiVersion": "cilium.io/v2",
+        "kind": "CiliumNetworkPolicy",
+        "metadata": object_meta("build-internet-egress", site.namespaces.build),
+        "spec": {
+            "endpointSelector": BUILD_POD,
+            "egress": [
+                {
+                    "toEndpoints": [dns_endpoint],
+                    "toPorts": [
+                        {
+                            "ports": [{"port": str(dns.port), "protocol": "ANY"}],
+                            "rules": {"dns": [{"matchPattern": "*"}]},
+                        }
+                    ],
+                },
+                {
+                    "toFQDNs": [
+                        {"matchPattern": name} if name.startswith("*") else {"matchName": name}
+                        for name in site.netpol.egress_fqdns
+                    ],
+                    "toPorts": [{"ports": [{"port": "443", "protocol": "TCP"}]}],
+                },
+            ],
+        },
+    }
+
+
+def control_namespace(site: Site) -> list[dict[str, Any]]:
+    ns = site.namespaces.control
+    same_ns = {"namespaceSelector": _ns_selector(ns)}
+    to_bus = {
+        "to": [{"podSelector": EVENTBUS_POD}],
+        "ports": [{"protocol": "TCP", "port": NATS_CLIENT}],
+    }
+    return [
+        _default_deny(ns),
+        _policy(
+            "eventsource",
+            ns,
+            EVENTSOURCE_POD,
+            ingress=[
+                {
+                    "from": [{"namespaceSelector": _ns_selector(site.namespaces.gitea)}],
+                    "ports": [{"protocol": "TCP", "port": WEBHOOK_PORT}],
+                }
+            ],
+            egress=[_dns(site), to_bus],
+        ),
+        _policy("sensor", ns, SENSOR_POD, ingress=[], egress=[_dns(site), to_bus, _api(site)]),
+        _policy(
+            "eventbus",
+            ns,
+            EVENTBUS_POD,
+            ingress=[
+                {
+                    "from": [{"podSelector": EVENTSOURCE_POD}, {"podSelector": SENSOR_POD}],
+                    "ports": [{"protocol": "TCP", "port": NATS_CLIENT}],
+                },
+                {
+                    "from": [{"podSelector": EVENTBUS_POD}],
+                    "ports": [
+                        {"protocol": "TCP", "port": p}
+                        for p in (NATS_CLIENT, NATS_CLUSTER, NATS_MONITOR)
+                    ],
+                },
+            ],
+            egress=[
+                _dns(site),
+                {
+                    "to": [{"podSelector": EVENTBUS_POD, **same_ns}],
+                    "ports": [{"protocol": "TCP", "port": p} for p in (NATS_CLIENT, NATS_CLUSTER)],
+                },
+            ],
+        ),
+    ]
+
+
+def check_no_wide_nets(documents: list[dict[str, Any]], where: str) -> None:
+    """RenderError if any rule would let traffic out to, or in from, anywhere."""
+    for doc in documents:
+        name = f"{where}: {doc['kind']}/{doc['metadata']['name']}"
+        spec = doc["spec"]
+        for direction, peers_key in (("egress", "to"), ("ingress", "from")):
+            for index, rule in enumerate(spec.get(direction) or []):
+                field = f"spec.{direction}[{index}]"
+                if doc["kind"] == "NetworkPolicy" and not rule.get(peers_key):
+                    raise RenderError(
+                        f"{name}: {field}.{peers_key} is empty, which allows every peer"
+                    )
+                for peer_index, peer in enumerate(rule.get(peers_key) or []):
+                    at = f"{name}: {field}.{peers_key}[{peer_index}]"
+                    if not peer:
+                        raise RenderError(f"{at} is empty, which allows every peer")
+                    cidr = (peer.get("ipBlock") or {}).get("cidr")
+                    if cidr is not None and ipaddress.ip_network(cidr, strict=False).prefixlen == 0:
+                        raise RenderError(f"{at}.ipBlock.cidr is {cidr}, a wide net")
+                for key in ("toCIDR", "toCIDRSet", "toEntities"):
+                    if key in rule:
+                        raise RenderError(
+                            f"{name}: {field}.{key} is not allowed: list host names (toFQDNs)"
+                        )
+
+
+def policies(site: Site) -> dict[str, list[dict[str, Any]]]:
+    tree = {
+        "netpol/build-namespace.yaml": build_namespace(site),
+        "netpol/control-namespace.yaml": control_namespace(site),
+    }
+    for path, documents in tree.items():
+        check_no_wide_nets(documents, path)
+    return tree

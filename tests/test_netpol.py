@@ -1,0 +1,198 @@
+"""Air-gap by construction: the rendered NetworkPolicies, and wide nets refused."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from netpol.policies import check_no_wide_nets
+from pipelines.config import load_site
+from pipelines.errors import RenderError
+from pipelines.render import render_tree, write_tree
+from pipelines.validate import validate_tree
+
+from .conftest import ROOT, run_cli, write_values
+from .manifests import documents, find, walk
+
+TREE = ROOT / "manifests"
+
+
+def _policies(root: Path) -> list[dict[str, Any]]:
+    return [d for d in documents(root) if d["kind"] in ("NetworkPolicy", "CiliumNetworkPolicy")]
+
+
+def test_no_wide_net_anywhere_in_the_tree() -> None:
+    for doc in documents(TREE):
+        for path, key, value in walk(doc):
+            if key in ("cidr", "toCIDR") and isinstance(value, str):
+                assert ipaddress.ip_network(value, strict=False).prefixlen > 0, path
+    for policy in _policies(TREE):
+        for direction, peers in (("egress", "to"), ("ingress", "from")):
+            for rule in policy["spec"].get(direction) or []:
+                assert rule.get(peers), (
+                    f"{policy['metadata']['name']}: an empty {peers} allows everything"
+                )
+                assert all(rule[peers]), (
+                    f"{policy['metadata']['name']}: an empty peer allows everything"
+                )
+
+
+@pytest.mark.parametrize("namespace", ["fabrique", "fabrique-build"])
+def test_default_deny_in_each_namespace(namespace: str) -> None:
+    deny = next(
+        p
+        for p in _policies(TREE)
+        if p["metadata"]["namespace"] == namespace and p["metadata"]["name"] == "default-deny"
+    )
+    assert deny["spec"] == {
+        "podSelector": {},
+        "policyTypes": ["Ingress", "Egress"],
+        "ingress": [],
+        "egress": [],
+    }
+
+
+def test_only_the_build_pod_may_leave_on_443_to_exactly_the_allowlist(tmp_path: Path) -> None:
+    allowlist = ["151.101.0.223/32", "199.232.0.0/16"]
+    values = write_values(tmp_path / "site.yaml", **{"netpol.egressCidrs": allowlist})
+    out = tmp_path / "m"
+    assert run_cli("--values", str(values), "render", "--out", str(out)).exit_code == 0
+    egress = find(out, "NetworkPolicy", "build-internet-egress")
+    assert egress["spec"]["podSelector"] == {"matchLabels": {"fabrique.io/step": "build"}}
+    assert egress["spec"]["egress"] == [
+        {
+            "to": [{"ipBlock": {"cidr": c}} for c in allowlist],
+            "ports": [{"protocol": "TCP", "port": 443}],
+        }
+    ]
+    # the label that opens the door is on the build step only
+    template = find(out, "WorkflowTemplate", "fabrique-build")
+    stepped = [
+        t["name"]
+        for t in template["spec"]["templates"]
+        if "fabrique.io/step" in (t.get("metadata") or {}).get("labels", {})
+    ]
+    assert stepped == ["build"]
+    # every other rule of the build namespace stays inside the cluster or on the API
+    others = find(out, "NetworkPolicy", "fabrique-pods-egress")["spec"]["egress"]
+    ports = sorted({p["port"] for rule in others for p in rule["ports"]})
+    assert ports == [53, 80, 443, 3000, 6443]
+    api_rule = next(r for r in others if "ipBlock" in r["to"][0])
+    assert api_rule["to"] == [{"ipBlock": {"cidr": "192.0.2.1/32"}}], "only the API endpoint"
+
+
+def test_without_an_allowlist_the_build_gets_no_internet() -> None:
+    names = [p["metadata"]["name"] for p in _policies(TREE)]
+    assert "build-internet-egress" not in names
+
+
+def test_event_source_accepts_only_gitea() -> None:
+    policy = find(TREE, "NetworkPolicy", "eventsource")
+    assert policy["spec"]["podSelector"] == {"matchLabels": {"eventsource-name": "gitea"}}
+    assert policy["spec"]["ingress"] == [
+        {
+            "from": [
+                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gitea"}}}
+            ],
+            "ports": [{"protocol": "TCP", "port": 12000}],
+        }
+    ]
+
+
+def test_sensor_reaches_only_dns_the_bus_and_the_api() -> None:
+    policy = find(TREE, "NetworkPolicy", "sensor")
+    assert policy["spec"]["ingress"] == []
+    targets = [rule["to"][0] for rule in policy["spec"]["egress"]]
+    assert targets[0]["podSelector"] == {"matchLabels": {"k8s-app": "kube-dns"}}
+    assert targets[1] == {"podSelector": {"matchLabels": {"eventbus-name": "default"}}}
+    assert targets[2] == {"ipBlock": {"cidr": "192.0.2.1/32"}}
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("netpol.egressCidrs", ["10.0.0.0/8", "0.0.0.0/0"]),
+        ("netpol.egressCidrs", ["::/0"]),
+        ("netpol.apiServerCidrs", ["0.0.0.0/0"]),
+    ],
+)
+def test_a_wide_net_in_the_values_file_is_refused(
+    tmp_path: Path, field: str, value: list[str]
+) -> None:
+    values = write_values(tmp_path / "site.yaml", **{field: value})
+    out = tmp_path / "m"
+    result = run_cli("--values", str(values), "render", "--out", str(out))
+    assert result.exit_code == 2
+    assert "must not be a /0: no wide nets" in result.stderr
+    assert f"{field.split('.')[1]}[" in result.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("rule", "expected"),
+    [
+        (
+            {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]},
+            r"egress\[0\]\.to\[0\]\.ipBlock\.cidr is 0\.0\.0\.0/0, a wide net",
+        ),
+        ({"to": [{}]}, r"egress\[0\]\.to\[0\] is empty, which allows every peer"),
+        ({"ports": [{"port": 443}]}, r"egress\[0\]\.to is empty, which allows every peer"),
+    ],
+)
+def test_the_render_guard_refuses_what_config_could_not(
+    rule: dict[str, Any], expected: str
+) -> None:
+    policy = {"kind": "NetworkPolicy", "metadata": {"name": "x"}, "spec": {"egress": [rule]}}
+    with pytest.raises(RenderError, match=expected):
+        check_no_wide_nets([policy], "netpol/x.yaml")
+
+
+def test_cilium_flavor_lists_the_hosts_by_name(tmp_path: Path, specs: Path) -> None:
+    site = load_site(env={"FABRIQUE_NETPOL__FLAVOR": "cilium"})
+    out = tmp_path / "m"
+    write_tree(render_tree(site), out)
+    assert validate_tree(out, specs) == []
+    policy = find(out, "CiliumNetworkPolicy", "build-internet-egress")
+    fqdns = policy["spec"]["egress"][1]["toFQDNs"]
+    assert [f["matchName"] for f in fqdns] == [
+        "pypi.org",
+        "files.pythonhosted.org",
+        "huggingface.co",
+        "cdn-lfs.huggingface.co",
+        "cas-bridge.xethub.hf.co",
+        "deb.debian.org",
+        "extensions.duckdb.org",
+    ]
+    assert policy["spec"]["egress"][1]["toPorts"] == [
+        {"ports": [{"port": "443", "protocol": "TCP"}]}
+    ]
+    assert "build-internet-egress" not in [
+        p["metadata"]["name"] for p in _policies(out) if p["kind"] == "NetworkPolicy"
+    ]
+
+
+def test_cilium_policies_are_checked_for_their_required_fields(tmp_path: Path, specs: Path) -> None:
+    import yaml
+
+    site = load_site(env={"FABRIQUE_NETPOL__FLAVOR": "cilium"})
+    out = tmp_path / "m"
+    write_tree(render_tree(site), out)
+    path = out / "netpol" / "build-namespace.yaml"
+    docs = list(yaml.safe_load_all(path.read_text()))
+    cilium = next(d for d in docs if d["kind"] == "CiliumNetworkPolicy")
+    del cilium["spec"]["endpointSelector"]
+    cilium["spec"]["egress"][1]["toFQDN"] = cilium["spec"]["egress"][1].pop("toFQDNs")
+    path.write_text(yaml.safe_dump_all(docs))
+    problems = [str(p) for p in validate_tree(out, specs)]
+    assert any("'endpointSelector' is a required property" in p for p in problems)
+    assert any("'toFQDN' was unexpected" in p for p in problems)
+
+
+def test_a_bad_host_name_is_refused() -> None:
+    from pipelines.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^netpol\.egressFqdns\[0\]: must be a host name"):
+        load_site(env={"FABRIQUE_NETPOL__EGRESS_FQDNS__0": "https://pypi.org"})
