@@ -36,6 +36,7 @@ lint: $(VENV)/.test
 	$(BIN)/ruff check pipelines eventsources netpol tests bench
 	$(BIN)/ruff format --check pipelines eventsources netpol tests bench
 	$(BIN)/mypy
+	$(BIN)/fabrique vendor --check
 
 test: system-deps lint
 	$(BIN)/python -m pytest

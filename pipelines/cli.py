@@ -17,7 +17,7 @@ import click
 
 from . import __version__
 from .config import Site, load_site
-from .errors import FabriqueError, ValidationFailed
+from .errors import FabriqueError, InputError, ValidationFailed
 
 if TYPE_CHECKING:
     from .reconcile import Reconciler
@@ -404,6 +404,85 @@ def _short(value: str | None) -> str:
     if not value:
         return "-"
     return value[:19] if value.startswith("sha256:") else value[:12]
+
+
+@cli.group(invoke_without_command=True)
+@click.option("--component", "-c", help="Only this component of vendor/lock.yaml.")
+@click.option("--update", is_flag=True, help="Accept a new bundle or digest and rewrite the lock.")
+@click.option("--check", "check_only", is_flag=True, help="Offline: vendor/ must match the lock.")
+@click.option("--dir", "root", default="vendor", show_default=True, type=click.Path(path_type=Path))
+@click.option(
+    "--plain-http",
+    multiple=True,
+    metavar="HOST",
+    help="A registry reached over plain HTTP (repeatable), such as a local mirror.",
+)
+@click.pass_context
+def vendor(
+    ctx: click.Context,
+    component: str | None,
+    update: bool,
+    check_only: bool,
+    root: Path,
+    plain_http: tuple[str, ...],
+) -> None:
+    """Vendor the upstream bundles, every image pinned by its multi-arch index digest."""
+    if ctx.invoked_subcommand:
+        return
+    from . import vendor as vendoring
+
+    if check_only:
+        problems = vendoring.check(root)
+        for problem in problems:
+            click.echo(("notice: " if vendoring.pending([problem]) else "") + problem, err=True)
+        if not vendoring.pending(problems):
+            raise vendoring.VendorError(f"{root}: {len(problems)} problem(s), see above")
+        click.echo(f"{root}: matches {vendoring.LOCK}")
+        return
+    site = ctx.ensure_object(_State).site
+    lock = vendoring.load_lock(root)
+    if component is not None and component not in lock:
+        raise InputError(
+            f"--component {component!r}: not in {root}/{vendoring.LOCK} ({', '.join(lock)})"
+        )
+    # image sets first: argo-events' controller config takes the JetStream pins
+    order = sorted(lock.values(), key=lambda c: c.url is not None)
+    resolver = vendoring.Resolver(frozenset(plain_http), retry=site.network.retry_policy())
+    try:
+        for entry in order:
+            if component in (None, entry.name):
+                for line in vendoring.vendor_component(
+                    root,
+                    entry,
+                    lock,
+                    resolver,
+                    update=update,
+                    jetstream_version=site.events.jetstream.version,
+                ):
+                    click.echo(line)
+                vendoring.save_lock(root, lock)
+    finally:
+        resolver.close()
+
+
+@vendor.command("mirror")
+@click.option("--to", "target", required=True, metavar="HOST", help="The internal registry.")
+@click.pass_context
+def vendor_mirror(ctx: click.Context, target: str) -> None:
+    """Copy every pinned image, all platforms, digests unchanged, into the internal registry."""
+    from . import vendor as vendoring
+
+    params = ctx.parent.params if ctx.parent else {}
+    site = ctx.ensure_object(_State).site
+    plain = frozenset(params.get("plain_http") or ())
+    lock = vendoring.load_lock(params.get("root") or Path("vendor"))
+    resolver = vendoring.Resolver(plain, retry=site.network.retry_policy())
+    plain_target = target in plain or (target == site.registry.host and site.registry.plain_http)
+    try:
+        for line in vendoring.mirror(lock, target, resolver, plain_http_target=plain_target):
+            click.echo(line)
+    finally:
+        resolver.close()
 
 
 @cli.group()

@@ -9,11 +9,12 @@ If a registry leaves the header out, the manifest is fetched and hashed.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 
 import httpx
 
-from ._http import DEFAULT_TIMEOUT, JsonApi, RetryPolicy
+from ._http import DEFAULT_TIMEOUT, JsonApi, RetryPolicy, Unreachable, send
 from .errors import ImageNotFound, RegistryError
 from .names import DIGEST_RE
 
@@ -54,6 +55,7 @@ class RegistryClient(JsonApi):
     ) -> None:
         self.host = host
         self.system = f"registry {host}"
+        self._bearer: str | None = None
         scheme = "http" if plain_http else "https"
         super().__init__(f"{scheme}://{host}", retry=retry, timeout=timeout, transport=transport)
 
@@ -78,14 +80,12 @@ class RegistryClient(JsonApi):
         return ManifestDigest(shown, digest, media_type)
 
     def _get(self, shown: str, method: str, url: str, headers: dict[str, str]) -> httpx.Response:
-        try:
-            response = self.request(method, url, headers=headers)
-        except RegistryError as exc:
-            if exc.transient:
-                raise RegistryError(
-                    f"{exc}; check the registry address and that it is up", transient=True
-                ) from None
-            raise
+        response = self._send(method, url, headers)
+        challenge = response.headers.get("WWW-Authenticate", "")
+        if response.status_code == 401 and challenge.lower().startswith("bearer "):
+            # public registries: an anonymous token for this repository, then once more
+            self._bearer = self._anonymous_token(shown, challenge)
+            response = self._send(method, url, headers)
         if response.status_code == 200:
             return response
         if response.status_code == 404:
@@ -98,3 +98,40 @@ class RegistryClient(JsonApi):
                 "check the registry credentials"
             )
         raise RegistryError(f"{shown}: registry answered HTTP {response.status_code}")
+
+    def _send(self, method: str, url: str, headers: dict[str, str]) -> httpx.Response:
+        if self._bearer:
+            headers = headers | {"Authorization": f"Bearer {self._bearer}"}
+        try:
+            return self.request(method, url, headers=headers)
+        except RegistryError as exc:
+            if exc.transient:
+                raise RegistryError(
+                    f"{exc}; check the registry address and that it is up", transient=True
+                ) from None
+            raise
+
+    def _anonymous_token(self, shown: str, challenge: str) -> str:
+        """The Docker registry token flow: GET <realm>?service=…&scope=… → {"token": …}."""
+        fields = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+        realm = fields.pop("realm", "")
+        if not realm.startswith(("https://", "http://")):
+            raise RegistryError(f"{shown}: registry asked for a token without a usable realm")
+        try:
+            response = send(self._client, "GET", realm, retry=self.retry, params=fields)
+        except Unreachable as exc:
+            raise RegistryError(
+                f"{shown}: token service unreachable: {exc.reason}", transient=True
+            ) from None
+        if response.status_code != 200:
+            raise RegistryError(f"{shown}: token service answered HTTP {response.status_code}")
+        try:
+            data = response.json()
+        except ValueError:
+            raise RegistryError(
+                f"{shown}: token service answered something that is not JSON"
+            ) from None
+        token = data.get("token") or data.get("access_token") if isinstance(data, dict) else None
+        if not isinstance(token, str) or not token:
+            raise RegistryError(f"{shown}: token service answered without a token")
+        return token

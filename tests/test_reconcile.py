@@ -256,7 +256,7 @@ def test_one_app_registry_down_others_still_reconciled(
     kube: KubeApiDouble,
 ) -> None:
     proxy = FaultProxy(
-        registry.url, lambda method, path: 503 if path.startswith("/v2/broken/") else None
+        registry.url, lambda method, path, headers: 503 if path.startswith("/v2/broken/") else None
     ).start()
     try:
         apps = [

@@ -1,8 +1,9 @@
 """A fault-injecting HTTP proxy in front of a real server. Not a registry.
 
 It forwards every request to ``upstream`` unchanged, except those for which ``fault``
-returns a status: those are answered with that status and an empty body. Tests use it to
-take the real registry "down" for one repository only.
+returns an answer: a status (empty body), or (status, headers, body). Tests use it to take
+the real registry "down" for one repository only, or to put the anonymous bearer-token
+challenge of public registries in front of it (``token_gate``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
+
+Answer = int | tuple[int, dict[str, str], bytes]
 
 HOP_BY_HOP = {
     "connection",
@@ -25,7 +28,9 @@ HOP_BY_HOP = {
 
 
 class FaultProxy:
-    def __init__(self, upstream: str, fault: Callable[[str, str], int | None]) -> None:
+    def __init__(
+        self, upstream: str, fault: Callable[[str, str, dict[str, str]], Answer | None]
+    ) -> None:
         client = httpx.Client(base_url=upstream, timeout=10)
         outer = self
 
@@ -33,12 +38,21 @@ class FaultProxy:
             protocol_version = "HTTP/1.1"
 
             def _serve(self) -> None:
-                status = fault(self.command, self.path)
-                if status is not None:
+                answer = fault(
+                    self.command, self.path, {k.lower(): v for k, v in self.headers.items()}
+                )
+                if answer is not None:
                     outer.faulted += 1
+                    status, extra, payload = (
+                        answer if isinstance(answer, tuple) else (answer, {}, b"")
+                    )
                     self.send_response(status)
-                    self.send_header("Content-Length", "0")
+                    for name, value in extra.items():
+                        self.send_header(name, value)
+                    self.send_header("Content-Length", str(len(payload)))
                     self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(payload)
                     return
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
@@ -87,3 +101,33 @@ class FaultProxy:
         self._server.shutdown()
         self._server.server_close()
         self._client.close()
+
+
+def token_gate(
+    token: str, service: str = "registry.test"
+) -> tuple[Callable[[str, str, dict[str, str]], Answer | None], list[str]]:
+    """A fault function playing a public registry's auth: no bearer token, a 401 challenge;
+    ``GET /token?service=…&scope=…`` hands out ``token`` anonymously. Returns the function
+    and the list of scopes asked for."""
+    import json
+    from urllib.parse import parse_qs, urlsplit
+
+    scopes: list[str] = []
+
+    def gate(method: str, path: str, headers: dict[str, str]) -> Answer | None:
+        split = urlsplit(path)
+        if split.path == "/token":
+            query = parse_qs(split.query)
+            assert query.get("service") == [service], query
+            scopes.extend(query.get("scope", []))
+            return 200, {"Content-Type": "application/json"}, json.dumps({"token": token}).encode()
+        if headers.get("authorization") == f"Bearer {token}":
+            return None
+        repository = split.path.removeprefix("/v2/").split("/manifests/")[0]
+        realm = f"http://{headers.get('host')}/token"
+        challenge = (
+            f'Bearer realm="{realm}",service="{service}",scope="repository:{repository}:pull"'
+        )
+        return 401, {"WWW-Authenticate": challenge}, b'{"errors":[{"code":"UNAUTHORIZED"}]}'
+
+    return gate, scopes

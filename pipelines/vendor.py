@@ -1,0 +1,434 @@
+"""Vendoring the upstream bundles, every image pinned by its multi-arch index digest.
+
+``vendor/lock.yaml`` lists each component: its source URL and version, the sha256 of the
+bundle as downloaded, the sha256 of the vendored file, and every image with its digest.
+
+- ``fabrique vendor [--component C] [--update]`` downloads each bundle, checks it against
+  the lock (``--update`` accepts a new one), finds every image it references (containers,
+  initContainers, the workflow controller's executor, the JetStream images of the
+  ``argo-events-controller-config``), resolves each tag to its **index** digest (refusing
+  a single-arch manifest unless the lock allows it with a reason), rewrites every
+  reference to ``repo:tag@sha256:…``, adds the site's pinned JetStream version to the
+  Argo Events controller config, and writes ``vendor/<component>/<version>/``.
+- ``fabrique vendor --check`` is offline: the vendored files must be what the lock says.
+- ``fabrique vendor mirror --to registry:80`` copies every pinned image, all platforms,
+  digests unchanged, into the internal registry, and checks them there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from ._http import DEFAULT_TIMEOUT, RetryPolicy, Unreachable, send
+from .errors import DigestMismatch, FabriqueError, InputError, RemoteError
+from .names import DIGEST_RE, ImageRef
+from .registry import RegistryClient
+
+log = logging.getLogger("fabrique.vendor")
+
+LOCK = "lock.yaml"
+NEEDS_INTERNET = "fabrique vendor --update, with Internet access"
+BUNDLE = "bundle.yaml"
+HEADER = "# Vendored by `fabrique vendor`; images pinned by index digest. Do not edit.\n"
+DOCKER_HUB = "docker.io"
+CONTROLLER_CONFIG = "argo-events-controller-config"
+
+
+class VendorError(FabriqueError):
+    """The lock, a bundle or a vendored file is not what it must be."""
+
+    exit_code = 7
+
+
+@dataclass
+class Image:
+    digest: str | None = None
+    single_arch: str | None = None  # the reason a single-arch manifest is acceptable
+
+
+@dataclass
+class Component:
+    name: str
+    version: str
+    url: str | None = None
+    sha256: str | None = None
+    vendored_sha256: str | None = None
+    images: dict[str, Image] = field(default_factory=dict)
+
+    @property
+    def vendored(self) -> bool:
+        return self.vendored_sha256 is not None or (self.url is None and bool(self.images))
+
+
+# ------------------------------------------------------------------------ the lock
+
+
+def load_lock(root: Path) -> dict[str, Component]:
+    path = root / LOCK
+    try:
+        data = yaml.safe_load(path.read_text("utf-8"))
+    except FileNotFoundError:
+        raise VendorError(f"{path}: not found") from None
+    except yaml.YAMLError:
+        raise VendorError(f"{path}: not valid YAML") from None
+    components = data.get("components") if isinstance(data, dict) else None
+    if not isinstance(components, dict) or not components:
+        raise VendorError(f"{path}: components: must be a non-empty mapping")
+    out = {}
+    for name, entry in components.items():
+        where = f"{path}: components.{name}"
+        if not isinstance(entry, dict) or not isinstance(entry.get("version"), str):
+            raise VendorError(f"{where}.version: required")
+        images = {}
+        for ref, image in (entry.get("images") or {}).items():
+            image = image or {}
+            digest = image.get("digest")
+            if digest is not None and not DIGEST_RE.match(digest):
+                raise VendorError(f"{where}.images.{ref}.digest: must be sha256:<64 hex>")
+            images[ref] = Image(digest, image.get("singleArch"))
+        out[name] = Component(
+            name,
+            entry["version"],
+            entry.get("url"),
+            entry.get("sha256"),
+            entry.get("vendoredSha256"),
+            images,
+        )
+    return out
+
+
+def save_lock(root: Path, components: dict[str, Component]) -> None:
+    data: dict[str, Any] = {"components": {}}
+    for c in components.values():
+        entry: dict[str, Any] = {"version": c.version}
+        if c.url:
+            entry |= {"url": c.url, "sha256": c.sha256, "vendoredSha256": c.vendored_sha256}
+        entry["images"] = {
+            ref: {
+                k: v
+                for k, v in (("digest", i.digest), ("singleArch", i.single_arch))
+                if v is not None
+            }
+            for ref, i in sorted(c.images.items())
+        }
+        data["components"][c.name] = entry
+    text = (
+        "# Upstream bundles and images, pinned. Written by `fabrique vendor --update`;\n"
+        "# `fabrique vendor --check` verifies vendor/ against it, offline.\n"
+        + yaml.safe_dump(data, sort_keys=False, width=120)
+    )
+    _write(root / LOCK, text)
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, "utf-8")
+    tmp.replace(path)
+
+
+# --------------------------------------------------------------- finding images
+
+
+def find_images(documents: list[Any]) -> list[str]:
+    """Every image a bundle references, in order of first appearance."""
+    found: dict[str, None] = {}
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key in ("containers", "initContainers"):
+                for container in node.get(key) or []:
+                    if isinstance(container, dict) and isinstance(container.get("image"), str):
+                        found.setdefault(container["image"], None)
+                    for arg in (container.get("args") or []) if isinstance(container, dict) else []:
+                        if isinstance(arg, str) and arg.startswith("--executor-image="):
+                            found.setdefault(arg.split("=", 1)[1], None)
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    for doc in documents:
+        walk(doc)
+        if isinstance(doc, dict) and doc.get("kind") == "ConfigMap":
+            for text in (doc.get("data") or {}).values():
+                for match in re.finditer(
+                    r"(?m)^\s*(?:-\s*)?(?:\w*[Ii]mage|image):\s*['\"]?([^\s'\"#]+)", str(text)
+                ):
+                    found.setdefault(match[1], None)
+    return [ref for ref in found if not ref.startswith("{{")]
+
+
+def pinned(ref: str, digest: str) -> str:
+    return f"{ref.split('@')[0]}@{digest}"
+
+
+def rewrite(text: str, digests: dict[str, str]) -> str:
+    """Every reference to an image, tag alone, becomes ``repo:tag@sha256:…``."""
+    for ref, digest in sorted(digests.items(), key=lambda item: -len(item[0])):
+        pattern = re.compile(r"(?<![\w./@:-])" + re.escape(ref) + r"(?![\w.@:/-])")
+        text = pattern.sub(pinned(ref, digest), text)
+    return text
+
+
+def add_jetstream_version(documents: list[Any], version: str, images: dict[str, str]) -> None:
+    """Add (or replace) a JetStream version in the Argo Events controller config, pinned.
+
+    ``images`` maps ``nats``, ``reloader`` and ``exporter`` to pinned references."""
+    for doc in documents:
+        if (
+            isinstance(doc, dict)
+            and doc.get("kind") == "ConfigMap"
+            and doc["metadata"]["name"] == CONTROLLER_CONFIG
+        ):
+            data = doc.setdefault("data", {})
+            key = next(iter(data), "controller-config.yaml")
+            config = yaml.safe_load(data.get(key) or "") or {}
+            versions = config.setdefault("jetstream", {}).setdefault("versions", [])
+            versions[:] = [v for v in versions if str(v.get("version")) != version]
+            versions.append(
+                {
+                    "version": version,
+                    "natsImage": images["nats"],
+                    "metricsExporterImage": images["exporter"],
+                    "configReloaderImage": images["reloader"],
+                    "startCommand": "/nats-server",
+                }
+            )
+            data[key] = yaml.safe_dump(config, sort_keys=False)
+            return
+    raise VendorError(
+        f"the bundle has no ConfigMap {CONTROLLER_CONFIG} to add JetStream {version} to"
+    )
+
+
+# -------------------------------------------------------------------- resolving
+
+
+class Resolver:
+    """Tags to index digests, one registry client per host."""
+
+    def __init__(self, plain_http: frozenset[str], retry: RetryPolicy | None = None) -> None:
+        self.plain_http = plain_http
+        self.retry = retry
+        self._clients: dict[str, RegistryClient] = {}
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+
+    @staticmethod
+    def locate(ref: str) -> tuple[str, str, str]:
+        """(registry host, repository, tag) of a reference, Docker Hub's defaults applied."""
+        parsed = ImageRef.parse(ref)
+        host = parsed.host or DOCKER_HUB
+        repository = parsed.repository
+        if host == DOCKER_HUB and "/" not in repository:
+            repository = f"library/{repository}"
+        if parsed.tag is None:
+            raise InputError(f"image {ref!r}: has no tag to resolve")
+        return ("registry-1.docker.io" if host == DOCKER_HUB else host), repository, parsed.tag
+
+    def resolve(self, ref: str, image: Image) -> str:
+        host, repository, tag = self.locate(ref)
+        if host not in self._clients:
+            self._clients[host] = RegistryClient(
+                host, plain_http=host in self.plain_http, retry=self.retry
+            )
+        found = self._clients[host].manifest_digest(repository, tag)
+        if not found.is_index and not image.single_arch:
+            raise VendorError(
+                f"image {ref}: {found.media_type or 'a manifest'} is not a multi-arch index; "
+                "mark it `singleArch: <reason>` in vendor/lock.yaml to accept it"
+            )
+        return found.digest
+
+
+# ------------------------------------------------------------------- vendoring
+
+
+def download(url: str, retry: RetryPolicy | None = None) -> bytes:
+    with httpx.Client(timeout=DEFAULT_TIMEOUT, follow_redirects=True) as client:
+        try:
+            response = send(client, "GET", url, retry=retry or RetryPolicy())
+        except Unreachable as exc:
+            raise RemoteError(f"{url}: unreachable: {exc.reason}", transient=True) from None
+    if response.status_code != 200:
+        raise RemoteError(f"{url}: answered HTTP {response.status_code}")
+    return response.content
+
+
+def vendor_component(
+    root: Path,
+    component: Component,
+    lock: dict[str, Component],
+    resolver: Resolver,
+    *,
+    update: bool,
+    jetstream_version: str | None,
+) -> list[str]:
+    """Vendor one component; returns what it did, one line each."""
+    lines = []
+    if component.url is None:  # an image set: pins only
+        for ref, image in component.images.items():
+            digest = resolver.resolve(ref, image)
+            if image.digest and image.digest != digest and not update:
+                raise DigestMismatch(
+                    f"image {ref}: the lock pins {image.digest}, the registry has {digest}; "
+                    "--update to move"
+                )
+            image.digest = digest
+            lines.append(f"{component.name}: {pinned(ref, digest)}")
+        return lines
+    raw = download(component.url)
+    sha = hashlib.sha256(raw).hexdigest()
+    if component.sha256 and component.sha256 != sha and not update:
+        raise VendorError(
+            f"{component.name} {component.version}: {component.url} has sha256 {sha}, "
+            f"the lock says {component.sha256}; refusing it (--update to accept a new bundle)"
+        )
+    try:
+        documents = [d for d in yaml.safe_load_all(raw.decode("utf-8")) if d is not None]
+    except (UnicodeDecodeError, yaml.YAMLError):
+        raise VendorError(f"{component.url}: not a YAML bundle") from None
+    if component.name == "argo-events" and jetstream_version:
+        js = lock.get("jetstream")
+        if js is None or not all(i.digest for i in js.images.values()):
+            raise VendorError(
+                "argo-events needs the jetstream component pinned first (vendor it before)"
+            )
+        by_role = {
+            (
+                "reloader" if "reloader" in ref else "exporter" if "exporter" in ref else "nats"
+            ): pinned(ref, str(i.digest))
+            for ref, i in js.images.items()
+        }
+        add_jetstream_version(documents, jetstream_version, by_role)
+    refs = [ref for ref in find_images(documents) if "@" not in ref]
+    digests = {}
+    for ref in refs:
+        image = component.images.get(ref, Image())
+        digests[ref] = resolver.resolve(ref, image)
+        component.images[ref] = Image(digests[ref], image.single_arch)
+    text = HEADER + rewrite(yaml.safe_dump_all(documents, sort_keys=False, width=1000), digests)
+    out = root / component.name / component.version
+    if out.exists():
+        shutil.rmtree(out)
+    _write(out / BUNDLE, text)
+    _write(out / "kustomization.yaml", f"{HEADER}resources:\n- {BUNDLE}\n")
+    component.sha256 = sha
+    component.vendored_sha256 = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    lines.append(
+        f"{component.name} {component.version}: {len(digests)} image(s) pinned, sha256 {sha[:12]}"
+    )
+    return lines
+
+
+def check(root: Path) -> list[str]:
+    """Offline: every vendored file is the one the lock names; every image is pinned.
+
+    Returns the problems (empty when all is right); components never vendored are noted."""
+    lock = load_lock(root)
+    pins = dict(all_pins(lock))  # a bundle may carry another component's pins (JetStream)
+    problems = []
+    for c in lock.values():
+        if c.url is None:
+            unpinned = [ref for ref, i in c.images.items() if not i.digest]
+            if unpinned:
+                problems.append(
+                    f"{c.name}: not pinned yet: {', '.join(unpinned)} (fabrique vendor --update)"
+                )
+            continue
+        bundle = root / c.name / c.version / BUNDLE
+        if c.vendored_sha256 is None:
+            if bundle.exists():
+                problems.append(f"{bundle}: present, but the lock records no vendoredSha256")
+            else:
+                problems.append(f"{c.name} {c.version}: not vendored yet ({NEEDS_INTERNET})")
+            continue
+        if not bundle.is_file():
+            problems.append(f"{bundle}: missing")
+            continue
+        text = bundle.read_text("utf-8")
+        if hashlib.sha256(text.encode("utf-8")).hexdigest() != c.vendored_sha256:
+            problems.append(
+                f"{bundle}: differs from the lock (edited by hand?); re-run fabrique vendor"
+            )
+        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+        for ref in find_images(documents):
+            base = ref.split("@")[0]
+            if "@" not in ref:
+                problems.append(f"{bundle}: image {ref} is not pinned by digest")
+            elif pins.get(base) != ref.split("@")[1]:
+                problems.append(f"{bundle}: image {ref} is not the digest the lock pins")
+    known = {(c.name, c.version) for c in lock.values()}
+    for path in sorted(p for p in root.glob("*/*") if p.is_dir()):
+        if (path.parent.name, path.name) not in known:
+            problems.append(f"{path}: not in the lock")
+    return problems
+
+
+def pending(problems: list[str]) -> bool:
+    """True when the only problems are components not vendored yet."""
+    return all("not vendored yet" in p or "not pinned yet" in p for p in problems)
+
+
+def all_pins(lock: dict[str, Component]) -> Iterator[tuple[str, str]]:
+    for c in lock.values():
+        for ref, image in c.images.items():
+            if image.digest:
+                yield ref, image.digest
+
+
+def mirror(
+    lock: dict[str, Component], target: str, resolver: Resolver, *, plain_http_target: bool
+) -> list[str]:
+    """Copy every pinned image, all platforms, digests unchanged, into ``target``."""
+    skopeo = shutil.which("skopeo")
+    if skopeo is None:
+        raise VendorError(
+            "skopeo is not installed; it copies images with all their platforms "
+            "(apt-get install skopeo)"
+        )
+    lines = []
+    for ref, digest in sorted(all_pins(lock)):
+        host, source_repository, tag = resolver.locate(ref)
+        repository = source_repository.removeprefix("library/")
+        source = f"docker://{host}/{source_repository}@{digest}"
+        destination = f"docker://{target}/{repository}:{tag}"
+        command = [skopeo, "copy", "--all", "--preserve-digests", "--retry-times", "3"]
+        if host in resolver.plain_http:
+            command.append("--src-tls-verify=false")
+        if plain_http_target:
+            command.append("--dest-tls-verify=false")
+        with tempfile.TemporaryDirectory() as scratch:
+            result = subprocess.run(
+                [*command, source, destination],
+                capture_output=True,
+                text=True,
+                timeout=1800,
+                check=False,
+                env={"HOME": scratch, "PATH": "/usr/bin:/bin"},
+            )
+        if result.returncode != 0:
+            detail = (result.stderr.strip().splitlines() or ["failed"])[-1]
+            raise RemoteError(f"mirror {ref} to {target}: {detail}")
+        with RegistryClient(target, plain_http=plain_http_target) as client:
+            copied = client.manifest_digest(repository, tag).digest
+        if copied != digest:
+            raise DigestMismatch(f"mirror {ref}: {target} holds {copied}, the lock pins {digest}")
+        lines.append(f"mirrored: {target}/{repository}:{tag}@{digest}")
+    return lines

@@ -1,0 +1,426 @@
+"""`fabrique vendor` end to end on loopback: real registries, a served bundle, a token gate."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import threading
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from pipelines.registry import RegistryClient
+
+from . import servers
+from .conftest import ROOT, run_cli
+from .doubles.proxy import FaultProxy, token_gate
+from .oci import push_image, push_index
+
+AMD_ARM = ("amd64", "arm64")
+
+
+class BundleServer:
+    """Serves files from a directory over HTTP on loopback: the upstream release site."""
+
+    def __init__(self, directory: Path) -> None:
+        handler = functools.partial(_QuietHandler, directory=str(directory))
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+
+    def url(self, name: str) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/{name}"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture()
+def upstream(tmp_path: Path) -> Iterator[BundleServer]:
+    site = tmp_path / "upstream"
+    site.mkdir()
+    server = BundleServer(site)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture()
+def second_registry(tmp_path: Path) -> Iterator[servers.Registry]:
+    root = tmp_path / "mirror"
+    root.mkdir()
+    with servers.registry(root) as running:
+        yield running
+
+
+def _bundle(reg: str, *, single: bool = False) -> str:
+    docs: list[dict[str, Any]] = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "workflow-controller"},
+            "spec": {
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "workflow-controller",
+                                "image": f"{reg}/argoproj/workflow-controller:v4.1.2",
+                                "args": [
+                                    "--configmap",
+                                    "workflow-controller-configmap",
+                                    f"--executor-image={reg}/argoproj/argoexec:v4.1.2",
+                                ],
+                            }
+                        ]
+                    }
+                }
+            },
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "argo-server"},
+            "spec": {
+                "template": {
+                    "spec": {
+                        "initContainers": [
+                            {"name": "init", "image": f"{reg}/argoproj/argocli:v4.1.2"}
+                        ],
+                        "containers": [
+                            {"name": "argo-server", "image": f"{reg}/argoproj/argocli:v4.1.2"}
+                        ],
+                    }
+                }
+            },
+        },
+    ]
+    if single:
+        docs[1]["spec"]["template"]["spec"]["containers"].append(
+            {"name": "helper", "image": f"{reg}/tools/single:v1"}
+        )
+    return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+def _events_bundle(reg: str) -> str:
+    config = {
+        "eventBus": {},
+        "jetstream": {
+            "versions": [
+                {
+                    "version": "latest",
+                    "natsImage": f"{reg}/library/nats:latest",
+                    "metricsExporterImage": f"{reg}/natsio/exporter:0.14.0",
+                    "configReloaderImage": f"{reg}/natsio/reloader:0.14.0",
+                    "startCommand": "/nats-server",
+                },
+            ]
+        },
+    }
+    docs = [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "argo-events-controller-config"},
+            "data": {"controller-config.yaml": yaml.safe_dump(config)},
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "controller-manager"},
+            "spec": {
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {"name": "c", "image": f"{reg}/argoproj/argo-events:v1.9.11"}
+                        ]
+                    }
+                }
+            },
+        },
+    ]
+    return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+def _lock(root: Path, components: dict[str, Any]) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "lock.yaml").write_text(yaml.safe_dump({"components": components}, sort_keys=False))
+    return root
+
+
+def _vendor(root: Path, *args: str, plain: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]
+    flags = [x for host in plain for x in ("--plain-http", host)]
+    return run_cli("vendor", "--dir", str(root), *flags, *args)
+
+
+@pytest.fixture()
+def published(registry: servers.Registry, upstream: BundleServer, tmp_path: Path) -> dict[str, Any]:
+    reg = registry.host
+    digests = {
+        f"{reg}/argoproj/workflow-controller:v4.1.2": push_index(
+            registry.url, "argoproj/workflow-controller", "v4.1.2", AMD_ARM
+        ),
+        f"{reg}/argoproj/argoexec:v4.1.2": push_index(
+            registry.url, "argoproj/argoexec", "v4.1.2", AMD_ARM
+        ),
+        f"{reg}/argoproj/argocli:v4.1.2": push_index(
+            registry.url, "argoproj/argocli", "v4.1.2", AMD_ARM
+        ),
+    }
+    single = push_image(registry.url, "tools/single", "v1")
+    text = _bundle(reg)
+    (tmp_path / "upstream" / "install.yaml").write_text(text)
+    (tmp_path / "upstream" / "install-single.yaml").write_text(_bundle(reg, single=True))
+    return {
+        "digests": digests,
+        "single": single,
+        "sha256": hashlib.sha256(text.encode()).hexdigest(),
+        "reg": reg,
+    }
+
+
+def test_vendor_pins_every_image_by_index_digest(
+    tmp_path: Path, upstream: BundleServer, published: dict[str, Any]
+) -> None:
+    root = _lock(
+        tmp_path / "vendor",
+        {
+            "argo-workflows": {
+                "version": "v4.1.2",
+                "url": upstream.url("install.yaml"),
+                "sha256": None,
+                "images": {},
+            },
+        },
+    )
+    result = _vendor(root, "--update", plain=(published["reg"],))
+    assert result.exit_code == 0, result.stderr
+    assert (
+        result.stdout.strip()
+        == f"argo-workflows v4.1.2: 3 image(s) pinned, sha256 {published['sha256'][:12]}"
+    )
+    bundle = (root / "argo-workflows" / "v4.1.2" / "bundle.yaml").read_text()
+    for ref, digest in published["digests"].items():
+        assert f"{ref}@{digest}" in bundle
+    assert (
+        f"--executor-image={published['reg']}/argoproj/argoexec:v4.1.2@{published['digests'][published['reg'] + '/argoproj/argoexec:v4.1.2']}"
+        in bundle
+    )
+    lock = yaml.safe_load((root / "lock.yaml").read_text())["components"]["argo-workflows"]
+    assert lock["sha256"] == published["sha256"]
+    assert {ref: i["digest"] for ref, i in lock["images"].items()} == published["digests"]
+    assert yaml.safe_load(
+        (root / "argo-workflows" / "v4.1.2" / "kustomization.yaml").read_text()
+    ) == {"resources": ["bundle.yaml"]}
+
+    check = _vendor(root, "--check")
+    assert check.exit_code == 0, check.stderr
+    assert check.stdout.strip() == f"{root}: matches lock.yaml"
+
+
+def test_a_single_arch_image_is_refused_unless_the_lock_allows_it(
+    tmp_path: Path, upstream: BundleServer, published: dict[str, Any]
+) -> None:
+    reg = published["reg"]
+    component = {"version": "v4.1.2", "url": upstream.url("install-single.yaml"), "images": {}}
+    root = _lock(tmp_path / "vendor", {"argo-workflows": component})
+    refused = _vendor(root, "--update", plain=(reg,))
+    assert refused.exit_code == 7
+    assert (
+        f"image {reg}/tools/single:v1: application/vnd.oci.image.manifest.v1+json is not a multi-arch index"
+        in refused.stderr
+    )
+    assert not (root / "argo-workflows").exists()
+
+    component["images"] = {
+        f"{reg}/tools/single:v1": {"singleArch": "an internal helper built for amd64 only"}
+    }
+    _lock(root, {"argo-workflows": component})
+    allowed = _vendor(root, "--update", plain=(reg,))
+    assert allowed.exit_code == 0, allowed.stderr
+    lock = yaml.safe_load((root / "lock.yaml").read_text())["components"]["argo-workflows"][
+        "images"
+    ]
+    assert lock[f"{reg}/tools/single:v1"] == {
+        "digest": published["single"],
+        "singleArch": "an internal helper built for amd64 only",
+    }
+
+
+def test_a_bundle_that_does_not_match_the_lock_is_refused(
+    tmp_path: Path, upstream: BundleServer, published: dict[str, Any]
+) -> None:
+    root = _lock(
+        tmp_path / "vendor",
+        {
+            "argo-workflows": {
+                "version": "v4.1.2",
+                "url": upstream.url("install.yaml"),
+                "sha256": "0" * 64,
+                "images": {},
+            },
+        },
+    )
+    result = _vendor(root, plain=(published["reg"],))
+    assert result.exit_code == 7
+    assert (
+        f"has sha256 {published['sha256']}, the lock says {'0' * 64}; refusing it" in result.stderr
+    )
+    assert not (root / "argo-workflows").exists()
+
+
+def test_check_catches_a_hand_edit(
+    tmp_path: Path, upstream: BundleServer, published: dict[str, Any]
+) -> None:
+    root = _lock(
+        tmp_path / "vendor",
+        {
+            "argo-workflows": {
+                "version": "v4.1.2",
+                "url": upstream.url("install.yaml"),
+                "images": {},
+            },
+        },
+    )
+    assert _vendor(root, "--update", plain=(published["reg"],)).exit_code == 0
+    bundle = root / "argo-workflows" / "v4.1.2" / "bundle.yaml"
+    ref = f"{published['reg']}/argoproj/argocli:v4.1.2"
+    bundle.write_text(bundle.read_text().replace(f"{ref}@{published['digests'][ref]}", ref, 1))
+    result = _vendor(root, "--check")
+    assert result.exit_code == 7
+    assert "differs from the lock (edited by hand?)" in result.stderr
+    assert f"image {ref} is not pinned by digest" in result.stderr
+    (root / "stray" / "v1").mkdir(parents=True)
+    assert f"{root}/stray/v1: not in the lock" in _vendor(root, "--check").stderr
+
+
+def test_mirror_copies_every_platform_with_the_same_digests(
+    tmp_path: Path,
+    upstream: BundleServer,
+    published: dict[str, Any],
+    second_registry: servers.Registry,
+) -> None:
+    reg = published["reg"]
+    root = _lock(
+        tmp_path / "vendor",
+        {
+            "argo-workflows": {
+                "version": "v4.1.2",
+                "url": upstream.url("install.yaml"),
+                "images": {},
+            },
+        },
+    )
+    assert _vendor(root, "--update", plain=(reg,)).exit_code == 0
+    result = run_cli(
+        "vendor",
+        "--dir",
+        str(root),
+        "--plain-http",
+        reg,
+        "--plain-http",
+        second_registry.host,
+        "mirror",
+        "--to",
+        second_registry.host,
+    )
+    assert result.exit_code == 0, result.stderr
+    assert len(result.stdout.splitlines()) == 3
+    with RegistryClient(second_registry.host, plain_http=True) as mirror:
+        for ref, digest in published["digests"].items():
+            repository, tag = ref.split("/", 1)[1].split(":")
+            found = mirror.manifest_digest(repository, tag)
+            assert found.digest == digest and found.is_index
+            index = httpx.get(
+                f"{second_registry.url}/v2/{repository}/manifests/{digest}",
+                headers={"Accept": "application/vnd.oci.image.index.v1+json"},
+            ).json()
+            platforms = []
+            for child in index["manifests"]:  # every platform came along, by digest
+                assert mirror.manifest_digest(repository, child["digest"]).digest == child["digest"]
+                platforms.append(child["platform"]["architecture"])
+            assert sorted(platforms) == ["amd64", "arm64"]
+
+
+def test_the_anonymous_token_flow_of_public_registries(
+    tmp_path: Path, upstream: BundleServer, registry: servers.Registry
+) -> None:
+    digest = push_index(registry.url, "argoproj/gated", "v1", AMD_ARM)
+    gate, scopes = token_gate("anon-token-7c2a")
+    proxy = FaultProxy(registry.url, gate).start()
+    try:
+        component = {"version": "1", "images": {f"{proxy.host}/argoproj/gated:v1": {}}}
+        root = _lock(tmp_path / "vendor", {"jetstream": component})
+        result = _vendor(root, "--update", plain=(proxy.host,))
+    finally:
+        proxy.stop()
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.strip() == f"jetstream: {proxy.host}/argoproj/gated:v1@{digest}"
+    assert scopes == ["repository:argoproj/gated:pull"]
+
+
+def test_argo_events_gets_the_pinned_jetstream_version(
+    tmp_path: Path, upstream: BundleServer, registry: servers.Registry
+) -> None:
+    reg = registry.host
+    pins = {
+        f"{reg}/library/nats:2.10.10": push_index(registry.url, "library/nats", "2.10.10", AMD_ARM),
+        f"{reg}/natsio/reloader:0.14.0": push_index(
+            registry.url, "natsio/reloader", "0.14.0", AMD_ARM
+        ),
+        f"{reg}/natsio/exporter:0.14.0": push_index(
+            registry.url, "natsio/exporter", "0.14.0", AMD_ARM
+        ),
+    }
+    for name, tag in (("library/nats", "latest"), ("argoproj/argo-events", "v1.9.11")):
+        push_index(registry.url, name, tag, AMD_ARM)
+    (tmp_path / "upstream" / "events.yaml").write_text(_events_bundle(reg))
+    root = _lock(
+        tmp_path / "vendor",
+        {
+            "jetstream": {"version": "2.10.10", "images": {ref: {} for ref in pins}},
+            "argo-events": {"version": "v1.9.11", "url": upstream.url("events.yaml"), "images": {}},
+        },
+    )
+    result = _vendor(root, "--update", plain=(reg,))
+    assert result.exit_code == 0, result.stderr
+    docs = list(yaml.safe_load_all((root / "argo-events" / "v1.9.11" / "bundle.yaml").read_text()))
+    config = yaml.safe_load(docs[0]["data"]["controller-config.yaml"])
+    entry = next(v for v in config["jetstream"]["versions"] if v["version"] == "2.10.10")
+    assert entry["natsImage"] == f"{reg}/library/nats:2.10.10@{pins[reg + '/library/nats:2.10.10']}"
+    assert entry["configReloaderImage"].endswith(pins[f"{reg}/natsio/reloader:0.14.0"])
+    assert entry["metricsExporterImage"].endswith(pins[f"{reg}/natsio/exporter:0.14.0"])
+    assert all("@sha256:" in v["natsImage"] for v in config["jetstream"]["versions"]), (
+        "every version pinned"
+    )
+    checked = _vendor(root, "--check")
+    assert checked.exit_code == 0, checked.stderr
+
+
+def test_the_committed_vendor_dir_matches_its_lock() -> None:
+    result = run_cli("vendor", "--dir", str(ROOT / "vendor"), "--check")
+    assert result.exit_code == 0, result.stderr
+    assert "notice: argo-workflows v4.1.2: not vendored yet" in result.stderr
+    assert not [p for p in (ROOT / "vendor").rglob("bundle.yaml")], "no fake bundle in vendor/"
+
+
+def test_an_unknown_component(tmp_path: Path) -> None:
+    root = _lock(tmp_path / "vendor", {"jetstream": {"version": "1", "images": {"nats:1": {}}}})
+    result = _vendor(root, "--component", "nope")
+    assert result.exit_code == 2
+    assert "--component 'nope': not in" in result.stderr
