@@ -316,6 +316,55 @@ class NetpolConfig(_Model):
     egress_fqdns: list[Fqdn]  # TCP 443 for the build, flavor cilium
 
 
+def _object_ref(value: str) -> str:
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[a-z0-9])?", value):
+        raise ValueError("must be namespace/name")
+    return value
+
+
+ObjectRef = Annotated[str, AfterValidator(_object_ref)]
+
+
+class Target(_Model):
+    """A cluster the operator seeds (``targets.<name>``): the kube context it must be."""
+
+    context: Annotated[str, Field(min_length=1)]
+
+
+class DerivedSecret(_Model):
+    """A Secret made from keys of another (``derivedSecrets[]``), never by hand."""
+
+    app: Annotated[str, AfterValidator(_app_name)] | None = None  # seeded with this app
+    from_: Annotated[ObjectRef, Field(alias="from")]
+    to: ObjectRef
+    keys: Annotated[dict[str, str], Field(min_length=1)]  # target key: source key
+
+
+class Mirror(_Model):
+    """A Gitea pull mirror of an upstream repository (``mirrors[]``)."""
+
+    repo: RepoSlug
+    source: Annotated[str, Field(pattern=r"^https://[^\s@/]+/[^\s@]+$")]
+    interval: Annotated[str, Field(pattern=r"^[1-9][0-9]*(m|h)$")]
+
+
+class MirrorSync(_Model):
+    """The mirror sync CronWorkflow and the Gitea pods' egress (``mirrorSync``)."""
+
+    schedule: Annotated[str, Field(pattern=r"^\S+ \S+ \S+ \S+ \S+$")]
+    github_cidrs: Annotated[list[Cidr], Field(min_length=1)]
+    gitea_pod_labels: Annotated[dict[str, str], Field(min_length=1)]
+
+
+class ApplicationConfig(_Model):
+    """The Argo CD Application of an app, kept in the apps repository (``apps[].application``)."""
+
+    path: RelativePath  # in gitea.appsRepo, such as apps/citation.yaml
+    namespace: DnsLabel  # where the app runs
+    project: DnsLabel = "default"
+    source_path: RelativePath  # the overlay in the code repository
+
+
 class WriteBackTarget(_Model):
     """The file an app's digest is written into (``apps[].writeback``)."""
 
@@ -354,6 +403,7 @@ class AppConfig(_Model):
     dockerfile: RelativePath = "Dockerfile"
     build_args: Annotated[dict[str, str], AfterValidator(_build_args)] = Field(default_factory=dict)
     writeback: WriteBackTarget
+    application: ApplicationConfig | None = None
 
 
 class Site(_Model):
@@ -367,6 +417,10 @@ class Site(_Model):
     events: EventsConfig
     reconcile: ReconcileConfig
     netpol: NetpolConfig
+    targets: dict[Annotated[str, AfterValidator(_dns_label)], Target]
+    derived_secrets: list[DerivedSecret] = Field(default_factory=list)
+    mirrors: list[Mirror] = Field(default_factory=list)
+    mirror_sync: MirrorSync
     apps: Annotated[list[AppConfig], Field(min_length=1)]
 
     @model_validator(mode="after")

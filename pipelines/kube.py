@@ -6,6 +6,7 @@ Everything else asks it for typed results. Connection settings come from a kubec
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -59,6 +60,20 @@ def connect(context: str | None = None) -> k8s.ApiClient:
     return k8s.ApiClient(configuration)
 
 
+def kubeconfig_context(context: str | None = None) -> str:
+    """The context a client would use: ``context``, else the kubeconfig's current one."""
+    if context:
+        return context
+    kubeconfig = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+    try:
+        _, active = k8s_config.list_kube_config_contexts(config_file=kubeconfig)
+    except (ConfigException, FileNotFoundError):
+        raise KubeError(
+            "no kubeconfig with a current context: set KUBECONFIG or --context"
+        ) from None
+    return str(active["name"])
+
+
 class KubeClient:
     def __init__(
         self,
@@ -70,6 +85,7 @@ class KubeClient:
     ) -> None:
         self._timeout = (min(5.0, timeout_seconds), timeout_seconds)
         self._custom = k8s.CustomObjectsApi(api)
+        self._core = k8s.CoreV1Api(api)
         self._retry = retry or RetryPolicy()
         self._sleep = sleep
         self._server = api.configuration.host
@@ -118,6 +134,54 @@ class KubeClient:
             raise self._error(what, exc) from None
         phase = (body.get("status") or {}).get("phase") if isinstance(body, dict) else None
         return str(phase) if phase else "Pending"
+
+    def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Secret as the API returns it (``data`` base64), or None if there is none."""
+        what = f"get Secret {namespace}/{name}"
+        try:
+            secret = self._call(
+                what,
+                lambda: self._core.read_namespaced_secret(
+                    name, namespace, _request_timeout=self._timeout, _preload_content=False
+                ),
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise self._error(what, exc) from None
+        return json.loads(secret.data)
+
+    def create_secret(self, body: dict[str, Any]) -> None:
+        meta = body["metadata"]
+        what = f"create Secret {meta['namespace']}/{meta['name']}"
+        try:
+            self._call(
+                what,
+                lambda: self._core.create_namespaced_secret(
+                    meta["namespace"],
+                    body,  # type: ignore[arg-type]  # the client sends a dict as it is
+                    _request_timeout=self._timeout,
+                ),
+            )
+        except ApiException as exc:
+            raise self._error(what, exc) from None
+
+    def replace_secret(self, body: dict[str, Any]) -> None:
+        """Replace a Secret; ``metadata.resourceVersion`` makes a concurrent change a 409."""
+        meta = body["metadata"]
+        what = f"replace Secret {meta['namespace']}/{meta['name']}"
+        try:
+            self._call(
+                what,
+                lambda: self._core.replace_namespaced_secret(
+                    meta["name"],
+                    meta["namespace"],
+                    body,  # type: ignore[arg-type]  # the client sends a dict as it is
+                    _request_timeout=self._timeout,
+                ),
+            )
+        except ApiException as exc:
+            raise self._error(what, exc) from None
 
     def _call(self, what: str, call: Callable[[], Any]) -> Any:
         for attempt in range(1, self._retry.attempts + 1):

@@ -21,6 +21,7 @@ from pipelines.validate import Schemas
 from .http import LoopbackServer, Request
 
 WORKFLOWS = re.compile(r"^/apis/argoproj\.io/v1alpha1/namespaces/([^/]+)/workflows(?:/([^/]+))?$")
+SECRETS = re.compile(r"^/api/v1/namespaces/([^/]+)/secrets(?:/([^/]+))?$")
 
 
 def status(code: int, reason: str, message: str, name: str | None = None) -> dict[str, Any]:
@@ -42,6 +43,8 @@ class KubeApiDouble:
     def __init__(self, specs: Path) -> None:
         self.validator = Schemas(specs).validator("argoproj.io/v1alpha1", "Workflow")
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.secrets: dict[tuple[str, str], dict[str, Any]] = {}
+        self.version = 100
         self.requests: list[Request] = []
         self.faults: list[int] = []
         self.rejections: list[str] = []
@@ -76,6 +79,9 @@ class KubeApiDouble:
             if self.faults:
                 code = self.faults.pop(0)
                 return code, status(code, "ServiceUnavailable", "injected fault")
+            secret = SECRETS.match(request.path)
+            if secret:
+                return self._secret(request, secret[1], secret[2])
             match = WORKFLOWS.match(request.path)
             if not match:
                 return 404, status(404, "NotFound", f"the server could not find {request.path}")
@@ -92,6 +98,48 @@ class KubeApiDouble:
             return 405, status(
                 405, "MethodNotAllowed", f"{request.method} not served by the double"
             )
+
+    def _secret(self, request: Request, namespace: str, name: str | None) -> tuple[int, Any]:
+        """Secrets, checked with kubernetes-validate (strict) on every write; a PUT must
+        carry the current resourceVersion, as optimistic concurrency requires."""
+        import kubernetes_validate
+        from kubernetes_validate.utils import latest_version
+
+        if request.method == "GET" and name:
+            found = self.secrets.get((namespace, name))
+            return (
+                (200, found)
+                if found
+                else (404, status(404, "NotFound", f'secrets "{name}" not found'))
+            )
+        body = request.json()
+        if request.method not in ("POST", "PUT"):
+            return 405, status(405, "MethodNotAllowed", request.method)
+        try:
+            kubernetes_validate.validate(body, latest_version(), strict=True)
+        except kubernetes_validate.ValidationError as error:
+            self.rejections.append(error.message)
+            return 422, status(422, "Invalid", f"Secret is invalid: {error.message}")
+        key = (namespace, body["metadata"]["name"])
+        current = self.secrets.get(key)
+        if request.method == "POST" and current is not None:
+            return 409, status(409, "AlreadyExists", f'secrets "{key[1]}" already exists')
+        if request.method == "PUT":
+            if current is None:
+                return 404, status(404, "NotFound", f'secrets "{key[1]}" not found')
+            if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+                return 409, status(409, "Conflict", "the object has been modified")
+        self.version += 1
+        stored = {
+            **body,
+            "metadata": {
+                **body["metadata"],
+                "namespace": namespace,
+                "resourceVersion": str(self.version),
+            },
+        }
+        self.secrets[key] = stored
+        return (201 if request.method == "POST" else 200), stored
 
     def _create(self, namespace: str, body: Any) -> tuple[int, Any]:
         errors = sorted(self.validator.iter_errors(body), key=lambda e: list(e.absolute_path))
