@@ -13,7 +13,14 @@ from pipelines.render import object_meta
 
 STEP_LABEL = "fabrique.io/step"
 NATS_CLIENT, NATS_CLUSTER, NATS_MONITOR = 4222, 6222, 8222
-FABRIQUE_PODS = {"matchLabels": {LABEL_PART_OF: "fabrique"}}
+# every fabrique pod but the mirror sync's, which has a narrower policy of its own
+FABRIQUE_PODS = {
+    "matchLabels": {LABEL_PART_OF: "fabrique"},
+    "matchExpressions": [
+        {"key": "fabrique.io/role", "operator": "NotIn", "values": ["mirror-sync"]}
+    ],
+}
+MIRROR_SYNC_POD = {"matchLabels": {"fabrique.io/role": "mirror-sync"}}
 BUILD_POD = {"matchLabels": {STEP_LABEL: "build"}}
 EVENTSOURCE_POD = {"matchLabels": {"eventsource-name": EVENT_SOURCE}}
 SENSOR_POD = {"matchLabels": {"sensor-name": SENSOR}}
@@ -93,6 +100,15 @@ def build_namespace(site: Site) -> list[dict[str, Any]]:
             egress=[_dns(site), _peer(site.netpol.gitea), _peer(site.netpol.registry), _api(site)],
         ),
     ]
+    docs.append(
+        # the mirror sync only calls Gitea's API (and the executor reports to the API)
+        _policy(
+            "mirror-sync-egress",
+            ns,
+            MIRROR_SYNC_POD,
+            egress=[_dns(site), _peer(site.netpol.gitea), _api(site)],
+        )
+    )
     if site.netpol.flavor == "kubernetes" and site.netpol.egress_cidrs:
         docs.append(
             _policy(
@@ -226,10 +242,36 @@ def check_no_wide_nets(documents: list[dict[str, Any]], where: str) -> None:
                         )
 
 
+def gitea_namespace(site: Site) -> list[dict[str, Any]]:
+    """The Gitea pods pull the mirrors: TCP 443 to GitHub's CIDRs is their only Internet.
+
+    Inside the cluster they keep what they had (their database, Argo CD's fetches, the
+    webhooks they send): the policy adds GitHub, it isolates them from everything else
+    outside."""
+    ns = site.namespaces.gitea
+    pods = {"matchLabels": dict(site.mirror_sync.gitea_pod_labels)}
+    return [
+        _policy(
+            "gitea-egress",
+            ns,
+            pods,
+            egress=[
+                _dns(site),
+                {"to": [{"namespaceSelector": {}}]},  # any pod of the cluster, no address outside
+                {
+                    "to": [{"ipBlock": {"cidr": c}} for c in site.mirror_sync.github_cidrs],
+                    "ports": [{"protocol": "TCP", "port": 443}],
+                },
+            ],
+        )
+    ]
+
+
 def policies(site: Site) -> dict[str, list[dict[str, Any]]]:
     tree = {
         "netpol/build-namespace.yaml": build_namespace(site),
         "netpol/control-namespace.yaml": control_namespace(site),
+        "netpol/gitea-namespace.yaml": gitea_namespace(site),
     }
     for path, documents in tree.items():
         check_no_wide_nets(documents, path)

@@ -486,6 +486,154 @@ def vendor_mirror(ctx: click.Context, target: str) -> None:
 
 
 @cli.group()
+def mirror() -> None:
+    """Gitea pull mirrors of the upstream repositories."""
+
+
+def _gitea(site: Site) -> Any:
+    from .gitea import GiteaClient, token_from_env
+
+    return GiteaClient(
+        site.gitea.url,
+        token_from_env(),
+        retry=site.network.retry_policy(),
+        timeout=site.network.http_timeout(),
+    )
+
+
+@mirror.command("ensure")
+@click.option("--dry-run", is_flag=True, help="Say what would change; change nothing.")
+@pass_state
+def mirror_ensure(state: _State, dry_run: bool) -> None:
+    """Create or repair every pull mirror the site lists (Gitea's migrate API)."""
+    from .mirrors import ensure
+
+    site = state.site
+    with _gitea(site) as gitea:
+        for entry in site.mirrors:
+            click.echo(ensure(site, gitea, entry, dry_run=dry_run).line(dry_run))
+
+
+@mirror.command("sync")
+@pass_state
+def mirror_sync(state: _State) -> None:
+    """Ask Gitea to pull every mirror now (what the gitea-mirror-sync CronWorkflow runs)."""
+    from .mirrors import sync
+
+    site = state.site
+    with _gitea(site) as gitea:
+        for entry in site.mirrors:
+            click.echo(sync(gitea, entry).line())
+
+
+@cli.group()
+def lint() -> None:
+    """Check what fabrique does not write but depends on."""
+
+
+@lint.command("apps")
+@click.argument("directory", type=click.Path(path_type=Path))
+@click.option("--specs", metavar="DIR", help="Upstream specs (default: ../shared/specs).")
+@pass_state
+def lint_apps_command(state: _State, directory: Path, specs: str | None) -> None:
+    """Argo CD Applications of a cluster/apps checkout: CRD-valid, from Gitea, by digest."""
+    from .lint import lint_apps
+    from .validate import find_specs
+
+    problems = lint_apps(directory, state.site, find_specs(specs))
+    if problems:
+        raise ValidationFailed(problems)
+    click.echo(f"{directory}: every Application is valid, from Gitea, pinned by digest")
+
+
+@cli.command()
+@click.option("--app", required=True, help="The app to seed.")
+@click.option("--target", default="prod", show_default=True, help="Site target (targets.<name>).")
+@click.option(
+    "--context", "kube_context", envvar="FABRIQUE_KUBECONTEXT", help="kubeconfig context."
+)
+@click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@pass_state
+def seed(
+    state: _State, app: str, target: str, kube_context: str | None, dry_run: bool, yes: bool
+) -> None:
+    """The operator gesture: image by digest, write-back, Secrets, webhook, Application.
+
+    Refuses any kube context but the target's, before anything else. Prints the plan,
+    asks (unless --yes), then one line per step: changed, unchanged or skipped.
+    """
+    from eventsources.webhook import Credentials
+
+    from .gitea import GiteaClient, token_from_env
+    from .kube import KubeClient, connect, kubeconfig_context
+    from .registry import RegistryClient
+    from .seed import Seeder, check_target, gitea_admin_token
+    from .validate import Schemas, find_specs
+    from .writeback import open_transport
+
+    site = state.site
+    app_config = site.app(app)
+    context = kubeconfig_context(kube_context)
+    check_target(site, target, context)
+    credentials = Credentials.from_env()
+    kube = KubeClient(connect(context), retry=site.network.retry_policy())
+    token = token_from_env() or gitea_admin_token(kube, site)
+    try:
+        schemas: Schemas | None = Schemas(find_specs())
+    except InputError:
+        schemas = None  # no specs at hand: the Application is checked without its CRD
+    retry, timeout = site.network.retry_policy(), site.network.http_timeout()
+    with (
+        GiteaClient(site.gitea.url, token, retry=retry, timeout=timeout) as gitea,
+        open_transport(site, token) as transport,
+        RegistryClient(
+            site.registry.host, plain_http=site.registry.plain_http, retry=retry, timeout=timeout
+        ) as registry,
+    ):
+        seeder = Seeder(
+            site,
+            app_config,
+            kube=kube,
+            gitea=gitea,
+            transport=transport,
+            registry=registry,
+            webhook=credentials,
+            specs_schemas=schemas,
+        )
+        plan = seeder.run(dry_run=True)
+        click.echo(f"plan for {app} on {target} ({context}):")
+        for step in plan:
+            click.echo(f"  {step.line()}")
+        if dry_run:
+            return
+        if any(step.state == "changed" for step in plan) and not yes:
+            click.confirm("apply?", abort=True, err=True)
+        for step in seeder.run(dry_run=False):
+            click.echo(step.line())
+
+
+@cli.command("derive-secrets")
+@click.option("--app", help="Only the derivations of this app.")
+@click.option("--dry-run", is_flag=True, help="Say what would change; change nothing.")
+@click.option(
+    "--context", "kube_context", envvar="FABRIQUE_KUBECONTEXT", help="kubeconfig context."
+)
+@pass_state
+def derive_secrets(state: _State, app: str | None, dry_run: bool, kube_context: str | None) -> None:
+    """Make the declared Secrets from their sources; the same content makes no change."""
+    from .kube import KubeClient, connect
+    from .secrets import derive, wanted
+
+    site = state.site
+    kube = KubeClient(connect(kube_context), retry=site.network.retry_policy())
+    for derivation in wanted(site, app):
+        result = derive(kube, derivation, dry_run=dry_run)
+        prefix = "would be " if dry_run and result.state == "changed" else ""
+        click.echo(f"{prefix}{result.state}: Secret {result.target} ({result.detail})")
+
+
+@cli.group()
 def doctor() -> None:
     """Diagnose the platform pieces fabrique depends on."""
 

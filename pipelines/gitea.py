@@ -190,6 +190,31 @@ class GiteaClient(JsonApi):
                 return None
         return None
 
+    # ---------------------------------------------------------------- mirrors
+
+    def get_repo(self, repo: str) -> dict[str, Any] | None:
+        response = self.request("GET", f"/repos/{repo}")
+        if response.status_code == 404:
+            return None
+        data = self._check(response, f"repository {repo}")
+        if not isinstance(data, dict):
+            raise GiteaError(f"repository {repo}: Gitea answered something that is not an object")
+        return data
+
+    def migrate(self, body: dict[str, Any]) -> dict[str, Any]:
+        what = f"mirror {body.get('repo_owner')}/{body.get('repo_name')}"
+        response = self.request("POST", "/repos/migrate", json=body)
+        if response.status_code == 409:
+            raise GiteaError(f"{what}: the repository already exists")
+        data = self._check(response, what, expect=(201,))
+        return data if isinstance(data, dict) else {}
+
+    def edit_repo(self, repo: str, body: dict[str, Any]) -> None:
+        self._check(self.request("PATCH", f"/repos/{repo}", json=body), f"repository {repo}")
+
+    def mirror_sync(self, repo: str) -> None:
+        self._check(self.request("POST", f"/repos/{repo}/mirror-sync"), f"mirror-sync {repo}")
+
     # ------------------------------------------------------------------ hooks
 
     def list_hooks(self, repo: str) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@
       events/                     EventSource gitea, EventBus default (JetStream), Sensor
                                   fabrique-build and the Sensor's RBAC
       reconcile/                  CronWorkflow fabrique-reconcile and its RBAC
+      mirror/                     CronWorkflow gitea-mirror-sync and its RBAC
       netpol/                     default deny, and only what each pod needs (no wide net)
 
 The tree is written whole or not at all: it is rendered into a temporary directory
@@ -202,7 +203,40 @@ def netpol_unit(site: Site) -> Tree:
     return policies(site)
 
 
-UNITS = (namespaces_unit, build_unit, events_unit, reconcile_unit, netpol_unit)
+def mirror_unit(site: Site) -> Tree:
+    from .mirror_cron import CRON_NAME, SERVICE_ACCOUNT, mirror_cron
+
+    ns, name = site.namespaces.build, SERVICE_ACCOUNT
+    rbac: list[Document] = [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": object_meta(name, ns)},
+        {
+            # the pod calls Gitea only; this is what the Argo executor needs to report
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": object_meta(name, ns),
+            "rules": [
+                {
+                    "apiGroups": ["argoproj.io"],
+                    "resources": ["workflowtaskresults"],
+                    "verbs": ["create", "patch"],
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": object_meta(name, ns),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
+        },
+    ]
+    return {
+        "mirror/rbac.yaml": rbac,
+        f"mirror/cronworkflow-{CRON_NAME}.yaml": [mirror_cron(site).to_dict()],
+    }
+
+
+UNITS = (namespaces_unit, build_unit, events_unit, reconcile_unit, mirror_unit, netpol_unit)
 
 
 def render_tree(site: Site) -> Tree:

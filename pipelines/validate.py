@@ -239,7 +239,7 @@ def check_document(doc: Any, schemas: Schemas, k8s_version: str) -> Iterator[tup
     validator = schemas.validator(api_version, kind)
     if validator is not None:
         for error in sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path)):
-            yield _json_path(error.absolute_path), error.message
+            yield json_path(error.absolute_path), error.message
         return
     if api_version.split("/")[0] in ("argoproj.io", "cilium.io"):
         yield "", f"no schema for {api_version} {kind}"
@@ -247,7 +247,7 @@ def check_document(doc: Any, schemas: Schemas, k8s_version: str) -> Iterator[tup
     try:
         kubernetes_validate.validate(doc, k8s_version, strict=True)
     except kubernetes_validate.ValidationError as error:
-        yield _json_path(error.absolute_path), error.message
+        yield json_path(error.absolute_path), error.message
     except kubernetes_validate.SchemaNotFoundError:
         yield "", f"no schema for {api_version} {kind} in Kubernetes {k8s_version}"
 
@@ -267,7 +267,7 @@ def _check_name(doc: dict[str, Any], kind: str) -> Iterator[tuple[str, str]]:
         yield "metadata.name", f"{name!r} is not a valid {what}"
 
 
-def _json_path(path: Iterable[Any]) -> str:
+def json_path(path: Iterable[Any]) -> str:
     text = ""
     for part in path:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))

@@ -122,6 +122,10 @@ def test_hera_generate_yaml_renders_the_same_template(
         for doc in yaml.safe_load_all(path.read_text())
         if doc
     ]
-    assert sorted(d["kind"] for d in generated) == ["CronWorkflow", "WorkflowTemplate"]
+    assert sorted(d["kind"] for d in generated) == [
+        "CronWorkflow",
+        "CronWorkflow",
+        "WorkflowTemplate",
+    ]
     for doc in generated:
         assert doc == find(ROOT / "manifests", doc["kind"], doc["metadata"]["name"])

@@ -1,0 +1,194 @@
+"""``fabrique seed``: the one operator gesture, from a workstation, replayable.
+
+In order: check the kube context is the target's; verify the app's image exists by
+digest; write the digest back; derive the app's Secrets; seed webhook #2; create the Argo
+CD Application in the apps repository. Each step reports ``changed``, ``unchanged`` or
+``skipped``; run again, everything is ``unchanged``. Nothing is written in ``--dry-run``,
+and a step that cannot proceed stops the seed before any write of its own.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from eventsources.webhook import Credentials, seed_webhook
+
+from .changes import fabrique_paths
+from .config import AppConfig, Site
+from .errors import ImageNotFound, InputError
+from .gitea import GiteaClient
+from .kube import KubeClient
+from .lint import lint_application
+from .names import short_sha
+from .registry import RegistryClient
+from .secrets import derive, wanted
+from .writeback import Transport, write_back
+
+GITEA_ADMIN_SECRET = "gitea-admin"
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    state: str  # changed | unchanged | skipped
+    detail: str
+
+    def line(self) -> str:
+        return f"{self.name}: {self.state} ({self.detail})"
+
+
+def check_target(site: Site, target: str, context: str) -> None:
+    """Stop before anything else when the kube context is not the target's."""
+    if target not in site.targets:
+        known = ", ".join(site.targets) or "none"
+        raise InputError(f"--target {target!r}: not in the site's targets (known: {known})")
+    wanted_context = site.targets[target].context
+    if context != wanted_context:
+        raise InputError(
+            f"kube context {context!r} is not target {target!r}'s ({wanted_context!r}); "
+            "nothing was done (switch context or pass --context)"
+        )
+
+
+def gitea_admin_token(kube: KubeClient, site: Site) -> str:
+    """Gitea's admin token, from the Secret gitea-admin (key token) of the Gitea namespace."""
+    secret = kube.get_secret(site.namespaces.gitea, GITEA_ADMIN_SECRET)
+    if secret is None:
+        raise InputError(f"Secret {site.namespaces.gitea}/{GITEA_ADMIN_SECRET}: not found")
+    value = (secret.get("data") or {}).get("token")
+    if not value:
+        raise InputError(f"Secret {site.namespaces.gitea}/{GITEA_ADMIN_SECRET}: no key 'token'")
+    return base64.b64decode(value).decode("utf-8").strip()
+
+
+def application_document(site: Site, app: AppConfig) -> dict[str, Any]:
+    assert app.application is not None
+    return {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Application",
+        "metadata": {
+            "name": app.name,
+            "namespace": "argocd",
+            "finalizers": ["resources-finalizer.argocd.argoproj.io"],
+        },
+        "spec": {
+            "project": app.application.project,
+            "source": {
+                "repoURL": site.gitea.repo_url(site.gitea.code_repo),
+                "targetRevision": site.gitea.branch,
+                "path": app.application.source_path,
+            },
+            "destination": {
+                "server": "https://kubernetes.default.svc",
+                "namespace": app.application.namespace,
+            },
+            "syncPolicy": {
+                "automated": {"prune": True, "selfHeal": True},
+                "syncOptions": ["CreateNamespace=true"],
+            },
+        },
+    }
+
+
+class Seeder:
+    def __init__(
+        self,
+        site: Site,
+        app: AppConfig,
+        *,
+        kube: KubeClient,
+        gitea: GiteaClient,
+        transport: Transport,
+        registry: RegistryClient,
+        webhook: Credentials,
+        specs_schemas: Any,
+    ) -> None:
+        self.site, self.app, self.kube, self.gitea = site, app, kube, gitea
+        self.transport, self.registry, self.webhook = transport, registry, webhook
+        self.schemas = specs_schemas
+
+    def run(self, *, dry_run: bool) -> list[Step]:
+        revision, digest, image = self.image()
+        steps = [image]
+        steps.append(self.write_back(revision, digest, dry_run))
+        steps.append(self.secrets(dry_run))
+        steps.append(self.webhook_step(dry_run))
+        steps.append(self.application(dry_run))
+        return steps
+
+    def image(self) -> tuple[str, str, Step]:
+        site, app = self.site, self.app
+        want = self.transport.last_change(
+            site.gitea.code_repo, site.gitea.branch, app.context, fabrique_paths(site)
+        )
+        if want is None:
+            raise InputError(
+                f"app {app.name}: no commit of {site.gitea.code_repo} changes {app.context}"
+            )
+        ref = f"{site.registry.host}/{app.image}:{short_sha(want)}"
+        try:
+            digest = self.registry.manifest_digest(app.image, short_sha(want)).digest
+        except ImageNotFound:
+            raise InputError(
+                f"image {ref} is not in the registry: build it first "
+                f"(fabrique submit --app {app.name} --revision {want}); nothing was written"
+            ) from None
+        return want, digest, Step("image", "unchanged", f"{ref}@{digest}")
+
+    def write_back(self, revision: str, digest: str, dry_run: bool) -> Step:
+        outcome = write_back(
+            self.site,
+            self.transport,
+            self.app.name,
+            revision,
+            digest,
+            dry_run=dry_run,
+            workflow="fabrique-seed",
+        )
+        state = {"changed": "changed", "would-change": "changed", "unchanged": "unchanged"}.get(
+            outcome.state, "skipped"
+        )
+        return Step("write-back", state, outcome.where if state != "skipped" else outcome.detail)
+
+    def secrets(self, dry_run: bool) -> Step:
+        derivations = wanted(self.site, self.app.name)
+        if not derivations:
+            return Step("secrets", "skipped", "no derivedSecrets for this app")
+        results = [derive(self.kube, d, dry_run=dry_run) for d in derivations]
+        state = "changed" if any(r.state == "changed" for r in results) else "unchanged"
+        return Step("secrets", state, ", ".join(f"{r.target} {r.state}" for r in results))
+
+    def webhook_step(self, dry_run: bool) -> Step:
+        actions = seed_webhook(self.site, self.gitea, self.webhook, dry_run=dry_run, rotate=False)
+        state = "unchanged" if all(a.verb == "unchanged" for a in actions) else "changed"
+        return Step("webhook", state, "; ".join(a.line(False) for a in actions))
+
+    def application(self, dry_run: bool) -> Step:
+        config = self.app.application
+        if config is None:
+            return Step("application", "skipped", "no apps[].application in the site")
+        repo, branch = self.site.gitea.apps_repo, self.site.gitea.branch
+        where = f"{repo}@{branch}:{config.path}"
+        snapshot = self.transport.read(repo, branch, config.path)
+        if snapshot.text is None:
+            document = application_document(self.site, self.app)
+            if not dry_run:
+                text = "# Written by `fabrique seed`: Argo CD deploys this app from Gitea.\n"
+                text += yaml.safe_dump(document, sort_keys=False)
+                message = f"fabrique: Argo CD Application for {self.app.name}\n"
+                self.transport.write(repo, branch, config.path, text, snapshot, message)
+            return Step("application", "changed", f"created {where}")
+        try:
+            existing = yaml.safe_load(snapshot.text)
+        except yaml.YAMLError:
+            raise InputError(f"{where}: not valid YAML") from None
+        if not isinstance(existing, dict):
+            raise InputError(f"{where}: not a mapping")
+        problems = list(lint_application(existing, self.site, self.schemas))
+        if problems:
+            raise InputError(f"{where}: {problems[0]} (fix it in the apps repository)")
+        return Step("application", "unchanged", where)
