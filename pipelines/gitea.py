@@ -213,7 +213,9 @@ class GiteaClient(JsonApi):
         self._check(self.request("PATCH", f"/repos/{repo}", json=body), f"repository {repo}")
 
     def mirror_sync(self, repo: str) -> None:
-        self._check(self.request("POST", f"/repos/{repo}/mirror-sync"), f"mirror-sync {repo}")
+        response = self.request("POST", f"/repos/{repo}/mirror-sync")
+        if response.status_code != 200:  # an empty body: nothing else to read
+            self._check(response, f"mirror-sync {repo}")
 
     # ------------------------------------------------------------------ hooks
 

@@ -164,10 +164,10 @@ def write_values(path: Path, **overrides: Any) -> Path:
     return path
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None) -> Result:
+def run_cli(*args: str, env: dict[str, str] | None = None, input: str | None = None) -> Result:
     """Run ``fabrique`` in-process, stdout and stderr kept apart."""
     runner = CliRunner()
-    return runner.invoke(cli, list(args), env=env, catch_exceptions=False)
+    return runner.invoke(cli, list(args), env=env, input=input, catch_exceptions=False)
 
 
 @pytest.fixture(autouse=True)

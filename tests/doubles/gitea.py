@@ -65,6 +65,7 @@ class GiteaDouble:
         self._random = random.Random(1234)
         self.hooks: dict[str, dict[int, dict[str, Any]]] = {repo: {} for repo in repos}
         self.hook_secrets: dict[tuple[str, int], str] = {}  # stored, never shown, like Gitea
+        self.mirrors: dict[str, dict[str, Any]] = {}
         self._next_hook = 1
         self._write_lock = threading.Lock()
         self._fault_lock = threading.Lock()
@@ -116,6 +117,13 @@ class GiteaDouble:
     def _route(self, request: Request, path: str) -> tuple[int, Any]:
         if self.token is not None and request.headers.get("authorization") != f"token {self.token}":
             return 401, {"message": "token is required", "url": self.url}
+        if path == "/repos/migrate" and request.method == "POST":
+            return self._migrate(request.json())
+        whole = re.fullmatch(r"/repos/([^/]+)/([^/]+)(/mirror-sync)?", path)
+        if whole and f"{whole[1]}/{whole[2]}" not in self.repos:
+            return self._mirror_repo(
+                f"{whole[1]}/{whole[2]}", request.method, bool(whole[3]), request.json()
+            )
         match = re.fullmatch(r"/repos/([^/]+)/([^/]+)/(.+)", path)
         if not match or f"{match[1]}/{match[2]}" not in self.repos:
             return 404, NOT_FOUND
@@ -349,6 +357,68 @@ class GiteaDouble:
             "X-HasMore": "true" if page * limit < len(shas) else "false",
         }
         return 200, commits, headers
+
+    # ------------------------------------------------------------------ mirrors
+
+    def _repository(self, slug: str, record: dict[str, Any]) -> dict[str, Any]:
+        owner, name = slug.split("/")
+        return {
+            "id": record["id"],
+            "name": name,
+            "full_name": slug,
+            "owner": {
+                "id": 1,
+                "login": owner,
+                "full_name": owner,
+                "email": f"{owner}@example.invalid",
+            },
+            "private": True,
+            "mirror": True,
+            "mirror_interval": record["interval"],
+            "original_url": record["source"],
+            "clone_url": f"{self.url}/{slug}.git",
+            "default_branch": "main",
+        }
+
+    def _migrate(self, body: dict[str, Any]) -> tuple[int, Any]:
+        slug = f"{body.get('repo_owner')}/{body['repo_name']}"
+        if slug in self.mirrors or slug in self.repos:
+            return 409, {
+                "message": "The repository with the same name already exists.",
+                "url": self.url,
+            }
+        interval = body.get("mirror_interval", "8h")
+        seconds = sum(
+            int(n) * {"h": 3600, "m": 60, "s": 1}[u]
+            for n, u in re.findall(r"(\d+)([hms])", interval)
+        )
+        shown = (
+            f"{seconds // 3600}h{seconds % 3600 // 60}m{seconds % 60}s".lstrip("0h")
+            if seconds
+            else "0s"
+        )
+        self.mirrors[slug] = {
+            "id": 100 + len(self.mirrors),
+            "interval": shown,
+            "source": body["clone_addr"],
+            "syncs": 0,
+        }
+        return 201, self._repository(slug, self.mirrors[slug])
+
+    def _mirror_repo(self, slug: str, method: str, sync: bool, body: Any) -> tuple[int, Any]:
+        record = self.mirrors.get(slug)
+        if record is None:
+            return 404, NOT_FOUND
+        if sync and method == "POST":
+            record["syncs"] += 1
+            return 200, None
+        if method == "GET" and not sync:
+            return 200, self._repository(slug, record)
+        if method == "PATCH" and not sync:
+            if "mirror_interval" in body:
+                record["interval"] = body["mirror_interval"]
+            return 200, self._repository(slug, record)
+        raise SpecViolation(f"{method} {slug}: not served by the double")
 
     # -------------------------------------------------------------------- hooks
 

@@ -1,0 +1,326 @@
+"""`fabrique seed` and `fabrique derive-secrets` against the Kubernetes and Gitea doubles,
+with the real registry holding the app's image."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pipelines.validate import Schemas
+
+from .conftest import GITEA_TOKEN, Repo, run_cli, write_values
+from .doubles.gitea import GiteaDouble
+from .doubles.kube import KubeApiDouble
+from .oci import push_image
+from .servers import Registry
+
+APP_FILE = "apps/citation-seeded.yaml"
+SOURCE = {
+    "username": base64.b64encode(b"pgvector").decode(),
+    "password": base64.b64encode(b"s3cr3t-pw").decode(),
+}
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+@pytest.fixture()
+def kube_with_secrets(kube: KubeApiDouble) -> KubeApiDouble:
+    kube.secrets[("postgres", "pg-role-pgvector")] = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {"name": "pg-role-pgvector", "namespace": "postgres", "resourceVersion": "7"},
+        "data": dict(SOURCE),
+    }
+    return kube
+
+
+def _values(
+    tmp_path: Path, gitea: GiteaDouble, registry: Registry, keys: dict[str, str] | None = None
+) -> Path:
+    return write_values(
+        tmp_path / "site.yaml",
+        **{
+            "gitea.url": gitea.url,
+            "registry.host": registry.host,
+            "derivedSecrets": [
+                {
+                    "app": "citation",
+                    "from": "postgres/pg-role-pgvector",
+                    "to": "dagster/pgvector-pg-auth",
+                    "keys": keys or {"username": "username", "password": "password"},
+                }
+            ],
+            "apps": [
+                {
+                    "name": "citation",
+                    "image": "citation-dagster",
+                    "context": "dataops/citation-dagster",
+                    "writeback": {
+                        "repo": "atlas/atlas",
+                        "path": "dataops/citation-dagster/deploy/overlays/prod/kustomization.yaml",
+                    },
+                    "application": {
+                        "path": APP_FILE,
+                        "namespace": "dagster",
+                        "sourcePath": "dataops/citation-dagster/deploy/overlays/prod",
+                    },
+                }
+            ],
+        },
+    )
+
+
+def _env(tmp_path: Path, kube: KubeApiDouble, context: str = "cluster-prod") -> dict[str, str]:
+    return {
+        "KUBECONFIG": str(kube.kubeconfig(tmp_path / "kubeconfig", context=context)),
+        "FABRIQUE_GITEA_TOKEN": GITEA_TOKEN,
+        "FABRIQUE_WEBHOOK_TOKEN": "bearer-seed-19ab",
+        "FABRIQUE_WEBHOOK_SECRET": "hmac-seed-77cd",
+    }
+
+
+def _writes(gitea: GiteaDouble, kube: KubeApiDouble) -> list[str]:
+    return [f"{r.method} {r.path}" for r in [*gitea.requests, *kube.requests] if r.method != "GET"]
+
+
+def _seed(values: Path, env: dict[str, str], *args: str, **kwargs: Any):  # type: ignore[no-untyped-def]
+    result = run_cli("--values", str(values), "seed", "--app", "citation", *args, env=env, **kwargs)
+    for secret in (GITEA_TOKEN, "bearer-seed-19ab", "hmac-seed-77cd", "s3cr3t-pw"):
+        assert secret not in result.stdout + result.stderr
+    return result
+
+
+def test_a_wrong_context_is_refused_before_any_call(
+    tmp_path: Path,
+    code_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    kube_with_secrets: KubeApiDouble,
+) -> None:
+    values = _values(tmp_path, gitea, registry)
+    result = _seed(values, _env(tmp_path, kube_with_secrets, context="cluster-staging"), "--yes")
+    assert result.exit_code == 2
+    assert (
+        "kube context 'cluster-staging' is not target 'prod''s ('cluster-prod'); nothing was done"
+        in result.stderr
+    )
+    assert gitea.requests == [] and kube_with_secrets.requests == []
+
+
+def test_dry_run_writes_nothing(
+    tmp_path: Path,
+    code_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    kube_with_secrets: KubeApiDouble,
+) -> None:
+    revision = code_repo.head()
+    push_image(registry.url, "citation-dagster", revision[:12])
+    result = _seed(
+        _values(tmp_path, gitea, registry), _env(tmp_path, kube_with_secrets), "--dry-run"
+    )
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "plan for citation on prod (cluster-prod):"
+    assert [line.split(":")[0].strip() for line in lines[1:]] == [
+        "image",
+        "write-back",
+        "secrets",
+        "webhook",
+        "application",
+    ]
+    assert all(": changed" in line for line in lines[2:]), lines
+    assert _writes(gitea, kube_with_secrets) == []
+
+
+def test_full_run_then_replay_is_all_unchanged(
+    tmp_path: Path,
+    code_repo: Repo,
+    apps_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    kube_with_secrets: KubeApiDouble,
+    specs: Path,
+) -> None:
+    revision = code_repo.head()
+    digest = push_image(registry.url, "citation-dagster", revision[:12])
+    values, env = _values(tmp_path, gitea, registry), _env(tmp_path, kube_with_secrets)
+    first = _seed(values, env, "--yes")
+    assert first.exit_code == 0, first.stderr
+    report = first.stdout.splitlines()[-5:]
+    assert [line.split(" (")[0] for line in report] == [
+        "image: unchanged",
+        "write-back: changed",
+        "secrets: changed",
+        "webhook: changed",
+        "application: changed",
+    ]
+    # the digest is deployed, the Secret derived, the hook there, the Application in cluster/apps
+    images = yaml.safe_load(
+        code_repo.show("dataops/citation-dagster/deploy/overlays/prod/kustomization.yaml")
+    )["images"]
+    assert {
+        "name": "citation-dagster",
+        "newName": f"{registry.host}/citation-dagster",
+        "newTag": revision[:12],
+        "digest": digest,
+    } in images
+    derived = kube_with_secrets.secrets[("dagster", "pgvector-pg-auth")]
+    assert derived["data"] == SOURCE
+    assert derived["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "fabrique"
+    assert len(gitea.hooks["atlas/atlas"]) == 1
+    application = yaml.safe_load(apps_repo.show(APP_FILE))
+    validator = Schemas(specs).validator("argoproj.io/v1alpha1", "Application")
+    assert validator is not None and list(validator.iter_errors(application)) == []
+    assert application["spec"]["source"]["repoURL"] == f"{gitea.url}/atlas/atlas.git"
+
+    heads = (code_repo.head(), apps_repo.head())
+    writes = len(_writes(gitea, kube_with_secrets))
+    again = _seed(values, env)  # no --yes: nothing to change, nothing to ask
+    assert again.exit_code == 0, again.stderr
+    assert [line.split(" (")[0] for line in again.stdout.splitlines()[-5:]] == [
+        "image: unchanged",
+        "write-back: unchanged",
+        "secrets: unchanged",
+        "webhook: unchanged",
+        "application: unchanged",
+    ]
+    assert (code_repo.head(), apps_repo.head()) == heads
+    assert len(_writes(gitea, kube_with_secrets)) == writes, "a replay writes nothing"
+    assert (
+        kube_with_secrets.secrets[("postgres", "pg-role-pgvector")]["metadata"]["resourceVersion"]
+        == "7"
+    )
+
+
+def test_a_missing_image_stops_before_any_write(
+    tmp_path: Path,
+    code_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    kube_with_secrets: KubeApiDouble,
+) -> None:
+    code_repo.commit({"dataops/citation-dagster/app.txt": "not built\n"})
+    result = _seed(_values(tmp_path, gitea, registry), _env(tmp_path, kube_with_secrets), "--yes")
+    assert result.exit_code == 2
+    assert (
+        "is not in the registry: build it first (fabrique submit --app citation --revision"
+        in result.stderr
+    )
+    assert _writes(gitea, kube_with_secrets) == []
+
+
+def test_a_missing_source_key_is_named(
+    tmp_path: Path,
+    code_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    kube_with_secrets: KubeApiDouble,
+) -> None:
+    push_image(registry.url, "citation-dagster", code_repo.head()[:12])
+    values = _values(tmp_path, gitea, registry, keys={"password": "pass"})
+    result = _seed(values, _env(tmp_path, kube_with_secrets), "--yes")
+    assert result.exit_code == 2
+    assert (
+        "Secret postgres/pg-role-pgvector has no key 'pass' (needed for dagster/pgvector-pg-auth key 'password')"
+        in result.stderr
+    )
+    assert _writes(gitea, kube_with_secrets) == []
+
+
+def test_declining_the_plan_changes_nothing(
+    tmp_path: Path,
+    code_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    kube_with_secrets: KubeApiDouble,
+) -> None:
+    push_image(registry.url, "citation-dagster", code_repo.head()[:12])
+    result = _seed(
+        _values(tmp_path, gitea, registry), _env(tmp_path, kube_with_secrets), input="n\n"
+    )
+    assert result.exit_code == 1
+    assert _writes(gitea, kube_with_secrets) == []
+
+
+# ------------------------------------------------------------------ derive-secrets
+
+
+def _derive_values(tmp_path: Path) -> Path:
+    return write_values(
+        tmp_path / "site.yaml",
+        **{
+            "derivedSecrets": [
+                {
+                    "from": "postgres/pg-role-pgvector",
+                    "to": "dagster/pgvector-pg-auth",
+                    "keys": {"user": "username", "password": "password"},
+                },
+            ]
+        },
+    )
+
+
+def test_derive_secrets_copies_then_changes_nothing(
+    tmp_path: Path, kube_with_secrets: KubeApiDouble
+) -> None:
+    values = _derive_values(tmp_path)
+    env = {"KUBECONFIG": str(kube_with_secrets.kubeconfig(tmp_path / "kc"))}
+    first = run_cli("--values", str(values), "derive-secrets", env=env)
+    assert first.exit_code == 0, first.stderr
+    assert (
+        first.stdout.strip()
+        == "changed: Secret dagster/pgvector-pg-auth (created with password, user from postgres/pg-role-pgvector)"
+    )
+    target = kube_with_secrets.secrets[("dagster", "pgvector-pg-auth")]
+    assert target["data"] == {"user": SOURCE["username"], "password": SOURCE["password"]}
+    again = run_cli("--values", str(values), "derive-secrets", env=env)
+    assert again.stdout.startswith("unchanged: Secret dagster/pgvector-pg-auth")
+    assert [r.method for r in kube_with_secrets.requests].count("POST") == 1
+    assert "PUT" not in [r.method for r in kube_with_secrets.requests]
+    assert kube_with_secrets.secrets[("postgres", "pg-role-pgvector")]["data"] == SOURCE, (
+        "the source is only read"
+    )
+
+
+def test_derive_secrets_follows_a_rotated_source(
+    tmp_path: Path, kube_with_secrets: KubeApiDouble
+) -> None:
+    values = _derive_values(tmp_path)
+    env = {"KUBECONFIG": str(kube_with_secrets.kubeconfig(tmp_path / "kc"))}
+    run_cli("--values", str(values), "derive-secrets", env=env)
+    kube_with_secrets.secrets[("postgres", "pg-role-pgvector")]["data"]["password"] = _b64(
+        "rotated"
+    )
+    result = run_cli("--values", str(values), "derive-secrets", env=env)
+    assert result.stdout.startswith(
+        "changed: Secret dagster/pgvector-pg-auth (password, user updated"
+    )
+    assert kube_with_secrets.secrets[("dagster", "pgvector-pg-auth")]["data"]["password"] == _b64(
+        "rotated"
+    )
+
+
+def test_derive_secrets_never_overwrites_a_secret_it_did_not_make(
+    tmp_path: Path, kube_with_secrets: KubeApiDouble
+) -> None:
+    kube_with_secrets.secrets[("dagster", "pgvector-pg-auth")] = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "pgvector-pg-auth", "namespace": "dagster", "resourceVersion": "3"},
+        "data": {"user": _b64("hand-made")},
+    }
+    env = {"KUBECONFIG": str(kube_with_secrets.kubeconfig(tmp_path / "kc"))}
+    result = run_cli("--values", str(_derive_values(tmp_path)), "derive-secrets", env=env)
+    assert result.exit_code == 2
+    assert "exists and fabrique did not make it; refusing to overwrite it" in result.stderr
+    assert kube_with_secrets.secrets[("dagster", "pgvector-pg-auth")]["data"] == {
+        "user": _b64("hand-made")
+    }
