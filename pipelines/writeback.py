@@ -194,10 +194,11 @@ def write_back(
 def _newer_deployed(
     site: Site, transport: Transport, revision: str, deployed_tag: str
 ) -> str | None:
-    """Why ``revision`` must not replace what is deployed, or None if it may."""
+    """Why ``revision`` must not replace what is deployed, or None if it may.
+
+    The usual case (a descendant of what is deployed) costs two requests; the branch
+    head is asked only when the revision does not descend from the deployed one."""
     repo, branch = site.gitea.code_repo, site.gitea.branch
-    if transport.head(repo, branch) == revision:
-        return None
     deployed = transport.resolve(repo, branch, deployed_tag)
     if deployed is None:
         log.warning(
@@ -208,6 +209,8 @@ def _newer_deployed(
         )
         return None
     if deployed == revision or transport.is_ancestor(repo, branch, deployed, revision):
+        return None
+    if transport.head(repo, branch) == revision:
         return None
     return (
         f"deployed revision {deployed} is not an ancestor of {revision}, "

@@ -1,0 +1,1 @@
+"""Benchmarks: figures measured side by side, never timed tests."""

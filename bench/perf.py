@@ -1,0 +1,338 @@
+"""Performance figures, measured side by side in one run on this machine.
+
+    python bench/perf.py [--commits 1000,10000,50000] [--size-mb 200] [--apps 200] [--json]
+
+1. Render of the whole tree for 1, 50 and 200 apps: wall time, peak memory.
+2. Write-back cost against repository size, on synthetic repositories (N commits and
+   about SIZE MB of data): the Contents API through the Gitea double, the git transport
+   (shallow single-branch fetch), and the baseline of clone-based image updaters (a full
+   ``git clone``, commit and push). Time, bytes moved, and ratios against the baseline.
+3. A reconcile pass over N apps against the real registry, the Gitea double and the
+   Kubernetes double: wall time and requests per app, at concurrency 1 and the default.
+4. Push to write-back latency without the build: event received to commit landed.
+5. HTTP requests of one write-back that changes something, and of one that does not.
+
+Figures only: no pass/fail. See bench/RESULTS.md for the targets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
+from kubernetes import config as k8s_config  # noqa: E402
+
+from bench.render import measure as measure_render  # noqa: E402
+from pipelines.changes import fabrique_paths  # noqa: E402
+from pipelines.config import default_values, merge, parse_site  # noqa: E402
+from pipelines.gitea import GiteaClient, Identity  # noqa: E402
+from pipelines.kube import KubeClient  # noqa: E402
+from pipelines.reconcile import Reconciler  # noqa: E402
+from pipelines.registry import RegistryClient  # noqa: E402
+from pipelines.validate import find_specs  # noqa: E402
+from pipelines.writeback import GiteaTransport, GitTransport, write_back  # noqa: E402
+from tests import servers  # noqa: E402
+from tests.doubles.gitea import GiteaDouble  # noqa: E402
+from tests.doubles.kube import KubeApiDouble  # noqa: E402
+from tests.doubles.swagger import Swagger  # noqa: E402
+from tests.oci import push_image  # noqa: E402
+
+TOKEN = "perf-token"
+TARGET = "apps/app-000/deploy/kustomization.yaml"
+
+
+class Counting(httpx.BaseTransport):
+    """Counts requests and the bytes of their bodies, both ways."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.requests = 0
+        self.bytes = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.requests += 1
+        self.bytes += len(request.content)
+        response = self.inner.handle_request(request)
+        response.read()
+        self.bytes += len(response.content)
+        return response
+
+
+def synthetic_repo(bare: Path, commits: int, size_mb: int, apps: int) -> None:
+    """A bare repo: ``commits`` commits, about ``size_mb`` MB of incompressible data, made
+    with git fast-import (fast enough for 50k commits)."""
+    bare.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
+    lines: list[bytes] = []
+
+    def data(payload: bytes) -> None:
+        lines.append(b"data %d\n" % len(payload))
+        lines.append(payload + b"\n")
+
+    blobs = max(1, size_mb)
+    for mark in range(1, blobs + 1):
+        lines.append(b"blob\nmark :%d\n" % mark)
+        data(os.urandom(1024 * 1024))  # incompressible: the repository really is this big
+    for n in range(commits):
+        lines.append(b"commit refs/heads/main\n")
+        lines.append(b"committer perf <perf@example.invalid> %d +0000\n" % (1_700_000_000 + n))
+        data(b"commit %d" % n)
+        if n == 0:
+            for mark in range(1, blobs + 1):
+                lines.append(b"M 100644 :%d data/blob-%04d.bin\n" % (mark, mark))
+            for app in range(apps):
+                kustomization = b"kind: Kustomization\nresources: []\n"
+                lines.append(b"M 100644 inline apps/app-%03d/deploy/kustomization.yaml\n" % app)
+                data(kustomization)
+        lines.append(b"M 100644 inline apps/app-%03d/src.txt\n" % (n % max(1, apps)))
+        data(b"change %d\n" % n)
+    subprocess.run(
+        ["git", "-C", str(bare), "fast-import", "--quiet"], input=b"".join(lines), check=True
+    )
+
+
+def site_for(gitea_url: str, registry: str, apps: int, **extra: Any) -> Any:
+    values = merge(
+        default_values(),
+        {
+            "gitea": {"url": gitea_url},
+            "registry": {"host": registry},
+            "network": {"backoffSeconds": 0.01},
+            "apps": [
+                {
+                    "name": f"app-{i:03d}",
+                    "image": f"app-{i:03d}",
+                    "context": f"apps/app-{i:03d}",
+                    "writeback": {
+                        "repo": "atlas/atlas",
+                        "path": f"apps/app-{i:03d}/deploy/kustomization.yaml",
+                    },
+                }
+                for i in range(apps)
+            ],
+            **extra,
+        },
+    )
+    return parse_site(values)
+
+
+def head(bare: Path) -> str:
+    return subprocess.run(
+        ["git", "-C", str(bare), "rev-parse", "main"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def du(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def writeback_cost(work: Path, commits: int, size_mb: int, specs: Path) -> dict[str, Any]:
+    bare = work / f"srv-{commits}" / "atlas" / "atlas.git"
+    synthetic_repo(bare, commits, size_mb, apps=1)
+    revision = head(bare)
+    digest = "sha256:" + "ab" * 32
+    out: dict[str, Any] = {"commits": commits, "repo_mb": round(du(bare) / 1e6, 1)}
+    gitea = GiteaDouble(
+        Swagger(specs / "gitea-1.27.1.swagger.json"), {"atlas/atlas": bare}, token=TOKEN
+    ).start()
+    try:
+        site = site_for(gitea.url, "registry:80", 1)
+        counting = Counting()
+        with GiteaClient(gitea.url, TOKEN, transport=counting) as client:
+            start = time.perf_counter()
+            write_back(
+                site,
+                GiteaTransport(client, Identity("perf", "perf@example.invalid")),
+                "app-000",
+                revision,
+                digest,
+            )
+            out["contents_api_s"] = time.perf_counter() - start
+            out["contents_api_bytes"] = counting.bytes
+    finally:
+        gitea.stop()
+    with servers.git_daemon(bare.parent.parent) as daemon:
+        git_site = site_for(
+            "http://unused.invalid",
+            "registry:80",
+            1,
+            writeback={"transport": "git", "gitUrl": f"git://127.0.0.1:{daemon.port}"},
+        )
+        scratch = work / f"git-{commits}"
+        start = time.perf_counter()
+        write_back(
+            git_site,
+            GitTransport(git_site, scratch, None),
+            "app-000",
+            revision,
+            "sha256:" + "cd" * 32,
+        )
+        out["git_shallow_s"] = time.perf_counter() - start
+        out["git_shallow_bytes"] = du(scratch)
+        clone = work / f"clone-{commits}"
+        start = time.perf_counter()
+        subprocess.run(
+            ["git", "clone", "-q", daemon.url("atlas/atlas.git"), str(clone)], check=True
+        )
+        target = clone / TARGET
+        target.write_text(target.read_text() + "# baseline\n")
+        subprocess.run(
+            [
+                "git",
+                "-C",
+                str(clone),
+                "-c",
+                "user.name=b",
+                "-c",
+                "user.email=b@x",
+                "commit",
+                "-qam",
+                "b",
+            ],
+            check=True,
+        )
+        subprocess.run(["git", "-C", str(clone), "push", "-q", "origin", "HEAD:main"], check=True)
+        out["full_clone_s"] = time.perf_counter() - start
+        out["full_clone_bytes"] = du(clone / ".git")
+    for method in ("contents_api", "git_shallow"):
+        out[f"{method}_speedup"] = round(out["full_clone_s"] / out[f"{method}_s"], 1)
+        out[f"{method}_bytes_ratio"] = round(
+            out["full_clone_bytes"] / max(1, out[f"{method}_bytes"]), 1
+        )
+    return out
+
+
+def reconcile_and_latency(work: Path, apps: int, specs: Path) -> dict[str, Any]:
+    bare = work / "srv-reconcile" / "atlas" / "atlas.git"
+    synthetic_repo(bare, apps, 1, apps=apps)
+    out: dict[str, Any] = {"apps": apps}
+    (work / "registry").mkdir()
+    with servers.registry(work / "registry") as registry:
+        gitea = GiteaDouble(
+            Swagger(specs / "gitea-1.27.1.swagger.json"), {"atlas/atlas": bare}, token=TOKEN
+        ).start()
+        kube = KubeApiDouble(specs).start()
+        try:
+            site = site_for(gitea.url, registry.host, apps)
+            api = KubeClient(
+                k8s_config.new_client_from_config(config_file=str(kube.kubeconfig(work / "kc")))
+            )
+            counting, reg_counting = Counting(), Counting()
+            with (
+                GiteaClient(gitea.url, TOKEN, transport=counting) as client,
+                RegistryClient(registry.host, plain_http=True, transport=reg_counting) as reg,
+            ):
+                transport = GiteaTransport(client, Identity("perf", "perf@example.invalid"))
+                # deploy every app at its last change, as a converged platform is
+                latencies = []
+                for app in site.apps:
+                    want = transport.last_change(
+                        "atlas/atlas", "main", app.context, fabrique_paths(site)
+                    )
+                    assert want is not None
+                    digest = push_image(registry.url, app.image, want[:12])
+                    start = time.perf_counter()
+                    before = counting.requests
+                    outcome = write_back(site, transport, app.name, want, digest)
+                    latencies.append(time.perf_counter() - start)
+                    out.setdefault("writeback_changed_requests", counting.requests - before)
+                    assert outcome.state == "changed", outcome
+                out["latency_push_to_commit_ms_median"] = round(
+                    statistics.median(latencies) * 1000, 1
+                )
+                out["latency_push_to_commit_ms_max"] = round(max(latencies) * 1000, 1)
+                reconciler = Reconciler(site, transport, reg, api)
+                for label, concurrency in (
+                    ("concurrency_1", 1),
+                    ("concurrency_default", site.reconcile.concurrency),
+                ):
+                    requests_before = counting.requests + reg_counting.requests + len(kube.requests)
+                    start = time.perf_counter()
+                    results = reconciler.run(list(site.apps), "act", concurrency=concurrency)
+                    elapsed = time.perf_counter() - start
+                    requests = (
+                        counting.requests
+                        + reg_counting.requests
+                        + len(kube.requests)
+                        - requests_before
+                    )
+                    assert all(r.state == "ok" for r in results), [
+                        r for r in results if r.state != "ok"
+                    ][:2]
+                    out[f"reconcile_{label}_s"] = round(elapsed, 2)
+                    out[f"reconcile_{label}_requests_per_app"] = round(requests / apps, 2)
+                out["reconcile_default_concurrency"] = site.reconcile.concurrency
+                # a replay: the same digest again
+                app = site.apps[0]
+                want = transport.last_change(
+                    "atlas/atlas", "main", app.context, fabrique_paths(site)
+                )
+                assert want is not None
+                digest = reg.manifest_digest(app.image, want[:12]).digest
+                before = counting.requests
+                assert write_back(site, transport, app.name, want, digest).state == "unchanged"
+                out["writeback_unchanged_requests"] = counting.requests - before
+        finally:
+            gitea.stop()
+            kube.stop()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--render-apps", default="1,50,200")
+    parser.add_argument("--commits", default="1000,10000,50000")
+    parser.add_argument("--size-mb", type=int, default=200)
+    parser.add_argument("--apps", type=int, default=200)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.ERROR)
+    specs = find_specs(ROOT / ".." / "shared" / "specs")
+    report: dict[str, Any] = {"render": [], "writeback": []}
+    sizes = [int(n) for n in args.render_apps.split(",")]
+    for apps in sizes:
+        wall, peak = measure_render(apps, 3)
+        report["render"].append(
+            {"apps": apps, "wall_ms": round(wall * 1000, 1), "peak_kib": round(peak / 1024)}
+        )
+    with tempfile.TemporaryDirectory(prefix="fabrique-perf-") as tmp:
+        work = Path(tmp)
+        for commits in (int(n) for n in args.commits.split(",")):
+            report["writeback"].append(writeback_cost(work, commits, args.size_mb, specs))
+        report["reconcile"] = reconcile_and_latency(work, args.apps, specs)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print("render            apps   wall ms   peak KiB")
+    for row in report["render"]:
+        print(f"                {row['apps']:>6}  {row['wall_ms']:>8}  {row['peak_kib']:>9}")
+    print(
+        "\nwrite-back     commits   repo MB | contents API  s / bytes | git shallow  s / bytes | full clone  s / bytes | speedup api/git"
+    )
+    for row in report["writeback"]:
+        print(
+            f"{row['commits']:>20}  {row['repo_mb']:>8} | {row['contents_api_s']:>8.3f} / {row['contents_api_bytes']:>9} |"
+            f" {row['git_shallow_s']:>7.3f} / {row['git_shallow_bytes']:>10} | {row['full_clone_s']:>7.3f} / {row['full_clone_bytes']:>10} |"
+            f" {row['contents_api_speedup']}x / {row['git_shallow_speedup']}x"
+        )
+    print()
+    for key, value in report["reconcile"].items():
+        print(f"{key.replace('_', ' '):<46} {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""A fast smoke run of bench/perf.py: every figure is printed and the request counts are
+within their bounds. No time is checked: these machines are noisy."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from .conftest import ROOT
+
+
+def test_perf_prints_every_figure_within_request_bounds() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "perf.py"),
+            "--render-apps",
+            "1,5",
+            "--commits",
+            "20,40",
+            "--size-mb",
+            "1",
+            "--apps",
+            "4",
+            "--json",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    assert [r["apps"] for r in report["render"]] == [1, 5]
+    assert all(r["wall_ms"] > 0 and r["peak_kib"] > 0 for r in report["render"])
+    assert [r["commits"] for r in report["writeback"]] == [20, 40]
+    for row in report["writeback"]:
+        for method in ("contents_api", "git_shallow", "full_clone"):
+            assert row[f"{method}_s"] > 0 and row[f"{method}_bytes"] > 0, (method, row)
+        assert row["contents_api_bytes"] < row["full_clone_bytes"], (
+            "the Contents API moves less than a clone"
+        )
+    reconcile = report["reconcile"]
+    assert reconcile["writeback_unchanged_requests"] == 1
+    assert reconcile["writeback_changed_requests"] <= 3
+    for key in (
+        "reconcile_concurrency_1_requests_per_app",
+        "reconcile_concurrency_default_requests_per_app",
+    ):
+        assert reconcile[key] <= 4, (key, reconcile[key])
+    assert reconcile["latency_push_to_commit_ms_median"] > 0
