@@ -267,7 +267,7 @@ def _expect_application(source: dict[str, Any], pin: ImagePin) -> None:
 # ------------------------------------------------------------------ the text edit
 
 
-def _scalar(value: str) -> str:
+def yaml_scalar(value: str) -> str:
     """``value`` as a YAML scalar that reads back as the same string, under YAML 1.1 and
     1.2 alike (an all-digit or ``1e5``-like tag must not turn into a number)."""
     try:
@@ -283,10 +283,10 @@ def _scalar(value: str) -> str:
 
 def _kustomize_entry_lines(pin: ImagePin, dash_col: int) -> str:
     pad = " " * dash_col
-    lines = [f"{pad}- name: {_scalar(pin.image)}"]
+    lines = [f"{pad}- name: {yaml_scalar(pin.image)}"]
     for field, value in (("newName", pin.new_name), ("newTag", pin.tag), ("digest", pin.digest)):
         if value is not None:
-            lines.append(f"{pad}  {field}: {_scalar(value)}")
+            lines.append(f"{pad}  {field}: {yaml_scalar(value)}")
     return "".join(line + "\n" for line in lines)
 
 
@@ -349,7 +349,7 @@ class _Splicer:
             )
         comment = re.search(r"\s+#", rest)
         end = comment.start() if comment else len(rest.rstrip("\r\n").rstrip())
-        return line[:col] + _scalar(value) + rest[end:]
+        return line[:col] + yaml_scalar(value) + rest[end:]
 
 
 def _closing_quote(text: str, quote: str) -> int:
@@ -439,7 +439,7 @@ def _pin_kustomize(splicer: _Splicer, data: CommentedMap, pin: ImagePin, where: 
             if before
             else _last_line(entry, entry.lc.key(next(iter(entry)))[0])
         )
-        splicer.insert_after(anchor, f"{' ' * key_col}{field}: {_scalar(value)}\n")
+        splicer.insert_after(anchor, f"{' ' * key_col}{field}: {yaml_scalar(value)}\n")
 
 
 def _pin_application(splicer: _Splicer, source: CommentedMap, pin: ImagePin, where: str) -> None:
@@ -456,11 +456,11 @@ def _pin_application(splicer: _Splicer, source: CommentedMap, pin: ImagePin, whe
             inner = " " * kustomize.lc.key(next(iter(kustomize)))[1] if kustomize else pad + "  "
             splicer.insert_after(
                 _last_line(kustomize, source.lc.key("kustomize")[0]),
-                f"{inner}images:\n{inner}- {_scalar(value)}\n",
+                f"{inner}images:\n{inner}- {yaml_scalar(value)}\n",
             )
         else:
             splicer.insert_after(
-                last, f"{pad}kustomize:\n{pad}  images:\n{pad}  - {_scalar(value)}\n"
+                last, f"{pad}kustomize:\n{pad}  images:\n{pad}  - {yaml_scalar(value)}\n"
             )
         return
     _require_block(images, where, "kustomize.images")
@@ -471,7 +471,7 @@ def _pin_application(splicer: _Splicer, source: CommentedMap, pin: ImagePin, whe
                 f"{where}: kustomize.images is an empty list; write the entry or remove the key"
             )
         line = _last_line(images, images.lc.item(len(images) - 1)[0])
-        splicer.insert_after(line, f"{' ' * _dash_col(splicer, images)}- {_scalar(value)}\n")
+        splicer.insert_after(line, f"{' ' * _dash_col(splicer, images)}- {yaml_scalar(value)}\n")
         return
     first = matches[0]
     if str(images[first]) != value:

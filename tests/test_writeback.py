@@ -13,6 +13,7 @@ import yaml
 from pipelines.config import default_values, load_site, merge, parse_site
 from pipelines.errors import StaleWrite
 from pipelines.git import GitRemote
+from pipelines.targets import yaml_scalar
 from pipelines.writeback import open_transport, write_back
 
 from .conftest import (
@@ -118,7 +119,7 @@ def test_only_the_image_lines_change_in_the_repository(code_repo: Repo, values: 
     assert changed == [
         "+  - name: citation-dagster",
         "+    newName: registry:80/citation-dagster",
-        f"+    newTag: {revision[:12]}",
+        f"+    newTag: {yaml_scalar(revision[:12])}",  # quoted if YAML would read a number
         f"+    digest: {DIGEST_A}",
     ]
     assert code_repo.git("diff", "--stat", "main~1", "main").count("|") == 1, (
