@@ -140,34 +140,12 @@ def sensor(site: Site) -> dict[str, Any]:
 
 def sensor_rbac(site: Site) -> list[dict[str, Any]]:
     """The Sensor's ServiceAccount may create Workflows in the build namespace; nothing else."""
-    from pipelines.render import object_meta
+    from pipelines.render import service_account
 
-    name = f"{SENSOR_SERVICE_ACCOUNT}-create-workflows"
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": object_meta(SENSOR_SERVICE_ACCOUNT, site.namespaces.control),
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": object_meta(name, site.namespaces.build),
-            "rules": [
-                {"apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": ["create"]}
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": object_meta(name, site.namespaces.build),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": [
-                {
-                    "kind": "ServiceAccount",
-                    "name": SENSOR_SERVICE_ACCOUNT,
-                    "namespace": site.namespaces.control,
-                }
-            ],
-        },
-    ]
+    return service_account(
+        SENSOR_SERVICE_ACCOUNT,
+        site.namespaces.control,
+        [{"apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": ["create"]}],
+        role=f"{SENSOR_SERVICE_ACCOUNT}-create-workflows",
+        role_namespace=site.namespaces.build,
+    )

@@ -50,6 +50,44 @@ def object_meta(name: str, namespace: str | None = None, **labels: str) -> dict[
     return meta
 
 
+EXECUTOR_RULE = {
+    # what the Argo executor in each step pod needs to report its step
+    "apiGroups": ["argoproj.io"],
+    "resources": ["workflowtaskresults"],
+    "verbs": ["create", "patch"],
+}
+
+
+def service_account(
+    name: str,
+    namespace: str,
+    rules: list[dict[str, Any]],
+    *,
+    role: str | None = None,
+    role_namespace: str | None = None,
+) -> list[Document]:
+    """A ServiceAccount, and a Role with exactly ``rules`` bound to it (in
+    ``role_namespace``, which may be another namespace than the account's)."""
+    role = role or name
+    role_namespace = role_namespace or namespace
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": object_meta(name, namespace)},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": object_meta(role, role_namespace),
+            "rules": rules,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": object_meta(role, role_namespace),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        },
+    ]
+
+
 def namespaces_unit(site: Site) -> Tree:
     def namespace(name: str, level: str) -> Document:
         return {
@@ -86,37 +124,7 @@ def build_unit(site: Site) -> Tree:
     from .steps import SITE_CONFIGMAP
 
     ns = site.namespaces.build
-    rbac: list[Document] = [
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": object_meta(SERVICE_ACCOUNT, ns),
-        },
-        {
-            # What the Argo executor in each step pod needs, and nothing else.
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": object_meta(f"{SERVICE_ACCOUNT}-executor", ns),
-            "rules": [
-                {
-                    "apiGroups": ["argoproj.io"],
-                    "resources": ["workflowtaskresults"],
-                    "verbs": ["create", "patch"],
-                }
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": object_meta(f"{SERVICE_ACCOUNT}-executor", ns),
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "Role",
-                "name": f"{SERVICE_ACCOUNT}-executor",
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns}],
-        },
-    ]
+    rbac = service_account(SERVICE_ACCOUNT, ns, [EXECUTOR_RULE], role=f"{SERVICE_ACCOUNT}-executor")
     configmaps: list[Document] = [
         {
             "apiVersion": "v1",
@@ -155,42 +163,17 @@ def events_unit(site: Site) -> Tree:
 def reconcile_unit(site: Site) -> Tree:
     from .reconcile_cron import CRON_NAME, SERVICE_ACCOUNT, reconcile_cron
 
-    ns = site.namespaces.build
-    name = SERVICE_ACCOUNT
-    rbac: list[Document] = [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": object_meta(name, ns)},
+    # get/list/create Workflows and read the template, in the build namespace only
+    rules = [
         {
-            # get/list/create Workflows and read the template; the last rule is what the
-            # Argo executor in its own pod needs to report the step's result
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": object_meta(name, ns),
-            "rules": [
-                {
-                    "apiGroups": ["argoproj.io"],
-                    "resources": ["workflows"],
-                    "verbs": ["get", "list", "create"],
-                },
-                {
-                    "apiGroups": ["argoproj.io"],
-                    "resources": ["workflowtemplates"],
-                    "verbs": ["get"],
-                },
-                {
-                    "apiGroups": ["argoproj.io"],
-                    "resources": ["workflowtaskresults"],
-                    "verbs": ["create", "patch"],
-                },
-            ],
+            "apiGroups": ["argoproj.io"],
+            "resources": ["workflows"],
+            "verbs": ["get", "list", "create"],
         },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": object_meta(name, ns),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
-        },
+        {"apiGroups": ["argoproj.io"], "resources": ["workflowtemplates"], "verbs": ["get"]},
+        EXECUTOR_RULE,
     ]
+    rbac = service_account(SERVICE_ACCOUNT, site.namespaces.build, rules)
     return {
         "reconcile/rbac.yaml": rbac,
         f"reconcile/cronworkflow-{CRON_NAME}.yaml": [reconcile_cron(site).to_dict()],
@@ -206,30 +189,8 @@ def netpol_unit(site: Site) -> Tree:
 def mirror_unit(site: Site) -> Tree:
     from .mirror_cron import CRON_NAME, SERVICE_ACCOUNT, mirror_cron
 
-    ns, name = site.namespaces.build, SERVICE_ACCOUNT
-    rbac: list[Document] = [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": object_meta(name, ns)},
-        {
-            # the pod calls Gitea only; this is what the Argo executor needs to report
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": object_meta(name, ns),
-            "rules": [
-                {
-                    "apiGroups": ["argoproj.io"],
-                    "resources": ["workflowtaskresults"],
-                    "verbs": ["create", "patch"],
-                }
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": object_meta(name, ns),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
-        },
-    ]
+    # the pod calls Gitea only: its account may just report its step
+    rbac = service_account(SERVICE_ACCOUNT, site.namespaces.build, [EXECUTOR_RULE])
     return {
         "mirror/rbac.yaml": rbac,
         f"mirror/cronworkflow-{CRON_NAME}.yaml": [mirror_cron(site).to_dict()],
