@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -21,6 +21,10 @@ from .errors import GiteaError, StaleWrite
 from .names import REVISION_RE
 
 TOKEN_ENV = "FABRIQUE_GITEA_TOKEN"
+
+
+class TooManyCommits(Exception):
+    """A commit listing went past the pages a caller is willing to read."""
 
 
 def token_from_env(env: Mapping[str, str] | None = None) -> str | None:
@@ -122,72 +126,58 @@ class GiteaClient(JsonApi):
             raise GiteaError(f"{what}: Gitea answered without total_commits")
         return total == 0
 
-    def files_changed(
-        self, repo: str, since: str, until: str, path: str, *, max_pages: int = 20
-    ) -> list[str] | None:
-        """Files under ``path`` changed by the commits in ``since..until``.
-
-        Read from the commits-by-path listing (``not=since``), page by page. None when
-        there are more than ``max_pages`` pages: too many to say, so the caller assumes
-        a change.
-        """
-        what = f"commits of {repo} touching {path} in {since[:12]}..{until[:12]}"
+    def commits_touching(
+        self, repo: str, path: str, *, start: str, exclude: str | None = None, max_pages: int = 20
+    ) -> Iterator[tuple[str, list[str]]]:
+        """(sha, files under ``path`` it changed) for the commits from ``start`` (newest
+        first) that touched ``path``, ``exclude`` and its ancestors left out; page by page,
+        at most ``max_pages``. Raises TooManyCommits past that."""
+        what = f"commits of {repo}@{start[:12]} touching {path}"
         prefix = path.rstrip("/") + "/"
-        files: list[str] = []
         for page in range(1, max_pages + 1):
-            params = {
-                "sha": until,
-                "path": path,
-                "not": since,
-                "page": str(page),
-                "files": "true",
-                "stat": "false",
-                "verification": "false",
-            }
+            params = {"sha": start, "path": path, "page": str(page)}
+            params |= {"files": "true", "stat": "false", "verification": "false"}
+            if exclude:
+                params["not"] = exclude
             response = self.request("GET", f"/repos/{repo}/commits", params=params)
             commits = self._check(response, what)
             if not isinstance(commits, list):
                 raise GiteaError(f"{what}: Gitea answered something that is not a list")
             for commit in commits:
-                for entry in _get(commit, "files") or []:
-                    name = _get(entry, "filename")
-                    if isinstance(name, str) and (name.startswith(prefix) or name == path):
-                        files.append(name)
-            if not commits or response.headers.get("X-HasMore", "false").lower() != "true":
-                return sorted(set(files))
-        return None
-
-    def last_change(
-        self, repo: str, branch: str, path: str, ignore: frozenset[str], *, max_pages: int = 20
-    ) -> str | None:
-        """The newest commit on ``branch`` that changed a file under ``path`` other than
-        those in ``ignore``; None if there is none (in ``max_pages`` pages)."""
-        what = f"commits of {repo}@{branch} touching {path}"
-        prefix = path.rstrip("/") + "/"
-        for page in range(1, max_pages + 1):
-            params = {
-                "sha": branch,
-                "path": path,
-                "page": str(page),
-                "files": "true",
-                "stat": "false",
-                "verification": "false",
-            }
-            response = self.request("GET", f"/repos/{repo}/commits", params=params)
-            commits = self._check(response, what)
-            if not isinstance(commits, list):
-                raise GiteaError(f"{what}: Gitea answered something that is not a list")
-            for commit in commits:
+                sha = _get(commit, "sha")
+                if not isinstance(sha, str) or not REVISION_RE.match(sha):
+                    raise GiteaError(f"{what}: a commit without a valid sha")
                 names = [_get(f, "filename") for f in _get(commit, "files") or []]
-                if any(
-                    isinstance(n, str) and n.startswith(prefix) and n not in ignore for n in names
-                ):
-                    sha = _get(commit, "sha")
-                    if not isinstance(sha, str) or not REVISION_RE.match(sha):
-                        raise GiteaError(f"{what}: a commit without a valid sha")
-                    return sha
+                yield (
+                    sha,
+                    [
+                        n
+                        for n in names
+                        if isinstance(n, str) and (n.startswith(prefix) or n == path)
+                    ],
+                )
             if not commits or response.headers.get("X-HasMore", "false").lower() != "true":
-                return None
+                return
+        raise TooManyCommits(f"{what}: more than {max_pages} pages")
+
+    def files_changed(self, repo: str, since: str, until: str, path: str) -> list[str] | None:
+        """Files under ``path`` changed in ``since..until``; None when there are too many
+        commits to list (the caller then assumes a change)."""
+        try:
+            commits = list(self.commits_touching(repo, path, start=until, exclude=since))
+        except TooManyCommits:
+            return None
+        return sorted({name for _, names in commits for name in names})
+
+    def last_change(self, repo: str, branch: str, path: str, ignore: frozenset[str]) -> str | None:
+        """The newest commit on ``branch`` that changed a file under ``path`` other than
+        those in ``ignore``; None if there is none (within the pages it reads)."""
+        try:
+            for sha, names in self.commits_touching(repo, path, start=branch):
+                if any(name not in ignore for name in names):
+                    return sha
+        except TooManyCommits:
+            return None
         return None
 
     # ---------------------------------------------------------------- mirrors
