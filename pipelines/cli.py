@@ -54,6 +54,9 @@ class _State:
 
 
 pass_state = click.make_pass_decorator(_State)
+kube_context_option = click.option(
+    "--context", "kube_context", envvar="FABRIQUE_KUBECONTEXT", help="kubeconfig context."
+)
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -188,12 +191,7 @@ def digest_verify(
     site = state.site
     app_config = site.app(app)
     tag = short_sha(revision)
-    with RegistryClient(
-        site.registry.host,
-        plain_http=site.registry.plain_http,
-        retry=site.network.retry_policy(),
-        timeout=site.network.http_timeout(),
-    ) as client:
+    with RegistryClient.for_site(site) as client:
         verified = verify_pushed(client, app_config.image, tag, metadata)
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -211,9 +209,7 @@ def digest_verify(
 @click.option(
     "--print-argo", is_flag=True, help="Print the equivalent `argo submit` line; create nothing."
 )
-@click.option(
-    "--context", "kube_context", envvar="FABRIQUE_KUBECONTEXT", help="kubeconfig context."
-)
+@kube_context_option
 @pass_state
 def submit(
     state: _State,
@@ -234,14 +230,9 @@ def submit(
     if bool(revision) == head:
         raise InputError("give exactly one of --revision SHA or --head")
     if head:
-        from .gitea import GiteaClient, token_from_env
+        from .gitea import GiteaClient
 
-        with GiteaClient(
-            site.gitea.url,
-            token_from_env(),
-            retry=site.network.retry_policy(),
-            timeout=site.network.http_timeout(),
-        ) as gitea:
+        with GiteaClient.for_site(site) as gitea:
             revision = gitea.branch_head(site.gitea.code_repo, site.gitea.branch)
         log.info("head of %s@%s is %s", site.gitea.code_repo, site.gitea.branch, revision)
     assert revision is not None
@@ -254,14 +245,9 @@ def submit(
 
         click.echo(dump_documents([body], header=False), nl=False)
         return
-    from .kube import KubeClient, connect
+    from .kube import KubeClient
 
-    kube = KubeClient(
-        connect(kube_context),
-        retry=site.network.retry_policy(),
-        timeout_seconds=site.network.timeout_seconds,
-    )
-    result = kube.create_workflow(body)
+    result = KubeClient.for_site(site, kube_context).create_workflow(body)
     state_word = "created" if result.created else "already exists"
     click.echo(f"{state_word}: workflow {result.namespace}/{result.name}")
 
@@ -309,16 +295,11 @@ def seed_webhook_command(state: _State, dry_run: bool, rotate: bool) -> None:
     """
     from eventsources.webhook import Credentials, seed_webhook
 
-    from .gitea import GiteaClient, token_from_env
+    from .gitea import GiteaClient
 
     site = state.site
     credentials = Credentials.from_env()
-    with GiteaClient(
-        site.gitea.url,
-        token_from_env(),
-        retry=site.network.retry_policy(),
-        timeout=site.network.http_timeout(),
-    ) as gitea:
+    with GiteaClient.for_site(site) as gitea:
         actions = seed_webhook(site, gitea, credentials, dry_run=dry_run, rotate=rotate)
     for action in actions:
         click.echo(action.line(dry_run))
@@ -327,24 +308,15 @@ def seed_webhook_command(state: _State, dry_run: bool, rotate: bool) -> None:
 @contextmanager
 def _reconciler(site: Site, kube_context: str | None) -> Iterator[Reconciler]:
     from .gitea import token_from_env
-    from .kube import KubeClient, connect
+    from .kube import KubeClient
     from .reconcile import Reconciler
     from .registry import RegistryClient
     from .writeback import open_transport
 
-    kube = KubeClient(
-        connect(kube_context),
-        retry=site.network.retry_policy(),
-        timeout_seconds=site.network.timeout_seconds,
-    )
+    kube = KubeClient.for_site(site, kube_context)
     with (
         open_transport(site, token_from_env()) as transport,
-        RegistryClient(
-            site.registry.host,
-            plain_http=site.registry.plain_http,
-            retry=site.network.retry_policy(),
-            timeout=site.network.http_timeout(),
-        ) as registry,
+        RegistryClient.for_site(site) as registry,
     ):
         yield Reconciler(site, transport, registry, kube)
 
@@ -352,9 +324,7 @@ def _reconciler(site: Site, kube_context: str | None) -> Iterator[Reconciler]:
 @cli.command()
 @click.option("--app", help="Only this app (default: every app of the site).")
 @click.option("--dry-run", is_flag=True, help="Decide and say; take no action.")
-@click.option(
-    "--context", "kube_context", envvar="FABRIQUE_KUBECONTEXT", help="kubeconfig context."
-)
+@kube_context_option
 @pass_state
 def reconcile(state: _State, app: str | None, dry_run: bool, kube_context: str | None) -> None:
     """Converge every app on the image of the last commit that changed it (the safety net).
@@ -379,9 +349,7 @@ def reconcile(state: _State, app: str | None, dry_run: bool, kube_context: str |
 @click.option(
     "--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True
 )
-@click.option(
-    "--context", "kube_context", envvar="FABRIQUE_KUBECONTEXT", help="kubeconfig context."
-)
+@kube_context_option
 @pass_state
 def status(state: _State, app: str | None, output: str, kube_context: str | None) -> None:
     """Is prod on the commit I pushed? Want, deployed, built and in-flight, per app. Read-only."""
@@ -490,26 +458,16 @@ def mirror() -> None:
     """Gitea pull mirrors of the upstream repositories."""
 
 
-def _gitea(site: Site) -> Any:
-    from .gitea import GiteaClient, token_from_env
-
-    return GiteaClient(
-        site.gitea.url,
-        token_from_env(),
-        retry=site.network.retry_policy(),
-        timeout=site.network.http_timeout(),
-    )
-
-
 @mirror.command("ensure")
 @click.option("--dry-run", is_flag=True, help="Say what would change; change nothing.")
 @pass_state
 def mirror_ensure(state: _State, dry_run: bool) -> None:
     """Create or repair every pull mirror the site lists (Gitea's migrate API)."""
+    from .gitea import GiteaClient
     from .mirrors import ensure
 
     site = state.site
-    with _gitea(site) as gitea:
+    with GiteaClient.for_site(site) as gitea:
         for entry in site.mirrors:
             click.echo(ensure(site, gitea, entry, dry_run=dry_run).line(dry_run))
 
@@ -518,10 +476,11 @@ def mirror_ensure(state: _State, dry_run: bool) -> None:
 @pass_state
 def mirror_sync(state: _State) -> None:
     """Ask Gitea to pull every mirror now (what the gitea-mirror-sync CronWorkflow runs)."""
+    from .gitea import GiteaClient
     from .mirrors import sync
 
     site = state.site
-    with _gitea(site) as gitea:
+    with GiteaClient.for_site(site) as gitea:
         for entry in site.mirrors:
             click.echo(sync(gitea, entry).line())
 
@@ -549,9 +508,7 @@ def lint_apps_command(state: _State, directory: Path, specs: str | None) -> None
 @cli.command()
 @click.option("--app", required=True, help="The app to seed.")
 @click.option("--target", default="prod", show_default=True, help="Site target (targets.<name>).")
-@click.option(
-    "--context", "kube_context", envvar="FABRIQUE_KUBECONTEXT", help="kubeconfig context."
-)
+@kube_context_option
 @click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @pass_state
@@ -566,7 +523,7 @@ def seed(
     from eventsources.webhook import Credentials
 
     from .gitea import GiteaClient, token_from_env
-    from .kube import KubeClient, connect, kubeconfig_context
+    from .kube import KubeClient, kubeconfig_context
     from .registry import RegistryClient
     from .seed import Seeder, check_target, gitea_admin_token
     from .validate import Schemas, find_specs
@@ -577,19 +534,16 @@ def seed(
     context = kubeconfig_context(kube_context)
     check_target(site, target, context)
     credentials = Credentials.from_env()
-    kube = KubeClient(connect(context), retry=site.network.retry_policy())
+    kube = KubeClient.for_site(site, context)
     token = token_from_env() or gitea_admin_token(kube, site)
     try:
         schemas: Schemas | None = Schemas(find_specs())
     except InputError:
         schemas = None  # no specs at hand: the Application is checked without its CRD
-    retry, timeout = site.network.retry_policy(), site.network.http_timeout()
     with (
-        GiteaClient(site.gitea.url, token, retry=retry, timeout=timeout) as gitea,
+        GiteaClient.for_site(site, token) as gitea,
         open_transport(site, token) as transport,
-        RegistryClient(
-            site.registry.host, plain_http=site.registry.plain_http, retry=retry, timeout=timeout
-        ) as registry,
+        RegistryClient.for_site(site) as registry,
     ):
         seeder = Seeder(
             site,
@@ -616,17 +570,15 @@ def seed(
 @cli.command("derive-secrets")
 @click.option("--app", help="Only the derivations of this app.")
 @click.option("--dry-run", is_flag=True, help="Say what would change; change nothing.")
-@click.option(
-    "--context", "kube_context", envvar="FABRIQUE_KUBECONTEXT", help="kubeconfig context."
-)
+@kube_context_option
 @pass_state
 def derive_secrets(state: _State, app: str | None, dry_run: bool, kube_context: str | None) -> None:
     """Make the declared Secrets from their sources; the same content makes no change."""
-    from .kube import KubeClient, connect
+    from .kube import KubeClient
     from .secrets import derive, wanted
 
     site = state.site
-    kube = KubeClient(connect(kube_context), retry=site.network.retry_policy())
+    kube = KubeClient.for_site(site, kube_context)
     for derivation in wanted(site, app):
         result = derive(kube, derivation, dry_run=dry_run)
         prefix = "would be " if dry_run and result.state == "changed" else ""

@@ -17,6 +17,7 @@ from urllib.parse import quote
 import httpx
 
 from ._http import DEFAULT_TIMEOUT, JsonApi, RetryPolicy
+from .config import Site
 from .errors import GiteaError, StaleWrite
 from .names import REVISION_RE
 
@@ -64,6 +65,17 @@ class GiteaClient(JsonApi):
         self.system = f"Gitea at {url}"
         super().__init__(
             f"{url}/api/v1", headers=headers, retry=retry, timeout=timeout, transport=transport
+        )
+
+    @classmethod
+    def for_site(cls, site: Site, token: str | None = None) -> GiteaClient:
+        """The site's Gitea, with its timeouts and retries; the token from the environment
+        unless given."""
+        return cls(
+            site.gitea.url,
+            token if token is not None else token_from_env(),
+            retry=site.network.retry_policy(),
+            timeout=site.network.http_timeout(),
         )
 
     # ------------------------------------------------------------------ reads

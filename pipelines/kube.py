@@ -21,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from ._http import RetryPolicy
+from .config import Site
 from .errors import KubeError
 
 log = logging.getLogger("fabrique.kube")
@@ -89,6 +90,16 @@ class KubeClient:
         self._retry = retry or RetryPolicy()
         self._sleep = sleep
         self._server = api.configuration.host
+
+    @classmethod
+    def for_site(cls, site: Site, context: str | None = None) -> KubeClient:
+        """The API of ``context`` (else the kubeconfig's, else in-cluster), with the
+        site's timeouts and retries."""
+        return cls(
+            connect(context),
+            retry=site.network.retry_policy(),
+            timeout_seconds=site.network.timeout_seconds,
+        )
 
     def create_workflow(self, body: dict[str, Any]) -> CreateResult:
         """Create a Workflow; an existing one of the same name is reported, not an error."""

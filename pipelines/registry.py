@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import httpx
 
 from ._http import DEFAULT_TIMEOUT, JsonApi, RetryPolicy, Unreachable, send
+from .config import Site
 from .errors import ImageNotFound, RegistryError
 from .names import DIGEST_RE
 
@@ -58,6 +59,16 @@ class RegistryClient(JsonApi):
         self._bearer: str | None = None
         scheme = "http" if plain_http else "https"
         super().__init__(f"{scheme}://{host}", retry=retry, timeout=timeout, transport=transport)
+
+    @classmethod
+    def for_site(cls, site: Site) -> RegistryClient:
+        """The site's registry, plain HTTP or not as the site says."""
+        return cls(
+            site.registry.host,
+            plain_http=site.registry.plain_http,
+            retry=site.network.retry_policy(),
+            timeout=site.network.http_timeout(),
+        )
 
     def manifest_digest(self, repository: str, reference: str) -> ManifestDigest:
         """The digest of ``repository:reference``; ImageNotFound if the registry lacks it."""

@@ -335,12 +335,7 @@ def open_transport(site: Site, token: str | None) -> Iterator[Transport]:
     """The site's transport, its connections and scratch space released on exit."""
     author = Identity(site.writeback.author.name, site.writeback.author.email)
     if site.writeback.transport == "gitea":
-        with GiteaClient(
-            site.gitea.url,
-            token,
-            retry=site.network.retry_policy(),
-            timeout=site.network.http_timeout(),
-        ) as client:
+        with GiteaClient.for_site(site, token) as client:
             yield GiteaTransport(client, author)
     else:
         with tempfile.TemporaryDirectory(prefix="fabrique-git-") as scratch:
