@@ -43,8 +43,10 @@ def _writeback(
     *extra: str,
     token: str = GITEA_TOKEN,
     app: str = "citation",
+    verbose: bool = False,
 ):  # type: ignore[no-untyped-def]
     return run_cli(
+        *(["-v"] if verbose else []),
         "--values",
         str(values),
         "writeback",
@@ -390,19 +392,7 @@ def test_a_wrong_token_is_refused_and_never_shown(
     code_repo: Repo, values: Path, token: str
 ) -> None:
     head = code_repo.head()
-    result = run_cli(
-        "-v",
-        "--values",
-        str(values),
-        "writeback",
-        "--app",
-        "citation",
-        "--revision",
-        head,
-        "--digest",
-        DIGEST_A,
-        env={"FABRIQUE_GITEA_TOKEN": token},
-    )
+    result = _writeback(values, head, DIGEST_A, verbose=True, token=token)
     assert result.exit_code == 3
     assert "Gitea refused the token (HTTP 401)" in result.stderr
     if token:
@@ -414,19 +404,7 @@ def test_the_right_token_never_reaches_the_output(
     code_repo: Repo, values: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
-    result = run_cli(
-        "-v",
-        "--values",
-        str(values),
-        "writeback",
-        "--app",
-        "citation",
-        "--revision",
-        revision,
-        "--digest",
-        DIGEST_A,
-        env={"FABRIQUE_GITEA_TOKEN": GITEA_TOKEN},
-    )
+    result = _writeback(values, revision, DIGEST_A, verbose=True, token=GITEA_TOKEN)
     assert result.exit_code == 0, result.stderr
     assert GITEA_TOKEN not in result.stdout + result.stderr + caplog.text
     assert GITEA_TOKEN not in code_repo.git("log", "--format=%B%an%ae", "main")
@@ -456,32 +434,12 @@ def git_values(tmp_path: Path, git_daemon: GitDaemon) -> Path:
 def test_git_transport_changed_then_unchanged(code_repo: Repo, git_values: Path) -> None:
     revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
     before = _commits(code_repo)
-    first = run_cli(
-        "--values",
-        str(git_values),
-        "writeback",
-        "--app",
-        "citation",
-        "--revision",
-        revision,
-        "--digest",
-        DIGEST_A,
-    )
+    first = _writeback(git_values, revision, DIGEST_A)
     assert first.exit_code == 0, first.stderr
     assert first.stdout.startswith("changed:") and code_repo.head() in first.stdout
     assert _images(code_repo)[-1]["digest"] == DIGEST_A
     assert code_repo.show(KUSTOMIZATION).startswith("# prod overlay of citation-dagster\n")
-    again = run_cli(
-        "--values",
-        str(git_values),
-        "writeback",
-        "--app",
-        "citation",
-        "--revision",
-        revision,
-        "--digest",
-        DIGEST_A,
-    )
+    again = _writeback(git_values, revision, DIGEST_A)
     assert again.stdout.startswith("unchanged:")
     assert _commits(code_repo) == before + 1
     assert code_repo.git("diff", "--stat", "main~1", "main").count("|") == 1
@@ -500,18 +458,7 @@ def test_git_transport_push_race_is_retried(
         real_push(self, commit, expected_tip)
 
     monkeypatch.setattr(GitRemote, "push", push_after_a_rival)
-    result = run_cli(
-        "-v",
-        "--values",
-        str(git_values),
-        "writeback",
-        "--app",
-        "citation",
-        "--revision",
-        revision,
-        "--digest",
-        DIGEST_A,
-    )
+    result = _writeback(git_values, revision, DIGEST_A, verbose=True)
     assert result.exit_code == 0, result.stderr
     assert "someone wrote first" in result.stderr
     log = code_repo.git("log", "--format=%s", "-2", "main").splitlines()
@@ -550,17 +497,7 @@ def test_git_transport_server_down(tmp_path: Path) -> None:
         tmp_path / "site.yaml",
         **{"writeback.transport": "git", "writeback.gitUrl": f"git://127.0.0.1:{free_port()}"},
     )
-    result = run_cli(
-        "--values",
-        str(values),
-        "writeback",
-        "--app",
-        "citation",
-        "--revision",
-        "a" * 40,
-        "--digest",
-        DIGEST_A,
-    )
+    result = _writeback(values, "a" * 40, DIGEST_A)
     assert result.exit_code == 75
     assert "git fetch failed" in result.stderr
 
@@ -586,19 +523,7 @@ def test_git_transport_keeps_the_token_out_of_argv_and_messages(
 
     monkeypatch.setattr("pipelines.git.subprocess.run", recording_run)
     revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
-    result = run_cli(
-        "-v",
-        "--values",
-        str(git_values),
-        "writeback",
-        "--app",
-        "citation",
-        "--revision",
-        revision,
-        "--digest",
-        DIGEST_A,
-        env={"FABRIQUE_GITEA_TOKEN": token},
-    )
+    result = _writeback(git_values, revision, DIGEST_A, verbose=True, token=token)
     assert result.exit_code == 0, result.stderr
     assert seen, "git was run"
     assert not [argv for argv in seen if any(token in a for a in argv)]
