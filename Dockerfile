@@ -6,7 +6,10 @@ ARG BASE_IMAGE=python:3.11-slim
 FROM ${BASE_IMAGE} AS wheel
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY fabrique ./fabrique
 COPY pipelines ./pipelines
+COPY eventsources ./eventsources
+COPY netpol ./netpol
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM ${BASE_IMAGE}

@@ -33,8 +33,8 @@ system-deps:
 	fi
 
 lint: $(VENV)/.test
-	$(BIN)/ruff check pipelines eventsources netpol tests bench
-	$(BIN)/ruff format --check pipelines eventsources netpol tests bench
+	$(BIN)/ruff check fabrique pipelines eventsources netpol tests bench
+	$(BIN)/ruff format --check fabrique pipelines eventsources netpol tests bench
 	$(BIN)/mypy
 	$(BIN)/fabrique vendor --check
 

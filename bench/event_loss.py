@@ -47,15 +47,15 @@ from kubernetes import config as k8s_config  # noqa: E402
 from nats.js.api import StorageType, StreamConfig  # noqa: E402
 
 from eventsources.sensor import sensor  # noqa: E402
-from pipelines.changes import fabrique_paths, needs_build  # noqa: E402
-from pipelines.config import Site, default_values, merge, parse_site  # noqa: E402
-from pipelines.gitea import GiteaClient, Identity  # noqa: E402
-from pipelines.kube import KubeClient  # noqa: E402
-from pipelines.reconcile import Reconciler  # noqa: E402
-from pipelines.registry import RegistryClient  # noqa: E402
-from pipelines.targets import read_pin  # noqa: E402
-from pipelines.validate import find_specs  # noqa: E402
-from pipelines.writeback import GiteaTransport, desired_pin, write_back  # noqa: E402
+from fabrique.clients.gitea import GiteaClient, Identity  # noqa: E402
+from fabrique.clients.kube import KubeClient  # noqa: E402
+from fabrique.clients.registry import RegistryClient  # noqa: E402
+from fabrique.decisions.changes import fabrique_paths, needs_build  # noqa: E402
+from fabrique.decisions.reconcile import Reconciler  # noqa: E402
+from fabrique.decisions.targets import read_pin  # noqa: E402
+from fabrique.decisions.writeback import GiteaTransport, desired_pin, write_back  # noqa: E402
+from fabrique.site.config import Site, default_values, merge, parse_site  # noqa: E402
+from fabrique.validate import find_specs  # noqa: E402
 from tests import payloads, servers  # noqa: E402
 from tests.doubles.gitea import GiteaDouble  # noqa: E402
 from tests.doubles.kube import KubeApiDouble  # noqa: E402

@@ -36,14 +36,14 @@ import httpx  # noqa: E402
 from kubernetes import config as k8s_config  # noqa: E402
 
 from bench.render import measure as measure_render  # noqa: E402
-from pipelines.changes import fabrique_paths  # noqa: E402
-from pipelines.config import default_values, merge, parse_site  # noqa: E402
-from pipelines.gitea import GiteaClient, Identity  # noqa: E402
-from pipelines.kube import KubeClient  # noqa: E402
-from pipelines.reconcile import Reconciler  # noqa: E402
-from pipelines.registry import RegistryClient  # noqa: E402
-from pipelines.validate import find_specs  # noqa: E402
-from pipelines.writeback import GiteaTransport, GitTransport, write_back  # noqa: E402
+from fabrique.clients.gitea import GiteaClient, Identity  # noqa: E402
+from fabrique.clients.kube import KubeClient  # noqa: E402
+from fabrique.clients.registry import RegistryClient  # noqa: E402
+from fabrique.decisions.changes import fabrique_paths  # noqa: E402
+from fabrique.decisions.reconcile import Reconciler  # noqa: E402
+from fabrique.decisions.writeback import GiteaTransport, GitTransport, write_back  # noqa: E402
+from fabrique.site.config import default_values, merge, parse_site  # noqa: E402
+from fabrique.validate import find_specs  # noqa: E402
 from tests import servers  # noqa: E402
 from tests.doubles.gitea import GiteaDouble  # noqa: E402
 from tests.doubles.kube import KubeApiDouble  # noqa: E402

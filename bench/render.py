@@ -14,8 +14,8 @@ import time
 import tracemalloc
 from typing import Any
 
-from pipelines.config import default_values, parse_site
-from pipelines.render import dump_documents, render_tree
+from fabrique.render import dump_documents, render_tree
+from fabrique.site.config import default_values, parse_site
 
 
 def site_with(apps: int) -> Any:

@@ -1,6 +1,6 @@
-"""The event path: Gitea webhook -> EventSource -> EventBus (JetStream) -> Sensor.
+"""The event path's kinds: Gitea webhook -> EventSource -> EventBus (JetStream) -> Sensor.
 
 One module per kind (``gitea``, ``eventbus``, ``sensor``), built on the ``hera.events``
-models where they are right, plus ``webhook`` (seeding webhook #2 in Gitea) and
-``doctor`` (reading the EventBus's JetStream state).
+models where they are right. Seeding webhook #2 and the EventBus doctor are operator
+gestures: ``fabrique.gestures.webhook`` and ``fabrique.gestures.doctor``.
 """

@@ -1,4 +1,4 @@
-"""What the Events kinds share: dumping hera.events models, names, the restricted pod.
+"""What the Events kinds share: dumping hera.events models, documents, the restricted pod.
 
 Hera's ``hera.events`` has only generated models: ``EventSource`` and ``Sensor`` lack
 ``apiVersion`` and ``kind``, there is no EventBus model, and a few models dump in a shape
@@ -13,17 +13,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from pipelines.render import object_meta
+from fabrique.site.objects import object_meta
 
 API_VERSION = "argoproj.io/v1alpha1"
-EVENT_BUS = "default"
-EVENT_SOURCE = "gitea"
-EVENT_NAME = "push"
-WEBHOOK_PORT = 12000
-WEBHOOK_ENDPOINT = "/push"
-SENSOR = "fabrique-build"
-SENSOR_SERVICE_ACCOUNT = "fabrique-sensor"
-STREAM = "default"  # Argo Events' JetStream stream, subjects default.<eventsource>.<event>
 
 
 def dump(model: BaseModel) -> dict[str, Any]:
@@ -58,11 +50,3 @@ def restricted_container(*, read_only_root: bool = True) -> dict[str, Any]:
         "readOnlyRootFilesystem": read_only_root,
         "runAsNonRoot": True,
     }
-
-
-def webhook_service_url(namespace: str) -> str:
-    """Where Gitea posts: the Service Argo Events creates for the EventSource."""
-    return (
-        f"http://{EVENT_SOURCE}-eventsource-svc.{namespace}.svc.cluster.local:"
-        f"{WEBHOOK_PORT}{WEBHOOK_ENDPOINT}"
-    )

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipelines.config import Site
+from fabrique.site.config import Site
+from fabrique.site.names import EVENT_BUS
 
-from ._common import EVENT_BUS, document, restricted_container, restricted_pod
+from ._common import document, restricted_container, restricted_pod
 
 
 def event_bus(site: Site) -> dict[str, Any]:

@@ -8,20 +8,17 @@ from hera.events.models import Service, Template, WebhookContext
 from hera.events.models.io.k8s.api.core.v1 import SecretKeySelector, ServicePort
 from hera.events.models.io.k8s.apimachinery.pkg.util.intstr import IntOrString
 
-from pipelines.config import Site
-
-from ._common import (
+from fabrique.site.config import Site
+from fabrique.site.names import (
     EVENT_BUS,
     EVENT_NAME,
     EVENT_SOURCE,
     WEBHOOK_ENDPOINT,
     WEBHOOK_PORT,
-    document,
-    dump,
-    restricted_container,
-    restricted_pod,
     webhook_service_url,
 )
+
+from ._common import document, dump, restricted_container, restricted_pod
 
 
 def event_source(site: Site) -> dict[str, Any]:

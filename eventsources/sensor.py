@@ -22,21 +22,19 @@ from hera.events.models import (
     TriggerParameterSource,
 )
 
-from pipelines.config import Site
-from pipelines.names import SHORT_SHA_LEN, WORKFLOW_PREFIX
-from pipelines.workflow import NAME_DEST, REVISION_DESTS, workflow_object
-
-from ._common import (
+from fabrique.decisions.workflow import NAME_DEST, REVISION_DESTS, workflow_object
+from fabrique.site.config import Site
+from fabrique.site.names import (
     EVENT_BUS,
     EVENT_NAME,
     EVENT_SOURCE,
     SENSOR,
     SENSOR_SERVICE_ACCOUNT,
-    document,
-    dump,
-    restricted_container,
-    restricted_pod,
+    SHORT_SHA_LEN,
+    WORKFLOW_PREFIX,
 )
+
+from ._common import document, dump, restricted_container, restricted_pod
 
 UNRESOLVED = "unresolved"  # what the resource says until the event fills it in
 NON_ZERO_SHA = "^[0-9a-f]*[1-9a-f][0-9a-f]*$"  # a deleted branch pushes after = 0{40}
@@ -140,7 +138,7 @@ def sensor(site: Site) -> dict[str, Any]:
 
 def sensor_rbac(site: Site) -> list[dict[str, Any]]:
     """The Sensor's ServiceAccount may create Workflows in the build namespace; nothing else."""
-    from pipelines.render import service_account
+    from fabrique.site.objects import service_account
 
     return service_account(
         SENSOR_SERVICE_ACCOUNT,

@@ -5,11 +5,10 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from eventsources._common import EVENT_BUS, EVENT_SOURCE, SENSOR, WEBHOOK_PORT
-from pipelines.config import PeerSelector, Site
-from pipelines.errors import RenderError
-from pipelines.names import LABEL_PART_OF
-from pipelines.render import object_meta
+from fabrique.site.config import PeerSelector, Site
+from fabrique.site.errors import RenderError
+from fabrique.site.names import EVENT_BUS, EVENT_SOURCE, LABEL_PART_OF, SENSOR, WEBHOOK_PORT
+from fabrique.site.objects import object_meta
 
 STEP_LABEL = "fabrique.io/step"
 NATS_CLIENT, NATS_CLUSTER, NATS_MONITOR = 4222, 6222, 8222

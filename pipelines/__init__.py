@@ -1,44 +1,7 @@
-"""fabrique: an in-cluster image factory that deploys by frozen digest.
+"""The Hera authoring of fabrique's Workflow kinds: the ``fabrique-build``
+WorkflowTemplate and its steps, the reconcile and mirror-sync CronWorkflows.
 
-The public surface: the site config, the error tree, and the names every caller shares.
+Each module holds a top-level object that ``hera generate yaml pipelines/`` finds. The
+code the steps run lives in ``fabrique``; nothing in ``fabrique`` but ``render`` imports
+this package.
 """
-
-from .config import Site, load_site
-from .errors import (
-    ConfigError,
-    DigestMismatch,
-    FabriqueError,
-    GiteaError,
-    GitError,
-    ImageNotFound,
-    InputError,
-    KubeError,
-    RegistryError,
-    RemoteError,
-    RenderError,
-    TargetError,
-    ValidationFailed,
-)
-from .names import workflow_name
-
-__version__ = "0.1.0"
-
-__all__ = [
-    "ConfigError",
-    "DigestMismatch",
-    "FabriqueError",
-    "GitError",
-    "GiteaError",
-    "ImageNotFound",
-    "InputError",
-    "KubeError",
-    "RegistryError",
-    "RemoteError",
-    "RenderError",
-    "Site",
-    "TargetError",
-    "ValidationFailed",
-    "__version__",
-    "load_site",
-    "workflow_name",
-]

@@ -39,8 +39,15 @@ from hera.workflows import (
 )
 from hera.workflows import models as m
 
-from .config import Site, load_site
-from .names import LABEL_APP, LABEL_MANAGED_BY, LABEL_PART_OF, LABEL_REVISION, TEMPLATE_NAME
+from fabrique.site.config import Site, load_site
+from fabrique.site.names import (
+    LABEL_APP,
+    LABEL_MANAGED_BY,
+    LABEL_PART_OF,
+    LABEL_REVISION,
+    TEMPLATE_NAME,
+)
+
 from .steps import (
     env,
     inputs,

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from hera.workflows import CronWorkflow, Steps
 
-from .config import Site, load_site
-from .names import LABEL_MANAGED_BY, LABEL_PART_OF
+from fabrique.site.config import Site, load_site
+from fabrique.site.names import LABEL_MANAGED_BY, LABEL_PART_OF
+
 from .steps import pod_security, resources, token, tools_step
 
 CRON_NAME = "fabrique-reconcile"

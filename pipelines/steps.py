@@ -20,9 +20,9 @@ from hera.workflows import (
 )
 from hera.workflows import models as m
 
-from .config import Site
-from .errors import TRANSIENT_EXIT_CODE
-from .gitea import TOKEN_ENV
+from fabrique.clients.gitea import TOKEN_ENV
+from fabrique.site.config import Site
+from fabrique.site.errors import TRANSIENT_EXIT_CODE
 
 SITE_CONFIGMAP = "fabrique-site"
 SITE_MOUNT = "/etc/fabrique"

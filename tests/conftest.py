@@ -16,8 +16,8 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 
-from pipelines.cli import cli
-from pipelines.validate import find_specs
+from fabrique.cli import cli
+from fabrique.validate import find_specs
 
 from . import servers
 from .doubles.gitea import GiteaDouble

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from fabrique.site.config import load_site
+from fabrique.site.names import LABEL_APP, LABEL_REVISION
 from pipelines.build import build_template
-from pipelines.config import load_site
-from pipelines.names import LABEL_APP, LABEL_REVISION
 
 from .conftest import ROOT
 from .manifests import documents, find, walk

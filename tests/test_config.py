@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines.config import load_site
-from pipelines.errors import ConfigError
-from pipelines.names import MAX_APP_NAME_LEN, workflow_name
+from fabrique.site.config import load_site
+from fabrique.site.errors import ConfigError
+from fabrique.site.names import MAX_APP_NAME_LEN, workflow_name
 
 from .conftest import run_cli, write_values
 

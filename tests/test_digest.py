@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pipelines.errors import RegistryError
-from pipelines.registry import OCI_INDEX, OCI_MANIFEST, RegistryClient
+from fabrique.clients.registry import OCI_INDEX, OCI_MANIFEST, RegistryClient
+from fabrique.site.errors import RegistryError
 
 from .conftest import run_cli, write_values
 from .oci import push_image, push_index
@@ -194,7 +194,7 @@ def test_bad_revision_is_refused_before_any_request(tmp_path: Path, values: Path
 
 
 def _client(handler) -> RegistryClient:  # type: ignore[no-untyped-def]
-    from pipelines._http import RetryPolicy
+    from fabrique.site.retry import RetryPolicy
 
     return RegistryClient(
         "registry.test",

@@ -12,9 +12,9 @@ import yaml
 
 from eventsources.eventbus import event_bus
 from eventsources.sensor import sensor
-from pipelines.config import load_site
-from pipelines.validate import validate_tree
-from pipelines.workflow import build_workflow
+from fabrique.decisions.workflow import build_workflow
+from fabrique.site.config import load_site
+from fabrique.validate import validate_tree
 
 from . import payloads
 from .conftest import GITEA_TOKEN, KUSTOMIZATION, ROOT, Repo, run_cli, write_values
@@ -76,7 +76,7 @@ def test_three_replicas_move_the_stream_replicas_too() -> None:
 
 
 def test_two_replicas_are_refused() -> None:
-    from pipelines.errors import ConfigError
+    from fabrique.site.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"^events\.jetstream\.replicas: "):
         load_site(env={"FABRIQUE_EVENTS__JETSTREAM__REPLICAS": "2"})
@@ -151,7 +151,7 @@ def test_control_namespace_pods_are_restricted() -> None:
 
 
 def test_one_dependency_and_trigger_per_app() -> None:
-    from pipelines.config import default_values, merge, parse_site
+    from fabrique.site.config import default_values, merge, parse_site
 
     two = merge(
         default_values(),

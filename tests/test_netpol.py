@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from fabrique.render import render_tree, write_tree
+from fabrique.site.config import load_site
+from fabrique.site.errors import RenderError
+from fabrique.validate import validate_tree
 from netpol.policies import check_no_wide_nets
-from pipelines.config import load_site
-from pipelines.errors import RenderError
-from pipelines.render import render_tree, write_tree
-from pipelines.validate import validate_tree
 
 from .conftest import ROOT, run_cli, write_values
 from .manifests import documents, find, walk
@@ -192,7 +192,7 @@ def test_cilium_policies_are_checked_for_their_required_fields(tmp_path: Path, s
 
 
 def test_a_bad_host_name_is_refused() -> None:
-    from pipelines.errors import ConfigError
+    from fabrique.site.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"^netpol\.egressFqdns\[0\]: must be a host name"):
         load_site(env={"FABRIQUE_NETPOL__EGRESS_FQDNS__0": "https://pypi.org"})

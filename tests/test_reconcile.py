@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import yaml
 
-from pipelines.config import load_site
-from pipelines.kube import KubeClient
-from pipelines.reconcile import Facts, decide
-from pipelines.workflow import build_workflow
+from fabrique.clients.kube import KubeClient
+from fabrique.decisions.reconcile import Facts, decide
+from fabrique.decisions.workflow import build_workflow
+from fabrique.site.config import load_site
 
 from .conftest import GITEA_TOKEN, KUSTOMIZATION, Repo, run_cli, write_values
 from .doubles.gitea import GiteaDouble

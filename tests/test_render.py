@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines import render as render_module
-from pipelines.config import load_site
-from pipelines.errors import RenderError
-from pipelines.render import HEADER, render_tree, write_tree
+from fabrique import render as render_module
+from fabrique.render import HEADER, render_tree, write_tree
+from fabrique.site.config import load_site
+from fabrique.site.errors import RenderError
 
 from .conftest import ROOT, run_cli, write_values
 from .manifests import find, load_tree

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pipelines.validate import Schemas
+from fabrique.validate import Schemas
 
 from .conftest import GITEA_TOKEN, Repo, run_cli, write_values
 from .doubles.gitea import GiteaDouble

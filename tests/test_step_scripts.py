@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from fabrique.decisions.plan import make_plan
+from fabrique.site.config import load_site
 from pipelines.build import CHECKOUT_SCRIPT, build_template
-from pipelines.config import load_site
-from pipelines.plan import make_plan
 
 from .conftest import CodeRepo
 from .servers import GitDaemon

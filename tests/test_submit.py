@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines.config import load_site
-from pipelines.names import workflow_name
-from pipelines.workflow import build_workflow
+from fabrique.decisions.workflow import build_workflow
+from fabrique.site.config import load_site
+from fabrique.site.names import workflow_name
 
 from .conftest import CodeRepo, run_cli, write_values
 from .doubles.gitea import GiteaDouble
@@ -55,8 +55,8 @@ def test_the_double_rejects_bodies_outside_the_workflow_schema(
     turns the refusal into a KubeError that names the object."""
     from kubernetes import config as k8s_config
 
-    from pipelines.errors import KubeError
-    from pipelines.kube import KubeClient
+    from fabrique.clients.kube import KubeClient
+    from fabrique.site.errors import KubeError
 
     body = build_workflow(load_site(env={}), "citation", REV, submitted_by="test")
     body["spec"]["workflowTemplateRf"] = body["spec"].pop("workflowTemplateRef")

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines.errors import TargetError
-from pipelines.targets import ImagePin, apply_pin, new_target, parse_argocd_image, read_pin
-from pipelines.validate import Schemas
+from fabrique.decisions.targets import ImagePin, apply_pin, new_target, parse_argocd_image, read_pin
+from fabrique.site.errors import TargetError
+from fabrique.validate import Schemas
 
 DATA = Path(__file__).parent / "data"
 DIGEST = "sha256:" + "3" * 64

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines.validate import close_schema, validate_tree
+from fabrique.validate import close_schema, validate_tree
 
 from .conftest import ROOT, run_cli
 

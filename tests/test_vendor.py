@@ -14,7 +14,7 @@ import httpx
 import pytest
 import yaml
 
-from pipelines.registry import RegistryClient
+from fabrique.clients.registry import RegistryClient
 
 from . import servers
 from .conftest import ROOT, run_cli

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 import yaml
 
-from pipelines.config import default_values, load_site, merge, parse_site
-from pipelines.errors import StaleWrite
-from pipelines.git import GitRemote
-from pipelines.targets import yaml_scalar
-from pipelines.writeback import open_transport, write_back
+from fabrique.clients.git import GitRemote
+from fabrique.decisions.targets import yaml_scalar
+from fabrique.decisions.writeback import open_transport, write_back
+from fabrique.site.config import default_values, load_site, merge, parse_site
+from fabrique.site.errors import StaleWrite
 
 from .conftest import (
     APPLICATION,
@@ -521,7 +521,7 @@ def test_git_transport_keeps_the_token_out_of_argv_and_messages(
         seen.append([str(a) for a in args])
         return real_run(args, *rest, **kwargs)
 
-    monkeypatch.setattr("pipelines.git.subprocess.run", recording_run)
+    monkeypatch.setattr("fabrique.clients.git.subprocess.run", recording_run)
     revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
     result = _writeback(git_values, revision, DIGEST_A, verbose=True, token=token)
     assert result.exit_code == 0, result.stderr

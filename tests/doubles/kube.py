@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from pipelines.validate import Schemas
+from fabrique.validate import Schemas
 
 from .http import LoopbackServer, Request
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import jsonschema
 
-from pipelines.validate import close_schema
+from fabrique.validate import close_schema
 
 GLOBAL_AUTH_STATUSES = {"401", "403"}
 

@@ -14,10 +14,12 @@ from dataclasses import dataclass
 
 import httpx
 
-from ._http import DEFAULT_TIMEOUT, JsonApi, RetryPolicy, Unreachable, send
-from .config import Site
-from .errors import ImageNotFound, RegistryError
-from .names import DIGEST_RE
+from fabrique.site.config import Site
+from fabrique.site.errors import ImageNotFound, RegistryError
+from fabrique.site.names import DIGEST_RE
+from fabrique.site.retry import RetryPolicy
+
+from ._http import DEFAULT_TIMEOUT, JsonApi, Unreachable, send
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"

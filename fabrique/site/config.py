@@ -29,7 +29,6 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
-from ._http import RetryPolicy
 from .errors import ConfigError, InputError
 from .names import (
     DNS_LABEL_RE,
@@ -37,6 +36,7 @@ from .names import (
     REPOSITORY_RE,
     ImageRef,
 )
+from .retry import RetryPolicy
 
 ENV_PREFIX = "FABRIQUE_"
 # FABRIQUE_* variables that are not config overrides.

@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._http import RetryPolicy
-from .errors import GitError, StaleWrite
-from .names import REVISION_RE
+from fabrique.site.errors import GitError, StaleWrite
+from fabrique.site.names import REVISION_RE
+from fabrique.site.retry import RetryPolicy
 
 log = logging.getLogger("fabrique.git")
 

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from . import __version__
-from .config import Site, load_site
-from .errors import FabriqueError, InputError, ValidationFailed
+from fabrique import __version__
+from fabrique.site.config import Site, load_site
+from fabrique.site.errors import FabriqueError, InputError, ValidationFailed
 
 if TYPE_CHECKING:
-    from .reconcile import Reconciler
+    from fabrique.decisions.reconcile import Reconciler
 
 log = logging.getLogger("fabrique")
 
@@ -144,10 +144,10 @@ def plan(state: _State, app: str, revision: str, out: Path, force: str) -> None:
     The first step of fabrique-build: a bad revision or an unknown app fails here, and a
     push that changed nothing under the app's context skips the rest of the Workflow.
     """
-    from .changes import Decision, needs_build
-    from .gitea import token_from_env
-    from .plan import make_plan, write_outputs
-    from .writeback import open_transport
+    from fabrique.clients.gitea import token_from_env
+    from fabrique.decisions.changes import Decision, needs_build
+    from fabrique.decisions.plan import make_plan, write_outputs
+    from fabrique.decisions.writeback import open_transport
 
     site = state.site
     build_plan = make_plan(site, app, revision)
@@ -183,10 +183,10 @@ def digest_verify(
     state: _State, app: str, revision: str, metadata: Path, output: Path | None
 ) -> None:
     """Check that the pushed tag's registry digest equals the build's; print it."""
-    from .digest import verify_pushed
-    from .names import short_sha
-    from .plan import write_atomic
-    from .registry import RegistryClient
+    from fabrique.clients.registry import RegistryClient
+    from fabrique.decisions.digest import verify_pushed
+    from fabrique.decisions.plan import write_atomic
+    from fabrique.site.names import short_sha
 
     site = state.site
     app_config = site.app(app)
@@ -222,15 +222,15 @@ def submit(
     kube_context: str | None,
 ) -> None:
     """Create the Workflow fabrique-<app>-<sha12> by hand (first-step mode)."""
-    from .errors import InputError
-    from .workflow import argo_submit_line, build_workflow
+    from fabrique.decisions.workflow import argo_submit_line, build_workflow
+    from fabrique.site.errors import InputError
 
     site = state.site
     site.app(app)
     if bool(revision) == head:
         raise InputError("give exactly one of --revision SHA or --head")
     if head:
-        from .gitea import GiteaClient
+        from fabrique.clients.gitea import GiteaClient
 
         with GiteaClient.for_site(site) as gitea:
             revision = gitea.branch_head(site.gitea.code_repo, site.gitea.branch)
@@ -245,7 +245,7 @@ def submit(
 
         click.echo(dump_documents([body], header=False), nl=False)
         return
-    from .kube import KubeClient
+    from fabrique.clients.kube import KubeClient
 
     result = KubeClient.for_site(site, kube_context).create_workflow(body)
     state_word = "created" if result.created else "already exists"
@@ -265,9 +265,9 @@ def writeback(
     state: _State, app: str, revision: str, digest: str, workflow: str | None, dry_run: bool
 ) -> None:
     """Write a verified digest into the app's target in Git: changed, unchanged or superseded."""
-    from .gitea import token_from_env
-    from .names import check_digest, check_revision
-    from .writeback import open_transport, write_back
+    from fabrique.clients.gitea import token_from_env
+    from fabrique.decisions.writeback import open_transport, write_back
+    from fabrique.site.names import check_digest, check_revision
 
     site = state.site
     site.app(app)
@@ -293,9 +293,8 @@ def seed_webhook_command(state: _State, dry_run: bool, rotate: bool) -> None:
     EventSource checks), the HMAC secret from FABRIQUE_WEBHOOK_SECRET, and the Gitea
     token from FABRIQUE_GITEA_TOKEN. None of them is ever printed.
     """
-    from eventsources.webhook import Credentials, seed_webhook
-
-    from .gitea import GiteaClient
+    from fabrique.clients.gitea import GiteaClient
+    from fabrique.gestures.webhook import Credentials, seed_webhook
 
     site = state.site
     credentials = Credentials.from_env()
@@ -307,11 +306,11 @@ def seed_webhook_command(state: _State, dry_run: bool, rotate: bool) -> None:
 
 @contextmanager
 def _reconciler(site: Site, kube_context: str | None) -> Iterator[Reconciler]:
-    from .gitea import token_from_env
-    from .kube import KubeClient
-    from .reconcile import Reconciler
-    from .registry import RegistryClient
-    from .writeback import open_transport
+    from fabrique.clients.gitea import token_from_env
+    from fabrique.clients.kube import KubeClient
+    from fabrique.clients.registry import RegistryClient
+    from fabrique.decisions.reconcile import Reconciler
+    from fabrique.decisions.writeback import open_transport
 
     kube = KubeClient.for_site(site, kube_context)
     with (
@@ -332,7 +331,7 @@ def reconcile(state: _State, app: str | None, dry_run: bool, kube_context: str |
     One line per app (ok, in-flight, written-back, submitted, failed, error), then a
     summary. Exits non-zero only when a check itself failed.
     """
-    from .reconcile import raise_for_errors, selected, summary
+    from fabrique.decisions.reconcile import raise_for_errors, selected, summary
 
     site = state.site
     apps = selected(site, app)
@@ -355,7 +354,7 @@ def status(state: _State, app: str | None, output: str, kube_context: str | None
     """Is prod on the commit I pushed? Want, deployed, built and in-flight, per app. Read-only."""
     import json
 
-    from .reconcile import raise_for_errors, selected, table
+    from fabrique.decisions.reconcile import raise_for_errors, selected, table
 
     site = state.site
     with _reconciler(site, kube_context) as reconciler:
@@ -397,7 +396,7 @@ def vendor(
     """Vendor the upstream bundles, every image pinned by its multi-arch index digest."""
     if ctx.invoked_subcommand:
         return
-    from . import vendor as vendoring
+    from fabrique.gestures import vendor as vendoring
 
     if check_only:
         problems = vendoring.check(root)
@@ -438,7 +437,7 @@ def vendor(
 @click.pass_context
 def vendor_mirror(ctx: click.Context, target: str) -> None:
     """Copy every pinned image, all platforms, digests unchanged, into the internal registry."""
-    from . import vendor as vendoring
+    from fabrique.gestures import vendor as vendoring
 
     params = ctx.parent.params if ctx.parent else {}
     site = ctx.ensure_object(_State).site
@@ -463,8 +462,8 @@ def mirror() -> None:
 @pass_state
 def mirror_ensure(state: _State, dry_run: bool) -> None:
     """Create or repair every pull mirror the site lists (Gitea's migrate API)."""
-    from .gitea import GiteaClient
-    from .mirrors import ensure
+    from fabrique.clients.gitea import GiteaClient
+    from fabrique.gestures.mirrors import ensure
 
     site = state.site
     with GiteaClient.for_site(site) as gitea:
@@ -476,8 +475,8 @@ def mirror_ensure(state: _State, dry_run: bool) -> None:
 @pass_state
 def mirror_sync(state: _State) -> None:
     """Ask Gitea to pull every mirror now (what the gitea-mirror-sync CronWorkflow runs)."""
-    from .gitea import GiteaClient
-    from .mirrors import sync
+    from fabrique.clients.gitea import GiteaClient
+    from fabrique.gestures.mirrors import sync
 
     site = state.site
     with GiteaClient.for_site(site) as gitea:
@@ -496,7 +495,8 @@ def lint() -> None:
 @pass_state
 def lint_apps_command(state: _State, directory: Path, specs: str | None) -> None:
     """Argo CD Applications of a cluster/apps checkout: CRD-valid, from Gitea, by digest."""
-    from .lint import lint_apps
+    from fabrique.gestures.lint import lint_apps
+
     from .validate import find_specs
 
     problems = lint_apps(directory, state.site, find_specs(specs))
@@ -520,14 +520,14 @@ def seed(
     Refuses any kube context but the target's, before anything else. Prints the plan,
     asks (unless --yes), then one line per step: changed, unchanged or skipped.
     """
-    from eventsources.webhook import Credentials
+    from fabrique.clients.gitea import GiteaClient, token_from_env
+    from fabrique.clients.kube import KubeClient, kubeconfig_context
+    from fabrique.clients.registry import RegistryClient
+    from fabrique.decisions.writeback import open_transport
+    from fabrique.gestures.seed import Seeder, check_target, gitea_admin_token
+    from fabrique.gestures.webhook import Credentials
 
-    from .gitea import GiteaClient, token_from_env
-    from .kube import KubeClient, kubeconfig_context
-    from .registry import RegistryClient
-    from .seed import Seeder, check_target, gitea_admin_token
     from .validate import Schemas, find_specs
-    from .writeback import open_transport
 
     site = state.site
     app_config = site.app(app)
@@ -574,8 +574,8 @@ def seed(
 @pass_state
 def derive_secrets(state: _State, app: str | None, dry_run: bool, kube_context: str | None) -> None:
     """Make the declared Secrets from their sources; the same content makes no change."""
-    from .kube import KubeClient
-    from .secrets import derive, wanted
+    from fabrique.clients.kube import KubeClient
+    from fabrique.gestures.secrets import derive, wanted
 
     site = state.site
     kube = KubeClient.for_site(site, kube_context)
@@ -602,9 +602,8 @@ def doctor_eventbus(url: str, creds: Path | None, tls_ca: Path | None) -> None:
     """
     import os
 
-    from eventsources.doctor import inspect
-
-    from .errors import RemoteError
+    from fabrique.gestures.doctor import inspect
+    from fabrique.site.errors import RemoteError
 
     report = inspect(
         url, token=os.environ.get("FABRIQUE_NATS_TOKEN") or None, creds=creds, tls_ca=tls_ca

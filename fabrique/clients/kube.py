@@ -20,9 +20,9 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from ._http import RetryPolicy
-from .config import Site
-from .errors import KubeError
+from fabrique.site.config import Site
+from fabrique.site.errors import KubeError
+from fabrique.site.retry import RetryPolicy
 
 log = logging.getLogger("fabrique.kube")
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .config import Mirror, Site
-from .errors import GiteaError
-from .gitea import GiteaClient
+from fabrique.clients.gitea import GiteaClient
+from fabrique.site.config import Mirror, Site
+from fabrique.site.errors import GiteaError
 
 
 @dataclass(frozen=True)

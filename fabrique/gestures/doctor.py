@@ -19,9 +19,8 @@ from nats.errors import Error as NatsError
 from nats.errors import NoServersError
 from nats.js.errors import NotFoundError
 
-from pipelines.errors import InputError, RemoteError
-
-from ._common import EVENT_NAME, EVENT_SOURCE, STREAM
+from fabrique.site.errors import InputError, RemoteError
+from fabrique.site.names import EVENT_NAME, EVENT_SOURCE, STREAM
 
 SENSOR_SUBJECT = f"{STREAM}.{EVENT_SOURCE}.{EVENT_NAME}"
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .config import Site
-from .names import check_revision
+from fabrique.site.config import Site
+from fabrique.site.names import check_revision
+
 from .targets import read_pin
 from .writeback import Transport, desired_pin
 

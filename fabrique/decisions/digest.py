@@ -11,9 +11,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import DigestMismatch, InputError
-from .names import DIGEST_RE
-from .registry import RegistryClient
+from fabrique.clients.registry import RegistryClient
+from fabrique.site.errors import DigestMismatch, InputError
+from fabrique.site.names import DIGEST_RE
 
 METADATA_DIGEST_KEY = "containerimage.digest"
 METADATA_NAME_KEY = "image.name"

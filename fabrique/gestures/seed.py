@@ -15,18 +15,18 @@ from typing import Any
 
 import yaml
 
-from eventsources.webhook import Credentials, seed_webhook
+from fabrique.clients.gitea import GiteaClient
+from fabrique.clients.kube import KubeClient
+from fabrique.clients.registry import RegistryClient
+from fabrique.decisions.changes import fabrique_paths
+from fabrique.decisions.writeback import Transport, write_back
+from fabrique.gestures.webhook import Credentials, seed_webhook
+from fabrique.site.config import AppConfig, Site
+from fabrique.site.errors import ImageNotFound, InputError
+from fabrique.site.names import short_sha
 
-from .changes import fabrique_paths
-from .config import AppConfig, Site
-from .errors import ImageNotFound, InputError
-from .gitea import GiteaClient
-from .kube import KubeClient
 from .lint import lint_application
-from .names import short_sha
-from .registry import RegistryClient
 from .secrets import derive, wanted
-from .writeback import Transport, write_back
 
 GITEA_ADMIN_SECRET = "gitea-admin"
 

@@ -16,10 +16,12 @@ from urllib.parse import quote
 
 import httpx
 
-from ._http import DEFAULT_TIMEOUT, JsonApi, RetryPolicy
-from .config import Site
-from .errors import GiteaError, StaleWrite
-from .names import REVISION_RE
+from fabrique.site.config import Site
+from fabrique.site.errors import GiteaError, StaleWrite
+from fabrique.site.names import REVISION_RE
+from fabrique.site.retry import RetryPolicy
+
+from ._http import DEFAULT_TIMEOUT, JsonApi
 
 TOKEN_ENV = "FABRIQUE_GITEA_TOKEN"
 

@@ -28,8 +28,8 @@ import kubernetes_validate
 import yaml
 from kubernetes_validate.utils import latest_version
 
-from .errors import InputError
-from .names import DNS_LABEL_RE, DNS_SUBDOMAIN_RE
+from fabrique.site.errors import InputError
+from fabrique.site.names import DNS_LABEL_RE, DNS_SUBDOMAIN_RE
 
 SPECS_ENV = "FABRIQUE_SPECS"
 WORKFLOWS_SCHEMA = "argo-workflows-v4.1.2.schema.json"

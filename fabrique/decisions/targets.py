@@ -27,7 +27,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 
-from .errors import TargetError
+from fabrique.site.errors import TargetError
 
 Kind = Literal["kustomize-images", "argocd-application"]
 KUSTOMIZE_FIELDS = ("name", "newName", "newTag", "digest")

@@ -29,12 +29,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from fabrique.clients.kube import KubeClient
+from fabrique.clients.registry import RegistryClient
+from fabrique.site.config import AppConfig, Site
+from fabrique.site.errors import FabriqueError, ImageNotFound, RemoteError
+from fabrique.site.names import short_sha, workflow_name
+
 from .changes import fabrique_paths
-from .config import AppConfig, Site
-from .errors import FabriqueError, ImageNotFound, RemoteError
-from .kube import KubeClient
-from .names import short_sha, workflow_name
-from .registry import RegistryClient
 from .targets import read_pin
 from .workflow import build_workflow
 from .writeback import Transport, desired_pin, write_back

@@ -110,3 +110,22 @@ class ImageRef:
 
     def __repr__(self) -> str:
         return f"ImageRef({str(self)!r})"
+
+
+# The event path: the names Argo Events derives its Services, labels and streams from.
+EVENT_BUS = "default"
+EVENT_SOURCE = "gitea"
+EVENT_NAME = "push"
+WEBHOOK_PORT = 12000
+WEBHOOK_ENDPOINT = "/push"
+SENSOR = "fabrique-build"
+SENSOR_SERVICE_ACCOUNT = "fabrique-sensor"
+STREAM = "default"  # Argo Events' JetStream stream, subjects default.<eventsource>.<event>
+
+
+def webhook_service_url(namespace: str) -> str:
+    """Where Gitea posts: the Service Argo Events creates for the EventSource."""
+    return (
+        f"http://{EVENT_SOURCE}-eventsource-svc.{namespace}.svc.cluster.local:"
+        f"{WEBHOOK_PORT}{WEBHOOK_ENDPOINT}"
+    )

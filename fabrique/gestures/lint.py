@@ -13,9 +13,9 @@ from typing import Any
 
 import yaml
 
-from .config import Site
-from .errors import InputError
-from .validate import Schemas, json_path
+from fabrique.site.config import Site
+from fabrique.site.errors import InputError
+from fabrique.validate import Schemas, json_path
 
 
 def _sources(spec: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:

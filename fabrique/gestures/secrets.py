@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .config import DerivedSecret, Site
-from .errors import InputError
-from .kube import KubeClient
-from .names import LABEL_MANAGED_BY
+from fabrique.clients.kube import KubeClient
+from fabrique.site.config import DerivedSecret, Site
+from fabrique.site.errors import InputError
+from fabrique.site.names import LABEL_MANAGED_BY
 
 DERIVED_FROM = "fabrique.io/derived-from"
 

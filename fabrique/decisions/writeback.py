@@ -29,11 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol, TypeVar
 
-from .config import AppConfig, Site
-from .errors import StaleWrite, TargetError
-from .git import Author, GitRemote
-from .gitea import FileContent, GiteaClient, Identity
-from .names import check_digest, check_revision, short_sha, workflow_name
+from fabrique.clients.git import Author, GitRemote
+from fabrique.clients.gitea import FileContent, GiteaClient, Identity
+from fabrique.site.config import AppConfig, Site
+from fabrique.site.errors import StaleWrite, TargetError
+from fabrique.site.names import check_digest, check_revision, short_sha, workflow_name
+
 from .targets import ImagePin, apply_pin, new_target, read_pin
 
 log = logging.getLogger("fabrique.writeback")

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import Site
-from .names import (
+from fabrique.site.config import Site
+from fabrique.site.names import (
     LABEL_APP,
     LABEL_MANAGED_BY,
     LABEL_PART_OF,

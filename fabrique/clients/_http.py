@@ -8,35 +8,19 @@ caller's to interpret. Request headers are never logged (they carry tokens).
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Self
 
 import httpx
 
-from .errors import RemoteError
+from fabrique.site.errors import RemoteError
+from fabrique.site.retry import RetryPolicy
 
 log = logging.getLogger("fabrique.http")
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=5.0)
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    attempts: int = 4
-    base_delay: float = 0.5
-    max_delay: float = 8.0
-
-    def delay(self, attempt: int) -> float:
-        """Exponential backoff with full jitter, for the ``attempt``-th retry (1-based)."""
-        ceiling = min(self.max_delay, self.base_delay * 2 ** (attempt - 1))
-        return random.uniform(ceiling / 2, ceiling)
-
-
-NO_RETRY = RetryPolicy(attempts=1)
 
 
 class Unreachable(Exception):

@@ -12,9 +12,9 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .config import Site
-from .errors import InputError
-from .names import check_revision, short_sha
+from fabrique.site.config import Site
+from fabrique.site.errors import InputError
+from fabrique.site.names import check_revision, short_sha
 
 CACHE_TAG = "buildcache"
 

@@ -17,11 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.config import Site
-from pipelines.errors import InputError
-from pipelines.gitea import GiteaClient
-
-from ._common import webhook_service_url
+from fabrique.clients.gitea import GiteaClient
+from fabrique.site.config import Site
+from fabrique.site.errors import InputError
+from fabrique.site.names import webhook_service_url
 
 TOKEN_ENV = "FABRIQUE_WEBHOOK_TOKEN"
 SECRET_ENV = "FABRIQUE_WEBHOOK_SECRET"

@@ -31,10 +31,11 @@ from typing import Any
 import httpx
 import yaml
 
-from ._http import DEFAULT_TIMEOUT, RetryPolicy, Unreachable, send
-from .errors import DigestMismatch, FabriqueError, InputError, RemoteError
-from .names import DIGEST_RE, ImageRef
-from .registry import RegistryClient
+from fabrique.clients._http import DEFAULT_TIMEOUT, Unreachable, send
+from fabrique.clients.registry import RegistryClient
+from fabrique.site.errors import DigestMismatch, FabriqueError, InputError, RemoteError
+from fabrique.site.names import DIGEST_RE, ImageRef
+from fabrique.site.retry import RetryPolicy
 
 log = logging.getLogger("fabrique.vendor")
 
