@@ -55,7 +55,7 @@ from fabrique.decisions.reconcile import Reconciler  # noqa: E402
 from fabrique.decisions.targets import read_pin  # noqa: E402
 from fabrique.decisions.writeback import GiteaTransport, desired_pin, write_back  # noqa: E402
 from fabrique.site.config import Site, default_values, merge, parse_site  # noqa: E402
-from fabrique.validate import find_specs  # noqa: E402
+from fabrique.validate import GITEA_SWAGGER, find_specs  # noqa: E402
 from tests import payloads, servers  # noqa: E402
 from tests.doubles.gitea import GiteaDouble  # noqa: E402
 from tests.doubles.kube import KubeApiDouble  # noqa: E402
@@ -155,7 +155,7 @@ class Bench:
 
     async def run(self) -> Figures:
         args, work = self.args, self.work
-        specs = find_specs(ROOT / ".." / "shared" / "specs")
+        specs = find_specs()
         (work / "registry").mkdir()
         with servers.registry(work / "registry") as registry, servers.nats(work / "nats") as bus:
             repo = Repo(work / "srv", "atlas/atlas")
@@ -170,7 +170,7 @@ class Bench:
                 "seed",
             )
             gitea = GiteaDouble(
-                Swagger(specs / "gitea-1.27.1.swagger.json"),
+                Swagger(specs / GITEA_SWAGGER),
                 {"atlas/atlas": repo.bare},
                 token=TOKEN,
             )

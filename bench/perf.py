@@ -43,7 +43,7 @@ from fabrique.decisions.changes import fabrique_paths  # noqa: E402
 from fabrique.decisions.reconcile import Reconciler  # noqa: E402
 from fabrique.decisions.writeback import GiteaTransport, GitTransport, write_back  # noqa: E402
 from fabrique.site.config import default_values, merge, parse_site  # noqa: E402
-from fabrique.validate import find_specs  # noqa: E402
+from fabrique.validate import GITEA_SWAGGER, find_specs  # noqa: E402
 from tests import servers  # noqa: E402
 from tests.doubles.gitea import GiteaDouble  # noqa: E402
 from tests.doubles.kube import KubeApiDouble  # noqa: E402
@@ -145,9 +145,7 @@ def writeback_cost(work: Path, commits: int, size_mb: int, specs: Path) -> dict[
     revision = head(bare)
     digest = "sha256:" + "ab" * 32
     out: dict[str, Any] = {"commits": commits, "repo_mb": round(du(bare) / 1e6, 1)}
-    gitea = GiteaDouble(
-        Swagger(specs / "gitea-1.27.1.swagger.json"), {"atlas/atlas": bare}, token=TOKEN
-    ).start()
+    gitea = GiteaDouble(Swagger(specs / GITEA_SWAGGER), {"atlas/atlas": bare}, token=TOKEN).start()
     try:
         site = site_for(gitea.url, "registry:80", 1)
         counting = Counting()
@@ -222,7 +220,7 @@ def reconcile_and_latency(work: Path, apps: int, specs: Path) -> dict[str, Any]:
     (work / "registry").mkdir()
     with servers.registry(work / "registry") as registry:
         gitea = GiteaDouble(
-            Swagger(specs / "gitea-1.27.1.swagger.json"), {"atlas/atlas": bare}, token=TOKEN
+            Swagger(specs / GITEA_SWAGGER), {"atlas/atlas": bare}, token=TOKEN
         ).start()
         kube = KubeApiDouble(specs).start()
         try:
@@ -300,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
-    specs = find_specs(ROOT / ".." / "shared" / "specs")
+    specs = find_specs()
     report: dict[str, Any] = {"render": [], "writeback": []}
     sizes = [int(n) for n in args.render_apps.split(",")]
     for apps in sizes:

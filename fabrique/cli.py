@@ -104,7 +104,9 @@ def render(state: _State, out: Path) -> None:
 @cli.command()
 @click.argument("directory", default="manifests", type=click.Path(path_type=Path))
 @click.option(
-    "--specs", metavar="DIR", help="Upstream specs (default: ../shared/specs; env FABRIQUE_SPECS)."
+    "--specs",
+    metavar="DIR",
+    help="Upstream specs (default: the copy shipped with fabrique; env FABRIQUE_SPECS).",
 )
 @click.option("--k8s-version", metavar="X.Y.Z", help="Kubernetes schema version for core kinds.")
 def validate(directory: Path, specs: str | None, k8s_version: str | None) -> None:
@@ -374,7 +376,7 @@ def _short(value: str | None) -> str:
 
 
 @cli.group(invoke_without_command=True)
-@click.option("--component", "-c", help="Only this component of vendor/lock.yaml.")
+@click.option("--component", "-c", help="Only this component or spec of vendor/lock.yaml.")
 @click.option("--update", is_flag=True, help="Accept a new bundle or digest and rewrite the lock.")
 @click.option("--check", "check_only", is_flag=True, help="Offline: vendor/ must match the lock.")
 @click.option("--dir", "root", default="vendor", show_default=True, type=click.Path(path_type=Path))
@@ -408,9 +410,11 @@ def vendor(
         return
     site = ctx.ensure_object(_State).site
     lock = vendoring.load_lock(root)
-    if component is not None and component not in lock:
+    specs = vendoring.load_specs(root)
+    if component is not None and component not in lock and component not in specs:
         raise InputError(
-            f"--component {component!r}: not in {root}/{vendoring.LOCK} ({', '.join(lock)})"
+            f"--component {component!r}: not in {root}/{vendoring.LOCK} "
+            f"({', '.join([*lock, *specs])})"
         )
     # image sets first: argo-events' controller config takes the JetStream pins
     order = sorted(lock.values(), key=lambda c: c.url is not None)
@@ -427,9 +431,13 @@ def vendor(
                     jetstream_version=site.events.jetstream.version,
                 ):
                     click.echo(line)
-                vendoring.save_lock(root, lock)
+                vendoring.save_lock(root, lock, specs)
     finally:
         resolver.close()
+    for spec in specs.values():
+        if component in (None, spec.name):
+            click.echo(vendoring.vendor_spec(root, spec, update=update))
+            vendoring.save_lock(root, lock, specs)
 
 
 @vendor.command("mirror")
@@ -491,7 +499,11 @@ def lint() -> None:
 
 @lint.command("apps")
 @click.argument("directory", type=click.Path(path_type=Path))
-@click.option("--specs", metavar="DIR", help="Upstream specs (default: ../shared/specs).")
+@click.option(
+    "--specs",
+    metavar="DIR",
+    help="Upstream specs (default: the copy shipped with fabrique; env FABRIQUE_SPECS).",
+)
 @pass_state
 def lint_apps_command(state: _State, directory: Path, specs: str | None) -> None:
     """Argo CD Applications of a cluster/apps checkout: CRD-valid, from Gitea, by digest."""
@@ -536,10 +548,7 @@ def seed(
     credentials = Credentials.from_env()
     kube = KubeClient.for_site(site, context)
     token = token_from_env() or gitea_admin_token(kube, site)
-    try:
-        schemas: Schemas | None = Schemas(find_specs())
-    except InputError:
-        schemas = None  # no specs at hand: the Application is checked without its CRD
+    schemas = Schemas(find_specs())
     with (
         GiteaClient.for_site(site, token) as gitea,
         open_transport(site, token) as transport,

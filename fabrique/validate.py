@@ -1,6 +1,6 @@
 """``fabrique validate``: strict checks of a rendered tree, the way kubeconform -strict works.
 
-- Argo kinds against the upstream JSON Schemas (``../shared/specs``), with every object
+- Argo kinds against the upstream JSON Schemas (``vendor/specs/``), with every object
   schema closed (``additionalProperties: false``) so a misspelled field is an error.
 - Argo CD Applications against the CRD's openAPIV3Schema, closed the same way, except
   where the CRD itself says ``x-kubernetes-preserve-unknown-fields``.
@@ -35,6 +35,8 @@ SPECS_ENV = "FABRIQUE_SPECS"
 WORKFLOWS_SCHEMA = "argo-workflows-v4.1.2.schema.json"
 EVENTS_SCHEMA = "argo-events-v1.9.11.schema.json"
 ARGOCD_CRD = "argo-cd-v3.5.1.application-crd.yaml"
+GITEA_SWAGGER = "gitea-1.27.1.swagger.json"  # what the Gitea double is checked against
+SPEC_FILES = (WORKFLOWS_SCHEMA, EVENTS_SCHEMA, ARGOCD_CRD, GITEA_SWAGGER)
 
 WORKFLOW_KINDS = frozenset(
     {
@@ -63,21 +65,25 @@ class Problem:
 
 
 def find_specs(explicit: str | Path | None = None) -> Path:
-    """The upstream specs directory: ``explicit``, ``$FABRIQUE_SPECS``, or ../shared/specs."""
-    candidates: list[Path] = []
+    """The upstream specs directory: ``explicit``, else ``$FABRIQUE_SPECS``, else the copy
+    that travels with fabrique (``fabrique/specs`` in a wheel, ``vendor/specs`` in a
+    checkout; both pinned in ``vendor/lock.yaml``)."""
     if explicit:
-        candidates.append(Path(explicit))
+        candidates, hint = [Path(explicit)], "--specs"
     elif os.environ.get(SPECS_ENV):
-        candidates.append(Path(os.environ[SPECS_ENV]))
+        candidates, hint = [Path(os.environ[SPECS_ENV])], SPECS_ENV
     else:
-        project = Path(__file__).resolve().parent.parent
-        candidates += [Path.cwd() / ".." / "shared" / "specs", project / ".." / "shared" / "specs"]
+        package = Path(__file__).resolve().parent
+        candidates, hint = [package / "specs", package.parent / "vendor" / "specs"], ""
     for candidate in candidates:
         if (candidate / WORKFLOWS_SCHEMA).is_file():
             return candidate.resolve()
     tried = ", ".join(str(c) for c in candidates)
+    if hint:
+        raise InputError(f"{hint} {tried}: holds no {WORKFLOWS_SCHEMA}")
     raise InputError(
-        f"upstream specs not found (tried {tried}); pass --specs DIR or set {SPECS_ENV}"
+        f"upstream specs not found (tried {tried}); reinstall fabrique, "
+        f"or pass --specs DIR or set {SPECS_ENV}"
     )
 
 

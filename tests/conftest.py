@@ -17,7 +17,7 @@ import yaml
 from click.testing import CliRunner, Result
 
 from fabrique.cli import cli
-from fabrique.validate import find_specs
+from fabrique.validate import GITEA_SWAGGER, find_specs
 
 from . import servers
 from .doubles.gitea import GiteaDouble
@@ -28,12 +28,11 @@ from .servers import GitDaemon
 from .servers import Nats as NatsServer
 
 ROOT = Path(__file__).resolve().parent.parent
-GITEA_SPEC = "gitea-1.27.1.swagger.json"
 
 
 @pytest.fixture(scope="session")
 def specs() -> Path:
-    return find_specs(ROOT / ".." / "shared" / "specs")
+    return find_specs()
 
 
 @pytest.fixture(scope="session")
@@ -52,7 +51,7 @@ def _need_server() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def gitea_swagger(specs: Path) -> Swagger:
-    return Swagger(specs / GITEA_SPEC)
+    return Swagger(specs / GITEA_SWAGGER)
 
 
 CodeRepo = Repo

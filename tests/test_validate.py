@@ -111,7 +111,9 @@ def test_without_kubectl_the_kustomize_check_is_skipped_with_a_notice(
 def test_missing_specs_is_a_clear_error(tree: Path, tmp_path: Path) -> None:
     result = run_cli("validate", str(tree), "--specs", str(tmp_path / "nowhere"))
     assert result.exit_code == 2
-    assert "upstream specs not found" in result.stderr
+    assert result.stderr.strip() == (
+        f"error: --specs {tmp_path / 'nowhere'}: holds no argo-workflows-v4.1.2.schema.json"
+    )
 
 
 def test_close_schema_closes_objects_but_respects_preserve_unknown() -> None:

@@ -424,3 +424,103 @@ def test_an_unknown_component(tmp_path: Path) -> None:
     result = _vendor(root, "--component", "nope")
     assert result.exit_code == 2
     assert "--component 'nope': not in" in result.stderr
+
+
+# ----------------------------------------------------------------- the upstream specs
+
+TEMPLATE = '{"swagger": "2.0", "info": {"version": "{{.SwaggerAppVer}}"}, "basePath": "{{.SwaggerAppSubUrl}}/api/v1"}'
+SERVED = '{"swagger": "2.0", "info": {"version": "1.27.1"}, "basePath": "/api/v1"}'
+
+
+def _spec_lock(root: Path, url: str, sha256: str | None) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    entry: dict[str, Any] = {
+        "version": "1.27.1",
+        "url": url,
+        "file": "gitea-1.27.1.swagger.json",
+        "sha256": sha256,
+        "substitute": {"{{.SwaggerAppVer}}": "1.27.1", "{{.SwaggerAppSubUrl}}": ""},
+    }
+    lock = {
+        "components": {
+            "jetstream": {"version": "1", "images": {"nats:1": {"digest": "sha256:" + "a" * 64}}}
+        },
+        "specs": {"gitea-swagger": entry},
+    }
+    (root / "lock.yaml").write_text(yaml.safe_dump(lock, sort_keys=False))
+    return root
+
+
+def test_a_spec_is_vendored_as_served_and_pinned_by_sha256(
+    tmp_path: Path, upstream: BundleServer
+) -> None:
+    (tmp_path / "upstream" / "v1_json.tmpl").write_text(TEMPLATE)
+    root = _spec_lock(tmp_path / "vendor", upstream.url("v1_json.tmpl"), None)
+    result = _vendor(root, "--component", "gitea-swagger")
+    assert result.exit_code == 0, result.stderr
+    sha = hashlib.sha256(SERVED.encode()).hexdigest()
+    assert (
+        f"gitea-swagger 1.27.1: specs/gitea-1.27.1.swagger.json, sha256 {sha[:12]}" in result.stdout
+    )
+    assert (root / "specs" / "gitea-1.27.1.swagger.json").read_text() == SERVED
+    lock = yaml.safe_load((root / "lock.yaml").read_text())
+    assert lock["specs"]["gitea-swagger"]["sha256"] == sha
+    assert lock["components"]["jetstream"]["images"]["nats:1"]["digest"] == "sha256:" + "a" * 64
+    assert _vendor(root, "--check").exit_code == 0
+
+
+def test_a_spec_that_changed_upstream_is_refused_without_update(
+    tmp_path: Path, upstream: BundleServer
+) -> None:
+    (tmp_path / "upstream" / "v1_json.tmpl").write_text(TEMPLATE)
+    root = _spec_lock(tmp_path / "vendor", upstream.url("v1_json.tmpl"), "0" * 64)
+    result = _vendor(root, "--component", "gitea-swagger")
+    assert result.exit_code == 7
+    assert f"the lock says {'0' * 64}; refusing it (--update to accept a new spec)" in result.stderr
+    assert not (root / "specs").exists()
+    assert _vendor(root, "--component", "gitea-swagger", "--update").exit_code == 0
+    assert (root / "specs" / "gitea-1.27.1.swagger.json").read_text() == SERVED
+
+
+def test_a_spec_without_its_placeholders_is_refused(tmp_path: Path, upstream: BundleServer) -> None:
+    (tmp_path / "upstream" / "v1_json.tmpl").write_text(SERVED)
+    root = _spec_lock(tmp_path / "vendor", upstream.url("v1_json.tmpl"), None)
+    result = _vendor(root, "--component", "gitea-swagger")
+    assert result.exit_code == 7
+    assert "holds no '{{.SwaggerAppVer}}' to substitute" in result.stderr
+
+
+def test_check_catches_an_edited_missing_or_unlisted_spec(tmp_path: Path) -> None:
+    root = _spec_lock(
+        tmp_path / "vendor", "http://127.0.0.1:9/x", hashlib.sha256(SERVED.encode()).hexdigest()
+    )
+    spec = root / "specs" / "gitea-1.27.1.swagger.json"
+    spec.parent.mkdir()
+    spec.write_text(SERVED)
+    assert _vendor(root, "--check").exit_code == 0
+    spec.write_text(SERVED.replace("/api/v1", "/api/v2"))
+    edited = _vendor(root, "--check")
+    assert edited.exit_code == 7
+    assert f"{spec}: differs from the lock (edited by hand?)" in edited.stderr
+    spec.unlink()
+    assert (
+        f"{spec}: missing (fabrique vendor --component gitea-swagger)"
+        in _vendor(root, "--check").stderr
+    )
+    (root / "specs" / "stray.json").write_text("{}")
+    assert f"{root}/specs/stray.json: not in the lock" in _vendor(root, "--check").stderr
+
+
+def test_the_committed_specs_are_the_ones_fabrique_reads() -> None:
+    from fabrique.gestures.vendor import load_specs
+    from fabrique.validate import SPEC_FILES, find_specs
+
+    specs = load_specs(ROOT / "vendor")
+    assert sorted(s.file for s in specs.values()) == sorted(SPEC_FILES)
+    for spec in specs.values():
+        assert (
+            hashlib.sha256((ROOT / "vendor" / "specs" / spec.file).read_bytes()).hexdigest()
+            == spec.sha256
+        )
+        assert spec.url.startswith("https://"), spec.name
+    assert find_specs() == (ROOT / "vendor" / "specs").resolve()

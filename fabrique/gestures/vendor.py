@@ -10,6 +10,10 @@ bundle as downloaded, the sha256 of the vendored file, and every image with its 
   a single-arch manifest unless the lock allows it with a reason), rewrites every
   reference to ``repo:tag@sha256:…``, adds the site's pinned JetStream version to the
   Argo Events controller config, and writes ``vendor/<component>/<version>/``.
+- The upstream API specifications (``specs:`` in the lock: the Argo Workflows and Argo
+  Events JSON Schemas, the Argo CD Application CRD, Gitea's swagger) live in
+  ``vendor/specs/``, each with its URL, version and sha256; ``fabrique validate`` and the
+  test doubles read them, and the wheel ships them as ``fabrique/specs``.
 - ``fabrique vendor --check`` is offline: the vendored files must be what the lock says.
 - ``fabrique vendor mirror --to registry:80`` copies every pinned image, all platforms,
   digests unchanged, into the internal registry, and checks them there.
@@ -18,6 +22,7 @@ bundle as downloaded, the sha256 of the vendored file, and every image with its 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import re
 import shutil
@@ -41,6 +46,7 @@ log = logging.getLogger("fabrique.vendor")
 
 LOCK = "lock.yaml"
 NEEDS_INTERNET = "fabrique vendor --update, with Internet access"
+SPECS = "specs"
 BUNDLE = "bundle.yaml"
 HEADER = "# Vendored by `fabrique vendor`; images pinned by index digest. Do not edit.\n"
 DOCKER_HUB = "docker.io"
@@ -71,6 +77,19 @@ class Component:
     @property
     def vendored(self) -> bool:
         return self.vendored_sha256 is not None or (self.url is None and bool(self.images))
+
+
+@dataclass
+class Spec:
+    """One upstream API specification, vendored as ``vendor/specs/<file>``."""
+
+    name: str
+    version: str
+    url: str
+    file: str
+    sha256: str | None = None
+    # template placeholders the upstream file holds and the served document fills in
+    substitute: dict[str, str] = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------------ the lock
@@ -110,7 +129,51 @@ def load_lock(root: Path) -> dict[str, Component]:
     return out
 
 
-def save_lock(root: Path, components: dict[str, Component]) -> None:
+def load_specs(root: Path) -> dict[str, Spec]:
+    path = root / LOCK
+    try:
+        data = yaml.safe_load(path.read_text("utf-8"))
+    except FileNotFoundError:
+        raise VendorError(f"{path}: not found") from None
+    except yaml.YAMLError:
+        raise VendorError(f"{path}: not valid YAML") from None
+    entries = (data or {}).get(SPECS) if isinstance(data, dict) else None
+    if entries is None:
+        return {}
+    if not isinstance(entries, dict):
+        raise VendorError(f"{path}: specs: must be a mapping")
+    out = {}
+    for name, entry in entries.items():
+        where = f"{path}: specs.{name}"
+        if not isinstance(entry, dict):
+            raise VendorError(f"{where}: must be a mapping")
+        for key in ("version", "url", "file"):
+            if not isinstance(entry.get(key), str) or not entry[key]:
+                raise VendorError(f"{where}.{key}: required")
+        if "/" in entry["file"] or entry["file"].startswith("."):
+            raise VendorError(f"{where}.file: must be a plain file name")
+        sha = entry.get("sha256")
+        if sha is not None and not re.fullmatch(r"[0-9a-f]{64}", str(sha)):
+            raise VendorError(f"{where}.sha256: must be 64 lowercase hex")
+        substitute = entry.get("substitute") or {}
+        if not isinstance(substitute, dict):
+            raise VendorError(f"{where}.substitute: must be a mapping")
+        out[name] = Spec(
+            name,
+            entry["version"],
+            entry["url"],
+            entry["file"],
+            sha,
+            {str(k): str(v) for k, v in substitute.items()},
+        )
+    return out
+
+
+def save_lock(
+    root: Path, components: dict[str, Component], specs: dict[str, Spec] | None = None
+) -> None:
+    if specs is None:
+        specs = load_specs(root) if (root / LOCK).exists() else {}
     data: dict[str, Any] = {"components": {}}
     for c in components.values():
         entry: dict[str, Any] = {"version": c.version}
@@ -125,8 +188,19 @@ def save_lock(root: Path, components: dict[str, Component]) -> None:
             for ref, i in sorted(c.images.items())
         }
         data["components"][c.name] = entry
+    if specs:
+        data[SPECS] = {
+            s.name: {
+                "version": s.version,
+                "url": s.url,
+                "file": s.file,
+                "sha256": s.sha256,
+                **({"substitute": s.substitute} if s.substitute else {}),
+            }
+            for s in specs.values()
+        }
     text = (
-        "# Upstream bundles and images, pinned. Written by `fabrique vendor --update`;\n"
+        "# Upstream bundles, images and API specs, pinned. Written by `fabrique vendor --update`;\n"
         "# `fabrique vendor --check` verifies vendor/ against it, offline.\n"
         + yaml.safe_dump(data, sort_keys=False, width=120)
     )
@@ -338,6 +412,55 @@ def vendor_component(
     return lines
 
 
+def vendor_spec(root: Path, spec: Spec, *, update: bool) -> str:
+    """Download one upstream spec, fill in its placeholders, check it, write it."""
+    raw = download(spec.url)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise VendorError(f"{spec.url}: not UTF-8 text") from None
+    for placeholder, value in spec.substitute.items():
+        if placeholder not in text:
+            raise VendorError(f"{spec.url}: holds no {placeholder!r} to substitute")
+        text = text.replace(placeholder, value)
+    try:
+        json.loads(text) if spec.file.endswith(".json") else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError):
+        raise VendorError(
+            f"{spec.url}: not a valid {spec.file.rsplit('.', 1)[-1]} document"
+        ) from None
+    sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    if spec.sha256 and spec.sha256 != sha and not update:
+        raise VendorError(
+            f"{spec.name} {spec.version}: {spec.url} has sha256 {sha}, the lock says "
+            f"{spec.sha256}; refusing it (--update to accept a new spec)"
+        )
+    _write(root / SPECS / spec.file, text)
+    spec.sha256 = sha
+    return f"{spec.name} {spec.version}: {SPECS}/{spec.file}, sha256 {sha[:12]}"
+
+
+def check_specs(root: Path) -> list[str]:
+    """Offline: every spec the lock lists is there, byte for byte; nothing else is."""
+    specs = load_specs(root)
+    problems = []
+    for spec in specs.values():
+        path = root / SPECS / spec.file
+        if spec.sha256 is None:
+            problems.append(f"{spec.name} {spec.version}: not vendored yet ({NEEDS_INTERNET})")
+        elif not path.is_file():
+            problems.append(f"{path}: missing (fabrique vendor --component {spec.name})")
+        elif hashlib.sha256(path.read_bytes()).hexdigest() != spec.sha256:
+            problems.append(
+                f"{path}: differs from the lock (edited by hand?); re-run fabrique vendor"
+            )
+    listed = {spec.file for spec in specs.values()}
+    for path in sorted((root / SPECS).glob("*")) if (root / SPECS).is_dir() else []:
+        if path.name not in listed:
+            problems.append(f"{path}: not in the lock")
+    return problems
+
+
 def check(root: Path) -> list[str]:
     """Offline: every vendored file is the one the lock names; every image is pinned.
 
@@ -379,7 +502,7 @@ def check(root: Path) -> list[str]:
     for path in sorted(p for p in root.glob("*/*") if p.is_dir()):
         if (path.parent.name, path.name) not in known:
             problems.append(f"{path}: not in the lock")
-    return problems
+    return problems + check_specs(root)
 
 
 def pending(problems: list[str]) -> bool:

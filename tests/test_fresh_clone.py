@@ -1,0 +1,127 @@
+"""A fresh clone works on its own: nothing beside the checkout, nothing but the wheel.
+
+A user's clone has no folder beside it, so the project must carry every file it reads,
+and an installed wheel must carry what ``fabrique validate`` needs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from .conftest import ROOT
+
+SPEC_ENV = "FABRIQUE_SPECS"
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FABRIQUE_")}
+    return env | extra
+
+
+def _run(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The committed tree, cloned alone into a directory with nothing beside it."""
+    where = tmp_path_factory.mktemp("alone") / "fabrique"
+    subprocess.run(
+        ["git", "clone", "-q", "--no-local", str(ROOT), str(where)], check=True, timeout=120
+    )
+    assert not (where.parent / "shared").exists()
+    return where
+
+
+def test_a_fresh_clone_renders_and_validates_with_nothing_beside_it(
+    clone: Path, tmp_path: Path
+) -> None:
+    """The README's render command, run from the clone's own sources."""
+    env = _env(PYTHONPATH=str(clone))
+    out = tmp_path / "manifests"
+    rendered = _run(
+        sys.executable, "-m", "fabrique", "render", "--out", str(out), cwd=clone, env=env
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    checked = _run(sys.executable, "-m", "fabrique", "validate", str(out), cwd=clone, env=env)
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stdout.strip().endswith(": valid")
+
+
+def test_the_project_never_reads_a_folder_beside_it(clone: Path) -> None:
+    tracked = _run("git", "ls-files", cwd=clone, env=_env()).stdout.split()
+    readers = []
+    for name in tracked:
+        path = clone / name
+        if name == "tests/test_fresh_clone.py":
+            continue  # it names the folder to check for it
+        if path.suffix in {".py", ".toml", ".cfg"} or name in {"Makefile", "Dockerfile", ".ci/run"}:
+            if "../shared" in path.read_text("utf-8") or '"shared"' in path.read_text("utf-8"):
+                readers.append(name)
+    assert readers == []
+
+
+def test_specs_env_overrides_and_a_wrong_one_is_named(clone: Path, tmp_path: Path) -> None:
+    env = _env(PYTHONPATH=str(clone), **{SPEC_ENV: str(tmp_path / "nope")})
+    result = _run(
+        sys.executable, "-m", "fabrique", "validate", str(clone / "manifests"), cwd=clone, env=env
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"error: {SPEC_ENV} {tmp_path / 'nope'}: holds no argo-workflows-v4.1.2.schema.json"
+    )
+
+
+def test_the_wheel_alone_can_validate(clone: Path, tmp_path: Path) -> None:
+    """``pip install fabrique`` alone: the wheel ships the specs as package data."""
+    wheels = tmp_path / "wheels"
+    built = _run(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "-q",
+        "--no-deps",
+        "--no-build-isolation",
+        "-w",
+        str(wheels),
+        str(clone),
+        cwd=tmp_path,
+        env=_env(),
+    )
+    assert built.returncode == 0, built.stderr
+    (wheel,) = wheels.glob("fabrique-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        archive.extractall(tmp_path / "site")
+    from fabrique.validate import SPEC_FILES
+
+    assert {f"fabrique/specs/{name}" for name in SPEC_FILES} <= names
+    assert "fabrique/site/site.default.yaml" in names
+    # run from the unpacked wheel only: no checkout on the path, the cwd elsewhere
+    env = _env(PYTHONPATH=str(tmp_path / "site"))
+    probe = _run(
+        sys.executable,
+        "-c",
+        "import fabrique.validate as v; print(v.find_specs())",
+        cwd=tmp_path,
+        env=env,
+    )
+    assert probe.stdout.strip() == str((tmp_path / "site" / "fabrique" / "specs").resolve()), (
+        probe.stderr
+    )
+    out = tmp_path / "manifests"
+    rendered = _run(
+        sys.executable, "-m", "fabrique", "render", "--out", str(out), cwd=tmp_path, env=env
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    checked = _run(sys.executable, "-m", "fabrique", "validate", str(out), cwd=tmp_path, env=env)
+    assert checked.returncode == 0, checked.stderr
