@@ -30,6 +30,14 @@ def _run(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProc
     )
 
 
+def _render_and_validate(out: Path, *, cwd: Path, env: dict[str, str]) -> None:
+    rendered = _run(sys.executable, "-m", "fabrique", "render", "--out", str(out), cwd=cwd, env=env)
+    assert rendered.returncode == 0, rendered.stderr
+    checked = _run(sys.executable, "-m", "fabrique", "validate", str(out), cwd=cwd, env=env)
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stdout.strip() == f"{out}: valid"
+
+
 @pytest.fixture(scope="module")
 def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The committed tree, cloned alone into a directory with nothing beside it."""
@@ -45,15 +53,7 @@ def test_a_fresh_clone_renders_and_validates_with_nothing_beside_it(
     clone: Path, tmp_path: Path
 ) -> None:
     """The README's render command, run from the clone's own sources."""
-    env = _env(PYTHONPATH=str(clone))
-    out = tmp_path / "manifests"
-    rendered = _run(
-        sys.executable, "-m", "fabrique", "render", "--out", str(out), cwd=clone, env=env
-    )
-    assert rendered.returncode == 0, rendered.stderr
-    checked = _run(sys.executable, "-m", "fabrique", "validate", str(out), cwd=clone, env=env)
-    assert checked.returncode == 0, checked.stderr
-    assert checked.stdout.strip().endswith(": valid")
+    _render_and_validate(tmp_path / "manifests", cwd=clone, env=_env(PYTHONPATH=str(clone)))
 
 
 def test_the_project_never_reads_a_folder_beside_it(clone: Path) -> None:
@@ -118,10 +118,4 @@ def test_the_wheel_alone_can_validate(clone: Path, tmp_path: Path) -> None:
     assert probe.stdout.strip() == str((tmp_path / "site" / "fabrique" / "specs").resolve()), (
         probe.stderr
     )
-    out = tmp_path / "manifests"
-    rendered = _run(
-        sys.executable, "-m", "fabrique", "render", "--out", str(out), cwd=tmp_path, env=env
-    )
-    assert rendered.returncode == 0, rendered.stderr
-    checked = _run(sys.executable, "-m", "fabrique", "validate", str(out), cwd=tmp_path, env=env)
-    assert checked.returncode == 0, checked.stderr
+    _render_and_validate(tmp_path / "manifests", cwd=tmp_path, env=env)

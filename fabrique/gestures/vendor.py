@@ -95,7 +95,7 @@ class Spec:
 # ------------------------------------------------------------------------ the lock
 
 
-def load_lock(root: Path) -> dict[str, Component]:
+def _read_lock(root: Path) -> tuple[Path, dict[str, Any]]:
     path = root / LOCK
     try:
         data = yaml.safe_load(path.read_text("utf-8"))
@@ -103,7 +103,12 @@ def load_lock(root: Path) -> dict[str, Component]:
         raise VendorError(f"{path}: not found") from None
     except yaml.YAMLError:
         raise VendorError(f"{path}: not valid YAML") from None
-    components = data.get("components") if isinstance(data, dict) else None
+    return path, data if isinstance(data, dict) else {}
+
+
+def load_lock(root: Path) -> dict[str, Component]:
+    path, data = _read_lock(root)
+    components = data.get("components")
     if not isinstance(components, dict) or not components:
         raise VendorError(f"{path}: components: must be a non-empty mapping")
     out = {}
@@ -130,14 +135,8 @@ def load_lock(root: Path) -> dict[str, Component]:
 
 
 def load_specs(root: Path) -> dict[str, Spec]:
-    path = root / LOCK
-    try:
-        data = yaml.safe_load(path.read_text("utf-8"))
-    except FileNotFoundError:
-        raise VendorError(f"{path}: not found") from None
-    except yaml.YAMLError:
-        raise VendorError(f"{path}: not valid YAML") from None
-    entries = (data or {}).get(SPECS) if isinstance(data, dict) else None
+    path, data = _read_lock(root)
+    entries = data.get(SPECS)
     if entries is None:
         return {}
     if not isinstance(entries, dict):
