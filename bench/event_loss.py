@@ -13,7 +13,9 @@ double. What stands in:
   each event and creates the Workflow through the Kubernetes API double, then acks;
 - the controller: each created Workflow runs the plan step's change check, "builds" by
   pushing a real image, and writes back through the Gitea double. They finish in a
-  shuffled order, and a share crash between the push and the write-back.
+  shuffled order, and a share crash between the push and the write-back. A crashed
+  Workflow is Failed: the reconciler reports it and never writes its image back; it is
+  rebuilt once it is gone (the operator's delete, or its TTL, played between passes).
 
 nats-server is killed and restarted halfway through: what the Sensor had not consumed
 yet is gone. The last pushes happen while the EventSource is down. Every delivered push
@@ -58,7 +60,7 @@ from fabrique.site.config import Site, default_values, merge, parse_site  # noqa
 from fabrique.validate import GITEA_SWAGGER, find_specs  # noqa: E402
 from tests import payloads, servers  # noqa: E402
 from tests.doubles.gitea import GiteaDouble  # noqa: E402
-from tests.doubles.kube import KubeApiDouble  # noqa: E402
+from tests.doubles.kube import KubeApiDouble, argo_status  # noqa: E402
 from tests.doubles.sensor import filters_pass, fire  # noqa: E402
 from tests.doubles.swagger import Swagger  # noqa: E402
 from tests.gitrepo import Repo  # noqa: E402
@@ -81,6 +83,8 @@ class Figures:
     builds: int = 0
     builds_skipped_unchanged: int = 0
     crashed_after_push: int = 0
+    failed_reported: int = 0
+    failed_expired: int = 0
     duplicate_builds: int = 0
     superseded: int = 0
     rollbacks: int = 0
@@ -89,6 +93,7 @@ class Figures:
     reconcile_passes: int = 0
     requests_per_app_per_pass: float = 0.0
     built: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
+    expired: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
 
     @property
     def events_lost(self) -> int:
@@ -105,7 +110,7 @@ class Figures:
         return rules
 
     def report(self) -> dict[str, Any]:
-        out = {k: v for k, v in asdict(self).items() if k != "built"}
+        out = {k: v for k, v in asdict(self).items() if k not in ("built", "expired")}
         out["events_lost"] = self.events_lost
         return out
 
@@ -205,8 +210,10 @@ class Bench:
                     reconciler = Reconciler(site, transport, reg, api)
                     await self.converge(world, reconciler, gitea, kube, counting)
                     self.figures.rollbacks = world.rollbacks()
+                    # a rebuild after its failed Workflow was deleted is no duplicate
                     self.figures.duplicate_builds = sum(
-                        n - 1 for n in self.figures.built.values() if n > 1
+                        max(0, n - 1 - self.figures.expired.get(key, 0))
+                        for key, n in self.figures.built.items()
                     )
                 if gitea.violations:
                     raise RuntimeError(
@@ -287,6 +294,9 @@ class Bench:
             errors = [r for r in results if r.state == "error"]
             if errors:
                 raise RuntimeError(f"reconcile errors: {[r.detail for r in errors][:3]}")
+            failed = [r for r in results if r.state == "failed"]
+            f.failed_reported += len(failed)
+            world.expire_failed()
             world.run_controller(crash=0.0)
             if all(r.state == "ok" for r in results):
                 break
@@ -341,13 +351,13 @@ class World:
             body = self.kube.objects[key]
             params = {p["name"]: p["value"] for p in body["spec"]["arguments"]["parameters"]}
             app, revision = params["app"], params["revision"]
-            phase = self.build(app, revision, crash)
-            self.kube.objects[key] = {**body, "status": {"phase": phase}}
+            self.kube.objects[key] = {**body, "status": self.build(body, app, revision, crash)}
 
-    def build(self, app: str, revision: str, crash: float) -> str:
+    def build(self, body: dict[str, Any], app: str, revision: str, crash: float) -> dict[str, Any]:
+        """Run the Workflow; its status as the controller would write it."""
         if not needs_build(self.site, self.transport, app, revision).build:
             self.f.builds_skipped_unchanged += 1
-            return "Succeeded"
+            return argo_status(body, "Succeeded")  # plan said no: no verify, no output
         key = (app, revision)
         self.f.built[key] = self.f.built.get(key, 0) + 1
         self.f.builds += 1
@@ -355,11 +365,24 @@ class World:
         digest = push_image(self.registry.url, image, revision[:12], {"rev": revision.encode()})
         if self.rng.random() < crash:
             self.f.crashed_after_push += 1
-            return "Failed"
+            return argo_status(
+                body, "Failed", verified=digest, failed_step="write-back", message="pod deleted"
+            )
         outcome = write_back(self.site, self.transport, app, revision, digest)
         if outcome.state == "superseded":
             self.f.superseded += 1
-        return "Succeeded"
+        return argo_status(body, "Succeeded", verified=digest)
+
+    def expire_failed(self) -> None:
+        """The failed Workflows go (an operator's delete, or their TTL): the next pass
+        resubmits them."""
+        for key, body in list(self.kube.objects.items()):
+            if (body.get("status") or {}).get("phase") == "Failed":
+                params = {p["name"]: p["value"] for p in body["spec"]["arguments"]["parameters"]}
+                built = (params["app"], params["revision"])
+                self.f.expired[built] = self.f.expired.get(built, 0) + 1
+                self.f.failed_expired += 1
+                del self.kube.objects[key]
 
     def want(self, app: Any) -> str | None:
         return self.transport.last_change(

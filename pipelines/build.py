@@ -46,6 +46,8 @@ from fabrique.site.names import (
     LABEL_PART_OF,
     LABEL_REVISION,
     TEMPLATE_NAME,
+    VERIFIED_OUTPUT,
+    VERIFY_STEP,
 )
 
 from .steps import (
@@ -295,7 +297,7 @@ def build_template(site: Site) -> WorkflowTemplate:
         )
         verify = tools_step(
             site,
-            "verify-digest",
+            VERIFY_STEP,
             [
                 *("digest", "verify", "--app", APP, "--revision", REVISION),
                 *("--metadata", METADATA_FILE, "--output", DIGEST_FILE),
@@ -303,7 +305,7 @@ def build_template(site: Site) -> WorkflowTemplate:
             labels=POD_LABELS,
             volume_mounts=[m.VolumeMount(name="workspace", mount_path=WORKSPACE, read_only=True)],
             retry_strategy=transient_retry(site),
-            outputs=[Parameter(name="digest", value_from=m.ValueFrom(path=DIGEST_FILE))],
+            outputs=[Parameter(name=VERIFIED_OUTPUT, value_from=m.ValueFrom(path=DIGEST_FILE))],
         )
         write_back = tools_step(
             site,
@@ -340,7 +342,10 @@ def build_template(site: Site) -> WorkflowTemplate:
             )
             verified = verify(when=changed)
             assert isinstance(verified, Step)
-            write_back(arguments={"digest": verified.get_parameter("digest").value}, when=changed)
+            write_back(
+                arguments={"digest": verified.get_parameter(VERIFIED_OUTPUT).value},
+                when=changed,
+            )
     return template
 
 

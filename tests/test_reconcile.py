@@ -21,7 +21,7 @@ from fabrique.site.config import load_site
 
 from .conftest import GITEA_TOKEN, KUSTOMIZATION, Repo, run_cli, write_values
 from .doubles.gitea import GiteaDouble
-from .doubles.kube import KubeApiDouble
+from .doubles.kube import KubeApiDouble, argo_status
 from .doubles.proxy import FaultProxy
 from .oci import push_image
 from .servers import Registry
@@ -59,10 +59,15 @@ def _line(result: Any, app: str = "citation") -> str:
     return next(line for line in result.stdout.splitlines() if line.startswith(f"{app}: "))
 
 
-def _phase(kube: KubeApiDouble, revision: str, phase: str, app: str = "citation") -> str:
+def _phase(
+    kube: KubeApiDouble, revision: str, phase: str, app: str = "citation", **status: Any
+) -> str:
+    """Put Workflow ``fabrique-<app>-<sha12>`` in ``phase``, its status as Argo writes it."""
     name = f"fabrique-{app}-{revision[:12]}"
     body = build_workflow(load_site(env={}), app, revision, submitted_by="sensor")
-    kube.objects[(NS, name)] = {**body, "status": {"phase": phase}}
+    stored = {**body, "status": argo_status(body, phase, **status)}
+    assert not list(kube.validator.iter_errors(stored)), "the status is Argo's shape"
+    kube.objects[(NS, name)] = stored
     return name
 
 
@@ -107,11 +112,12 @@ def test_in_flight_is_left_alone(
     assert _posts(kube) == 0
 
 
-def test_built_but_not_written_back_is_written_back(
-    code_repo: Repo, values: Path, env: dict[str, str], registry: Registry
+def test_verified_but_not_written_back_is_written_back(
+    code_repo: Repo, values: Path, env: dict[str, str], registry: Registry, kube: KubeApiDouble
 ) -> None:
     revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
     digest = push_image(registry.url, "citation-dagster", revision[:12])
+    _phase(kube, revision, "Succeeded", verified=digest)
     result = _reconcile(values, env)
     assert result.exit_code == 0, result.stderr
     assert _line(result).startswith("citation: written-back: ")
@@ -137,19 +143,71 @@ def test_failed_is_reported_not_resubmitted(
     assert _posts(kube) == 0
 
 
+def test_a_failed_verify_is_never_written_back(
+    code_repo: Repo, values: Path, env: dict[str, str], kube: KubeApiDouble, registry: Registry
+) -> None:
+    """Another push overwrote the tag between the build and verify-digest: the Workflow
+    failed there, and the tag now holds what someone else chose. It is not deployed."""
+    head_before = code_repo.git("rev-parse", "main").strip()
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    head = code_repo.head()
+    foreign = push_image(registry.url, "citation-dagster", revision[:12], {"x": b"not ours\n"})
+    why = "the build pushed sha256:" + "a" * 64 + " but the registry holds " + foreign
+    name = _phase(kube, revision, "Failed", failed_step="verify-digest", message=why)
+    for _ in range(2):
+        result = _reconcile(values, env)
+        assert result.exit_code == 0, result.stderr
+        assert _line(result).startswith(f"citation: failed: {name} Failed: verify-digest(0): {why}")
+    assert code_repo.head() == head and head != head_before, "nothing written back"
+    assert foreign not in code_repo.show(KUSTOMIZATION)
+    assert _posts(kube) == 0, "not resubmitted by the pass"
+
+
+def test_only_the_verified_digest_is_written_back(
+    code_repo: Repo, values: Path, env: dict[str, str], kube: KubeApiDouble, registry: Registry
+) -> None:
+    """The tag moved after a successful verify: the Workflow's record is what deploys."""
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    verified = push_image(registry.url, "citation-dagster", revision[:12])
+    _phase(kube, revision, "Succeeded", verified=verified)
+    foreign = push_image(registry.url, "citation-dagster", revision[:12], {"x": b"not ours\n"})
+    assert foreign != verified
+    result = _reconcile(values, env)
+    assert _line(result).startswith("citation: written-back: "), result.stdout
+    assert _deployed(code_repo)["digest"] == verified
+
+
+def test_an_image_without_a_verified_build_is_rebuilt_not_deployed(
+    code_repo: Repo, values: Path, env: dict[str, str], kube: KubeApiDouble, registry: Registry
+) -> None:
+    """A tag with no Workflow behind it proves nothing: build it, and let the build verify."""
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    head = code_repo.head()
+    push_image(registry.url, "citation-dagster", revision[:12], {"x": b"pushed by hand\n"})
+    result = _reconcile(values, env)
+    assert _line(result).startswith(
+        f"citation: submitted: {revision[:12]} has an image under its tag but no verified build"
+    )
+    assert code_repo.head() == head
+    assert (NS, f"fabrique-citation-{revision[:12]}") in kube.objects
+
+
 def test_succeeded_without_image_is_failed(
     code_repo: Repo, values: Path, env: dict[str, str], kube: KubeApiDouble
 ) -> None:
     revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
     name = _phase(kube, revision, "Succeeded")
-    assert _line(_reconcile(values, env)).startswith(f"citation: failed: {name} is Succeeded but")
+    assert _line(_reconcile(values, env)).startswith(
+        f"citation: failed: {name} is Succeeded but recorded no verified digest"
+    )
 
 
 def test_deployed_is_ok_and_two_passes_change_nothing(
     code_repo: Repo, values: Path, env: dict[str, str], registry: Registry, kube: KubeApiDouble
 ) -> None:
     revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
-    push_image(registry.url, "citation-dagster", revision[:12])
+    digest = push_image(registry.url, "citation-dagster", revision[:12])
+    _phase(kube, revision, "Succeeded", verified=digest)
     assert _line(_reconcile(values, env)).startswith("citation: written-back")
     head = code_repo.head()  # the write-back commit itself is inside the context
     for _ in range(2):
@@ -161,10 +219,11 @@ def test_deployed_is_ok_and_two_passes_change_nothing(
 
 
 def test_a_commit_elsewhere_does_not_move_want(
-    code_repo: Repo, values: Path, env: dict[str, str], registry: Registry
+    code_repo: Repo, values: Path, env: dict[str, str], registry: Registry, kube: KubeApiDouble
 ) -> None:
     revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
-    push_image(registry.url, "citation-dagster", revision[:12])
+    digest = push_image(registry.url, "citation-dagster", revision[:12])
+    _phase(kube, revision, "Succeeded", verified=digest)
     _reconcile(values, env)
     code_repo.commit({"dataops/other-app/Dockerfile": "FROM scratch\n# v2\n"})
     assert _line(_reconcile(values, env)).startswith(f"citation: ok: deploys {revision[:12]}")
@@ -194,24 +253,49 @@ def _facts(**changes: Any) -> Facts:
     return Facts(**(base | changes))
 
 
+BUILT = {"built_digest": "sha256:" + "2" * 64}
+VERIFIED = {
+    "phase": "Succeeded",
+    "workflow_revision": "b" * 40,
+    "verified_digest": "sha256:" + "2" * 64,
+    "verified_held": True,
+}
+
+
 @pytest.mark.parametrize(
     ("changes", "action"),
     [
         ({"deployed_is_current": True}, "ok"),
         ({"want": None}, "ok"),
         ({"phase": "Pending"}, "in-flight"),
-        ({"phase": "Running", "built_digest": "sha256:" + "2" * 64}, "in-flight"),
-        ({"built_digest": "sha256:" + "2" * 64}, "write-back"),
-        ({"built_digest": "sha256:" + "2" * 64, "phase": "Failed"}, "write-back"),
+        ({"phase": "Running"} | BUILT, "in-flight"),
+        (VERIFIED, "write-back"),
+        (VERIFIED | BUILT, "write-back"),
+        # the tag moved after the verify: the record still deploys, not the tag
+        (VERIFIED | {"built_digest": "sha256:" + "3" * 64}, "write-back"),
+        # a tag is no proof: a failed verify is never written back
+        (BUILT | {"phase": "Failed"}, "failed"),
+        (BUILT | {"phase": "Error"}, "failed"),
+        (VERIFIED | {"phase": "Failed"}, "failed"),
         ({"phase": "Failed"}, "failed"),
         ({"phase": "Error"}, "failed"),
         ({"phase": "Succeeded"}, "failed"),
+        (BUILT | {"phase": "Succeeded", "workflow_revision": "b" * 40}, "failed"),
+        (VERIFIED | {"verified_held": False}, "failed"),
+        (VERIFIED | {"workflow_revision": "c" * 40}, "failed"),
+        (VERIFIED | {"phase": "Omitted"}, "failed"),
         ({}, "submit"),
+        (BUILT, "submit"),
         ({"deployed_revision": None, "deployed_tag": None}, "submit"),
     ],
 )
 def test_decision_table(changes: dict[str, Any], action: str) -> None:
     assert decide(_facts(**changes))[0] == action
+
+
+def test_a_failed_workflow_says_why() -> None:
+    _, detail = decide(_facts(phase="Failed", reason="verify-digest(0): digest mismatch"))
+    assert "Failed: verify-digest(0): digest mismatch; nothing written back" in detail
 
 
 # --------------------------------------------------------------- races, failures
@@ -325,6 +409,7 @@ def test_status_table_and_json_are_read_only(
     assert lines[0].index("STATE") == lines[1].index("not-built"), "columns are aligned"
 
     digest = push_image(registry.url, "citation-dagster", revision[:12])
+    _phase(kube, revision, "Succeeded", verified=digest)
     as_json = run_cli("--values", str(values), "status", "--output", "json", env=env)
     (entry,) = json.loads(as_json.stdout)
     assert entry["state"] == "built-not-deployed"

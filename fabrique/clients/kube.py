@@ -22,6 +22,7 @@ from kubernetes.config.config_exception import ConfigException
 
 from fabrique.site.config import Site
 from fabrique.site.errors import KubeError
+from fabrique.site.names import DIGEST_RE, VERIFIED_OUTPUT, VERIFY_STEP
 from fabrique.site.retry import RetryPolicy
 
 log = logging.getLogger("fabrique.kube")
@@ -35,6 +36,49 @@ class CreateResult:
     name: str
     namespace: str
     created: bool  # False: a Workflow of that name already existed
+
+
+@dataclass(frozen=True)
+class WorkflowState:
+    """What the reconciler reads of a build Workflow."""
+
+    name: str
+    phase: str  # Pending (also before the controller sets one), Running, Succeeded, ...
+    revision: str | None  # its ``revision`` argument
+    verified_digest: str | None  # the output of its verify-digest step, if that succeeded
+    reason: str  # why it is in that phase, from the failed step or the Workflow ("" if none)
+
+
+def workflow_state(name: str, body: dict[str, Any]) -> WorkflowState:
+    """Read a Workflow object as the Argo controller writes it (``status.nodes``)."""
+    spec = body.get("spec") or {}
+    status = body.get("status") or {}
+    params = (spec.get("arguments") or {}).get("parameters") or []
+    revision = next((p.get("value") for p in params if p.get("name") == "revision"), None)
+    digests: set[str] = set()
+    reasons: list[str] = []
+    for node in (status.get("nodes") or {}).values():
+        if node.get("templateName") == VERIFY_STEP and node.get("phase") == "Succeeded":
+            outputs = (node.get("outputs") or {}).get("parameters") or []
+            digests.update(
+                str(p.get("value", "")).strip() for p in outputs if p.get("name") == VERIFIED_OUTPUT
+            )
+        if node.get("type") == "Pod" and node.get("phase") in ("Failed", "Error"):
+            step = node.get("displayName", node.get("name"))
+            reasons.append(f"{step}: {node.get('message', '')}")
+    # A retried step records its output on the retry node and on the pod node; anything
+    # but one well-formed digest is no verified record.
+    verified = digests.pop() if len(digests) == 1 else None
+    if verified is not None and not DIGEST_RE.fullmatch(verified):
+        verified = None
+    reason = reasons[0] if reasons else str(status.get("message") or "")
+    return WorkflowState(
+        name=name,
+        phase=str(status.get("phase") or "Pending"),
+        revision=str(revision) if revision is not None else None,
+        verified_digest=verified,
+        reason=reason.strip().rstrip(":"),
+    )
 
 
 def connect(context: str | None = None) -> k8s.ApiClient:
@@ -123,9 +167,8 @@ class KubeClient:
             raise self._error(f"create Workflow {namespace}/{name}", exc) from None
         return CreateResult(name, namespace, created=True)
 
-    def workflow_phase(self, namespace: str, name: str) -> str | None:
-        """The phase of Workflow ``name`` (``Pending`` before the controller sets one), or
-        None if there is no such Workflow."""
+    def workflow(self, namespace: str, name: str) -> WorkflowState | None:
+        """Workflow ``name`` as the reconciler reads it, or None if there is no such one."""
         what = f"get Workflow {namespace}/{name}"
         try:
             body = self._call(
@@ -143,8 +186,9 @@ class KubeClient:
             if exc.status == 404:
                 return None
             raise self._error(what, exc) from None
-        phase = (body.get("status") or {}).get("phase") if isinstance(body, dict) else None
-        return str(phase) if phase else "Pending"
+        if not isinstance(body, dict):
+            raise KubeError(f"{what}: the API answered something that is not an object")
+        return workflow_state(name, body)
 
     def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The Secret as the API returns it (``data`` base64), or None if there is none."""

@@ -5,18 +5,27 @@ For each app, four facts, read concurrently across apps:
 - **want**: the newest commit on the branch that changed a file under the app's context
   (files fabrique writes itself do not count);
 - **deployed**: the revision and digest in the write-back target;
-- **built**: whether the registry holds ``<image>:<sha12 of want>``, and its digest;
-- **in flight**: whether the Workflow ``fabrique-<app>-<sha12>`` exists, and its phase.
+- **in flight**: whether the Workflow ``fabrique-<app>-<sha12>`` exists, its phase, and
+  the digest its verify-digest step recorded;
+- **built**: what the registry holds under ``<image>:<sha12 of want>``, and whether it
+  still holds the verified digest.
 
-Then exactly one action (``decide``, a pure function):
+A tag is no proof: any build can push to the registry. The only digest that is ever
+written back is the one a Succeeded Workflow of that very revision verified, and only
+while the registry still holds it. Then exactly one action (``decide``, a pure function):
 
-    deployed == want (or newer)        -> ok
-    Workflow Pending or Running        -> in-flight       (wait for it)
-    image built, not written back      -> written-back    (write back only)
-    Workflow Failed or Error           -> failed          (reported, never resubmitted)
-    Workflow Succeeded, no image       -> failed          (delete it to rebuild)
-    nothing built, no Workflow         -> submitted       (the Sensor's very Workflow)
+    deployed == want (or newer)                    -> ok
+    Workflow Pending or Running                    -> in-flight    (wait for it)
+    Workflow Failed or Error                       -> failed       (with its reason; never
+                                                                    written back, never
+                                                                    resubmitted by a pass)
+    Workflow Succeeded, verified digest held       -> written-back (that digest only)
+    Workflow Succeeded, anything else              -> failed       (delete it to rebuild)
+    no Workflow (an image under the tag or not)    -> submitted    (the Sensor's very
+                                                                    Workflow; it verifies)
 
+A failed Workflow is resubmitted once it is gone: deleted by an operator, or by its TTL
+(``ttlStrategy.secondsAfterFailure`` of fabrique-build, 7 days): that is the back-off.
 One app's failure does not stop the others; the pass exits non-zero only when a check
 itself failed (Gitea, the registry or the Kubernetes API).
 """
@@ -29,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from fabrique.clients.kube import KubeClient
+from fabrique.clients.kube import KubeClient, WorkflowState
 from fabrique.clients.registry import RegistryClient
 from fabrique.site.config import AppConfig, Site
 from fabrique.site.errors import FabriqueError, ImageNotFound, RemoteError
@@ -63,9 +72,13 @@ class Facts:
     deployed_tag: str | None
     deployed_digest: str | None
     deployed_is_current: bool  # deployed == want, or descends from it
-    built_digest: str | None
+    built_digest: str | None  # what <image>:<sha12> holds now: shown, never deployed as such
     workflow: str | None
     phase: str | None
+    workflow_revision: str | None = None  # the revision the Workflow was given
+    verified_digest: str | None = None  # what its verify-digest step recorded
+    verified_held: bool = False  # the registry still holds <image>@<verified_digest>
+    reason: str = ""  # why the Workflow failed, from its failed step
 
 
 @dataclass(frozen=True)
@@ -92,18 +105,37 @@ def decide(facts: Facts) -> tuple[Action, str]:
     want = facts.want[:12]
     if facts.deployed_is_current:
         return "ok", f"deploys {facts.deployed_tag} (want {want})"
+    if facts.phase is None:
+        if facts.built_digest is not None:
+            return "submit", f"{want} has an image under its tag but no verified build"
+        return "submit", f"{want} is not built"
+    wf = facts.workflow
     if facts.phase in ("Pending", "Running"):
-        return "in-flight", f"{facts.workflow} is {facts.phase}"
-    if facts.built_digest is not None:
-        return "write-back", f"{want} is built ({facts.built_digest}) but not deployed"
+        return "in-flight", f"{wf} is {facts.phase}"
     if facts.phase in ("Failed", "Error"):
-        return "failed", f"{facts.workflow} {facts.phase}; fix the cause, delete it to rebuild"
-    if facts.phase is not None:
+        why = f": {facts.reason}" if facts.reason else ""
         return (
             "failed",
-            f"{facts.workflow} is {facts.phase} but {want} has no image; delete it to rebuild",
+            f"{wf} {facts.phase}{why}; nothing written back: fix the cause, then delete it "
+            "to rebuild (its TTL deletes it after 7 days)",
         )
-    return "submit", f"{want} is not built"
+    if facts.phase != "Succeeded":
+        return "failed", f"{wf} is in an unknown phase {facts.phase!r}"
+    if facts.workflow_revision != facts.want:
+        return (
+            "failed",
+            f"{wf} built revision {facts.workflow_revision!r}, not {facts.want}; "
+            "delete it to rebuild",
+        )
+    if facts.verified_digest is None:
+        return "failed", f"{wf} is Succeeded but recorded no verified digest; delete it to rebuild"
+    if not facts.verified_held:
+        return (
+            "failed",
+            f"{wf} verified {facts.verified_digest}, which the registry no longer holds; "
+            "delete it to rebuild",
+        )
+    return "write-back", f"{want} was verified ({facts.verified_digest}) but is not deployed"
 
 
 class Reconciler:
@@ -142,14 +174,16 @@ class Reconciler:
                 or transport.is_ancestor(repo, branch, want, deployed_revision)
             )
         )
-        built = name = phase = None
+        built = name = None
+        state: WorkflowState | None = None
+        held = False
         if want is not None and not current:
-            try:
-                built = self.registry.manifest_digest(app.image, short_sha(want)).digest
-            except ImageNotFound:
-                built = None
+            built = self._digest(app.image, short_sha(want))
             name = workflow_name(app.name, want)
-            phase = self.kube.workflow_phase(site.namespaces.build, name)
+            state = self.kube.workflow(site.namespaces.build, name)
+            if state is not None and state.verified_digest is not None:
+                # re-verified here: the record must still name an image the registry holds
+                held = self._digest(app.image, state.verified_digest) == state.verified_digest
         return Facts(
             app=app.name,
             want=want,
@@ -159,8 +193,18 @@ class Reconciler:
             deployed_is_current=bool(current),
             built_digest=built,
             workflow=name,
-            phase=phase,
+            phase=state.phase if state else None,
+            workflow_revision=state.revision if state else None,
+            verified_digest=state.verified_digest if state else None,
+            verified_held=held,
+            reason=state.reason if state else "",
         )
+
+    def _digest(self, image: str, reference: str) -> str | None:
+        try:
+            return self.registry.manifest_digest(image, reference).digest
+        except ImageNotFound:
+            return None
 
     def one(self, app: AppConfig, mode: Mode) -> AppResult:
         """Gather, decide and (in ``act`` mode) do the one action for ``app``."""
@@ -182,13 +226,13 @@ class Reconciler:
     def _act(self, app: AppConfig, action: Action, detail: str, facts: Facts) -> AppResult:
         assert facts.want is not None
         if action == "write-back":
-            assert facts.built_digest is not None
+            assert facts.verified_digest is not None and facts.verified_held
             outcome = write_back(
                 self.site,
                 self.transport,
                 app.name,
                 facts.want,
-                facts.built_digest,
+                facts.verified_digest,
                 workflow="fabrique-reconcile",
             )
             if outcome.state == "superseded":
@@ -242,7 +286,7 @@ def table(results: Sequence[AppResult], short: Callable[[str | None], str]) -> l
                 r.state,
                 short(f.want) if f else "-",
                 (f.deployed_tag or "-") if f else "-",
-                short(f.built_digest) if f else "-",
+                short(f.verified_digest or f.built_digest) if f else "-",
                 f"{f.workflow} ({f.phase})" if f and f.workflow and f.phase else "-",
             )
         )

@@ -28,6 +28,10 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_PART_OF = "app.kubernetes.io/part-of"
 
 TEMPLATE_NAME = "fabrique-build"
+# The step of fabrique-build that checks the pushed digest against the registry, and its
+# output: the one record the reconciler trusts to write a digest back.
+VERIFY_STEP = "verify-digest"
+VERIFIED_OUTPUT = "digest"
 
 
 def check_revision(revision: str) -> str:

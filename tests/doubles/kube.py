@@ -171,3 +171,59 @@ class KubeApiDouble:
         }
         self.objects[(namespace, name)] = stored
         return 201, stored
+
+
+def argo_status(
+    body: dict[str, Any],
+    phase: str,
+    *,
+    verified: str | None = None,
+    failed_step: str | None = None,
+    message: str = "",
+) -> dict[str, Any]:
+    """``status`` as the Argo controller writes it for a fabrique-build Workflow: a Steps
+    root, one Retry node per step with its Pod child, the pods' outputs copied onto the
+    Retry node. ``verified``: the verify-digest step succeeded with that output.
+    ``failed_step``: that step failed with ``message``; the steps after it never ran."""
+    name = body["metadata"]["name"]
+    steps = ["plan", "checkout", "build", "verify-digest", "write-back"]
+    nodes: dict[str, Any] = {
+        name: {
+            "id": name,
+            "name": name,
+            "displayName": name,
+            "type": "Steps",
+            "templateName": "main",
+            "phase": phase,
+        }
+    }
+    for index, step in enumerate(steps):
+        if failed_step is not None and steps.index(failed_step) < index:
+            break
+        step_phase = "Failed" if step == failed_step else "Succeeded"
+        if step_phase == "Succeeded" and step == "verify-digest" and verified is None:
+            break
+        outputs = (
+            {"parameters": [{"name": "digest", "value": verified}]}
+            if step == "verify-digest" and step_phase == "Succeeded"
+            else None
+        )
+        for node_type, suffix in (("Retry", ""), ("Pod", "(0)")):
+            node_name = f"{name}[{index}].{step}{suffix}"
+            node: dict[str, Any] = {
+                "id": f"{name}-{abs(hash(node_name)) % 10**10}",
+                "name": node_name,
+                "displayName": step + suffix,
+                "type": node_type,
+                "templateName": step,
+                "phase": step_phase,
+            }
+            if outputs:
+                node["outputs"] = outputs
+            if step_phase == "Failed":
+                node["message"] = message
+            nodes[node["id"]] = node
+    status: dict[str, Any] = {"phase": phase, "nodes": nodes}
+    if phase in ("Failed", "Error"):
+        status["message"] = f"child '{name}' failed"
+    return status
