@@ -261,7 +261,7 @@ class Bench:
         while True:
             try:
                 messages = await psub.fetch(batch=50, timeout=0.2)
-            except nats.errors.TimeoutError:
+            except TimeoutError:  # nats' own subclass, or the plain one from _fetch_n
                 return
             for message in messages:
                 event = json.loads(message.data)
