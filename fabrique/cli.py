@@ -262,12 +262,24 @@ def submit(
 @click.option(
     "--dry-run", is_flag=True, help="Print the diff that would be committed; write nothing."
 )
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    help="Also write the outcome and the commit here, one file each (the step's outputs).",
+)
 @pass_state
 def writeback(
-    state: _State, app: str, revision: str, digest: str, workflow: str | None, dry_run: bool
+    state: _State,
+    app: str,
+    revision: str,
+    digest: str,
+    workflow: str | None,
+    dry_run: bool,
+    out: Path | None,
 ) -> None:
     """Write a verified digest into the app's target in Git: changed, unchanged or superseded."""
     from fabrique.clients.gitea import token_from_env
+    from fabrique.decisions.plan import write_atomic
     from fabrique.decisions.writeback import open_transport, write_back
     from fabrique.site.names import check_digest, check_revision
 
@@ -281,7 +293,143 @@ def writeback(
         )
     if outcome.diff:
         click.echo(outcome.diff, nl=False)
+    if out is not None:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            write_atomic(out / "outcome", outcome.state)
+            write_atomic(out / "commit", outcome.commit or "")
+        except OSError as exc:
+            raise InputError(f"--out {out}: {exc.strerror}") from None
     click.echo(outcome.line())
+
+
+@cli.group("status-report")
+def status_report() -> None:
+    """Post the build's commit status on its revision in Gitea (context fabrique/<app>).
+
+    The fabrique-build steps run these. A report never fails the build: a Gitea that
+    fails or times out is logged and the next reconcile pass repairs the status. A
+    status equal to the latest of its context is not posted again.
+    """
+
+
+def _report_options(command: Any) -> Any:
+    for option in reversed(
+        [
+            click.option("--app", required=True, help="App name from the site config."),
+            click.option("--revision", required=True, help="The commit the Workflow builds."),
+            click.option("--workflow", help="The Workflow's name (links the status to it)."),
+        ]
+    ):
+        command = option(command)
+    return command
+
+
+def _report(
+    state: _State,
+    app: str,
+    revision: str,
+    workflow: str | None,
+    make: Any,
+) -> None:
+    """Resolve the app, make the report, post it; print one line; never raise for Gitea."""
+    from fabrique.clients.gitea import GiteaClient, token_from_env
+    from fabrique.decisions.status import StatusReporter, context
+    from fabrique.site.names import check_revision
+
+    site = state.site
+    try:
+        app_config = site.app(app)
+        check_revision(revision)
+    except InputError as err:  # the plan step fails on it and says so; nothing to report on
+        click.echo(f"notice: no status reported: {err}", err=True)
+        return
+    report = make(app_config)
+    if report is None:
+        click.echo(f"status: nothing to report for {context(app)} on {revision[:12]}")
+        return
+    token = token_from_env()
+    with GiteaClient.for_site(site, token) as gitea:
+        result = StatusReporter(site, gitea, token).post(app, revision, report, workflow=workflow)
+    click.echo(f"status {result}: {context(app)} {report.state} on {revision[:12]}")
+
+
+@status_report.command("pending")
+@_report_options
+@pass_state
+def status_pending(state: _State, app: str, revision: str, workflow: str | None) -> None:
+    """pending: the build of the revision starts."""
+    from fabrique.decisions.status import pending
+
+    _report(state, app, revision, workflow, lambda a: pending(a, revision))
+
+
+@status_report.command("skipped")
+@_report_options
+@pass_state
+def status_skipped(state: _State, app: str, revision: str, workflow: str | None) -> None:
+    """success: nothing under the app's context changed, nothing was built."""
+    from fabrique.decisions.status import skipped
+
+    _report(state, app, revision, workflow, skipped)
+
+
+@status_report.command("success")
+@_report_options
+@click.option("--digest", required=True, help="The verified digest that was written back.")
+@click.option(
+    "--outcome",
+    required=True,
+    type=click.Choice(["changed", "unchanged", "superseded"]),
+    help="The write-back's outcome.",
+)
+@click.option("--commit", default="", help="The write-back commit, when it changed.")
+@pass_state
+def status_success(
+    state: _State,
+    app: str,
+    revision: str,
+    workflow: str | None,
+    digest: str,
+    outcome: str,
+    commit: str,
+) -> None:
+    """success: the digest is written back (changed, unchanged or superseded)."""
+    from fabrique.decisions.status import written
+    from fabrique.site.names import check_digest
+
+    check_digest(digest)
+    _report(state, app, revision, workflow, lambda _: written(outcome, digest, commit or None))
+
+
+@status_report.command("failure")
+@_report_options
+@click.option(
+    "--workflow-status",
+    required=True,
+    help="{{workflow.status}}: Succeeded (nothing is reported), Failed or Error.",
+)
+@click.option(
+    "--failures", default="", help="{{workflow.failures}}: the JSON list of the failed nodes."
+)
+@pass_state
+def status_failure(
+    state: _State,
+    app: str,
+    revision: str,
+    workflow: str | None,
+    workflow_status: str,
+    failures: str,
+) -> None:
+    """failure or error, from the exit handler: the failing step and why."""
+    from fabrique.decisions.status import failed
+    from fabrique.site.names import workflow_name
+
+    def make(app_config: Any) -> Any:
+        name = workflow or workflow_name(app_config.name, revision)
+        return failed(workflow_status, failures, name)
+
+    _report(state, app, revision, workflow, make)
 
 
 @cli.command("seed-webhook")

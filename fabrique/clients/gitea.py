@@ -48,6 +48,19 @@ class Identity:
     email: str
 
 
+STATUS_STATES = frozenset({"pending", "success", "error", "failure", "warning", "skipped"})
+
+
+@dataclass(frozen=True)
+class CommitStatus:
+    """The latest status of one context on a commit, as Gitea keeps it."""
+
+    context: str
+    state: str  # pending | success | error | failure (| warning | skipped)
+    description: str = ""
+    target_url: str = ""
+
+
 class GiteaClient(JsonApi):
     error = GiteaError
 
@@ -250,6 +263,48 @@ class GiteaClient(JsonApi):
         response = self.request("DELETE", f"/repos/{repo}/hooks/{hook_id}")
         if response.status_code != 204:
             self._check(response, f"delete webhook #{hook_id} of {repo}", expect=(204,))
+
+    # --------------------------------------------------------------- statuses
+
+    def latest_statuses(self, repo: str, sha: str) -> dict[str, CommitStatus]:
+        """The latest status of each context on commit ``sha`` (Gitea's combined status
+        keeps one per context, the newest), keyed by context."""
+        what = f"statuses of {repo}@{sha[:12]}"
+        response = self.request(
+            "GET", f"/repos/{repo}/commits/{_seg(sha)}/status", params={"limit": "50"}
+        )
+        data = self._check(response, what)
+        if not isinstance(data, dict):
+            raise GiteaError(f"{what}: Gitea answered something that is not an object")
+        found: dict[str, CommitStatus] = {}
+        for item in data.get("statuses") or []:
+            context, state = _get(item, "context"), _get(item, "status")
+            if not isinstance(context, str) or state not in STATUS_STATES:
+                raise GiteaError(f"{what}: a status without a context or a known state")
+            found.setdefault(
+                context,
+                CommitStatus(
+                    context,
+                    state,
+                    str(_get(item, "description") or ""),
+                    str(_get(item, "target_url") or ""),
+                ),
+            )
+        return found
+
+    def create_status(self, repo: str, sha: str, status: CommitStatus) -> None:
+        """Add a status to commit ``sha``; Gitea then shows it as the context's latest."""
+        if status.state not in STATUS_STATES:
+            raise ValueError(f"commit status state {status.state!r}")
+        body = {"context": status.context, "state": status.state}
+        body["description"] = status.description
+        if status.target_url:
+            body["target_url"] = status.target_url
+        what = f"status {status.context} on {repo}@{sha[:12]}"
+        response = self.request("POST", f"/repos/{repo}/statuses/{_seg(sha)}", json=body)
+        if response.status_code == 400:
+            raise GiteaError(f"{what}: Gitea refused it (HTTP 400)")
+        self._check(response, what, expect=(201,))
 
     # ----------------------------------------------------------------- writes
 

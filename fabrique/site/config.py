@@ -186,6 +186,16 @@ class GiteaConfig(_Model):
         return f"{self.url}/{repo}.git"
 
 
+class ArgoServerConfig(_Model):
+    """The Argo Workflows UI, for the links on commit statuses (``argoServer.url``)."""
+
+    url: Annotated[str, AfterValidator(_url)] | None = None
+
+    def workflow_url(self, namespace: str, workflow: str) -> str | None:
+        """The page of one Workflow in the UI, or None when the site names no UI."""
+        return f"{self.url}/workflows/{namespace}/{workflow}" if self.url else None
+
+
 class RegistryConfig(_Model):
     host: Annotated[str, AfterValidator(_registry_host)]
     plain_http: bool
@@ -408,6 +418,7 @@ class AppConfig(_Model):
 
 class Site(_Model):
     gitea: GiteaConfig
+    argo_server: ArgoServerConfig = Field(default_factory=ArgoServerConfig)
     registry: RegistryConfig
     namespaces: Namespaces
     images: Images

@@ -1,7 +1,8 @@
 """A Gitea API double over real bare git repositories. Not Gitea.
 
 It serves the subset of ``/api/v1`` that fabrique uses: branch GET, contents GET, PUT
-and POST, ``git/commits/{sha}``, compare, and commits filtered by path. Every request
+and POST, ``git/commits/{sha}``, compare, commits filtered by path, and commit statuses
+(create, list, combined). Every request
 and every answer is checked against Gitea 1.27.1's Swagger document
 (``doubles.swagger``); a violation is recorded and fails the test that caused it.
 
@@ -9,6 +10,13 @@ It sits on real bare repositories: every write is a real commit made with git pl
 and moved onto the branch with a compare-and-swap ``update-ref``, so tests can check the
 history with ``git log`` and ``git show``. Like Gitea, an update must name the file's
 current blob sha, and a stale one answers 422.
+
+Commit statuses are kept as Gitea keeps them: every POST adds one (nothing is replaced),
+numbered per commit; the combined status holds the latest of each context, and its state
+is Gitea's ``CommitStatusStates.Combine``: ``failure`` if any context is error or
+failure, ``success`` if every one is success (or warning, skipped), else ``pending``.
+With no status at all Gitea's Go code leaves the state empty, which its own spec's enum
+refuses; the double answers ``pending`` there (GitHub's rule, the one Combine follows).
 
 Faults can be injected: ``faults`` is a queue of (method, fault) consumed by the next
 matching request, where fault is an HTTP status, ``"drop"`` (close the connection with no
@@ -66,6 +74,8 @@ class GiteaDouble:
         self.hooks: dict[str, dict[int, dict[str, Any]]] = {repo: {} for repo in repos}
         self.hook_secrets: dict[tuple[str, int], str] = {}  # stored, never shown, like Gitea
         self.mirrors: dict[str, dict[str, Any]] = {}
+        # (repo, sha) -> every status posted, oldest first, as Gitea stores them
+        self.statuses: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self._next_hook = 1
         self._write_lock = threading.Lock()
         self._fault_lock = threading.Lock()
@@ -151,6 +161,15 @@ class GiteaDouble:
                 if method == "GET"
                 else self._create_hook(repo, request.json())
             )
+        status = re.fullmatch(r"statuses/([^/]+)|commits/([^/]+)/(status|statuses)", rest)
+        if status and (status[1] or status[2]):
+            ref = unquote(status[1] or status[2])
+            if method == "POST" and status[1]:
+                return self._create_status(repo, ref, request.json())
+            if method == "GET":
+                if status[3] == "status":
+                    return self._combined_status(repo, ref)
+                return self._list_statuses(repo, ref, request.query)
         hook = re.fullmatch(r"hooks/(\d+)", rest)
         if hook and method in ("GET", "PATCH", "DELETE"):
             return self._hook(repo, int(hook[1]), method, request.json())
@@ -476,6 +495,68 @@ class GiteaDouble:
                 self.hook_secrets[(repo, hook_id)] = config.pop("secret")
             hook["config"].update(config)
         return 200, self._hook_view(repo, hook)
+
+    # ----------------------------------------------------------------- statuses
+
+    def _create_status(self, repo: str, sha: str, body: dict[str, Any]) -> tuple[int, Any]:
+        commit = self._resolve(repo, sha) if re.fullmatch(r"[0-9a-f]{4,40}", sha) else None
+        if commit is None:  # Gitea: GetCommit fails with ErrNotExist, answered as 404
+            return 404, NOT_FOUND
+        with self._write_lock:
+            stored = self.statuses.setdefault((repo, commit), [])
+            now = f"2026-12-02T10:{len(stored) // 60:02d}:{len(stored) % 60:02d}Z"
+            status = {
+                "id": len(stored) + 1,  # Gitea numbers statuses per commit
+                "context": (body.get("context") or "default").strip(),
+                "status": body["state"],
+                "description": (body.get("description") or "").strip(),
+                "target_url": body.get("target_url") or "",
+                "url": f"{self.url}/api/v1/repos/{repo}/statuses/{commit}",
+                "created_at": now,
+                "updated_at": now,
+            }
+            stored.append(status)
+        return 201, status
+
+    def latest_statuses(self, repo: str, sha: str) -> list[dict[str, Any]]:
+        """The newest status of each context, newest first (GetLatestCommitStatus)."""
+        latest: dict[str, dict[str, Any]] = {}
+        for status in self.statuses.get((repo, sha), []):
+            latest[status["context"]] = status
+        return sorted(latest.values(), key=lambda s: s["id"], reverse=True)
+
+    @staticmethod
+    def combine(states: list[str]) -> str:
+        if any(state in ("error", "failure") for state in states):
+            return "failure"
+        if states and all(state in ("success", "warning", "skipped") for state in states):
+            return "success"
+        return "pending"
+
+    def _combined_status(self, repo: str, ref: str) -> tuple[int, Any]:
+        sha = self._resolve(repo, ref)
+        if sha is None:
+            return 404, NOT_FOUND
+        latest = self.latest_statuses(repo, sha)
+        return 200, {
+            "sha": sha,
+            "state": self.combine([s["status"] for s in latest]),
+            "statuses": latest,
+            "total_count": len(latest),
+            "commit_url": f"{self.url}/api/v1/repos/{repo}/commits/{sha}",
+            "url": f"{self.url}/api/v1/repos/{repo}/commits/{sha}/status",
+        }
+
+    def _list_statuses(self, repo: str, ref: str, query: dict[str, str]) -> tuple[Any, ...]:
+        sha = self._resolve(repo, ref)
+        if sha is None:
+            return 404, NOT_FOUND
+        every = list(reversed(self.statuses.get((repo, sha), [])))  # newest first
+        if query.get("state"):
+            every = [s for s in every if s["status"] == query["state"]]
+        limit = int(query.get("limit") or 30)
+        page = max(1, int(query.get("page") or 1))
+        return 200, every[(page - 1) * limit : page * limit], {"X-Total-Count": str(len(every))}
 
     # ------------------------------------------------------------------- writes
 

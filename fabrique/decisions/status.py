@@ -1,0 +1,300 @@
+"""Commit statuses: what a build says on its commit in Gitea, decided from plain facts.
+
+Every ``fabrique-build`` Workflow reports on the revision it builds, in the code
+repository, under the context ``fabrique/<app>``. Gitea keeps every status posted and
+shows the latest of each context:
+
+    pending   the build starts               building <image>:<sha12>
+    success   the digest is written back     deployed sha256:…; changed, commit <sha12>
+                                             sha256:… already deployed; unchanged
+                                             built sha256:…; superseded, a newer commit …
+              nothing under the context      no change under <context>
+              changed
+    failure   a step failed on the commit's  <step>: <reason>
+              own account (a bad Dockerfile,
+              a digest mismatch, a bad target)
+    error     the build could not finish:    <step>: <reason>
+              the deadline, out of memory, a
+              server that stayed unreachable
+
+The failure report is made from Argo's exit-handler variables: ``{{workflow.status}}``
+(Succeeded, Failed or Error) and ``{{workflow.failures}}``, a JSON list of the failed
+nodes (displayName, message, templateName, phase, podName, finishedAt). Argo quotes that
+list once more before substituting it, so it may arrive as a JSON string holding the
+JSON list. A step's ``message`` carries the tail of its log when the container sets
+``terminationMessagePolicy: FallbackToLogsOnError``: the reason is fabrique's own
+``error: …`` line when there is one.
+
+Reporting never fails a build: a Gitea that answers 5xx or times out is logged, and the
+next reconcile pass repairs the status (``repair``). A status equal to the latest one of
+its context is not posted again, so a replay adds nothing to the commit's history.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from fabrique.clients.gitea import CommitStatus, GiteaClient
+from fabrique.site.config import AppConfig, Site
+from fabrique.site.errors import RemoteError
+from fabrique.site.names import short_sha
+
+log = logging.getLogger("fabrique.status")
+
+CONTEXT_PREFIX = "fabrique/"
+MAX_DESCRIPTION = 140  # what GitHub keeps; Gitea shows it on one line beside the commit
+SAFETY_NET = "safety net: "
+
+# messages Argo puts on the nodes around a failed pod: they say nothing of the cause
+_GENERIC = re.compile(
+    r"^(|No more retries left|child '.*' failed|.*evaluated to false.*|"
+    r"Stopped with strategy '.*')$",
+    re.S,
+)
+# causes outside the commit itself: the build could not finish
+_INFRASTRUCTURE = re.compile(
+    r"deadline|OOMKilled|exit code 137|out of memory|evicted|pod deleted|ImagePull|ErrImage|"
+    r"unreachable|timed out|HTTP 5[0-9][0-9]|Unschedulable|exit code 75",
+    re.I,
+)
+_STEP_GROUP = re.compile(r"^\[\d+\]$")
+_RETRY_SUFFIX = re.compile(r"\(\d+\)$")
+
+
+@dataclass(frozen=True)
+class Report:
+    """A status to post: Gitea's state and a one-line description."""
+
+    state: str  # pending | success | failure | error
+    description: str
+
+
+def context(app: str) -> str:
+    return f"{CONTEXT_PREFIX}{app}"
+
+
+def one_line(text: str, secrets: tuple[str | None, ...] = ()) -> str:
+    """``text`` on one line, at most MAX_DESCRIPTION characters, secrets masked."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    flat = " ".join(text.split())
+    if len(flat) > MAX_DESCRIPTION:
+        flat = flat[: MAX_DESCRIPTION - 1].rstrip() + "…"
+    return flat
+
+
+# ----------------------------------------------------------------- the build's own
+
+
+def pending(app: AppConfig, revision: str) -> Report:
+    return Report("pending", f"building {app.image}:{short_sha(revision)}")
+
+
+def skipped(app: AppConfig) -> Report:
+    return Report("success", f"no change under {app.context}")
+
+
+def written(
+    outcome: str, digest: str, commit: str | None = None, *, by_net: bool = False
+) -> Report:
+    """The success of a write-back: its digest and its outcome."""
+    prefix = SAFETY_NET if by_net else ""
+    if outcome == "changed":
+        where = f", commit {commit[:12]}" if commit else ""
+        return Report("success", f"{prefix}deployed {digest}; changed{where}")
+    if outcome == "unchanged":
+        return Report("success", f"{prefix}{digest} already deployed; unchanged")
+    if outcome == "superseded":
+        return Report("success", f"{prefix}built {digest}; superseded, a newer commit is deployed")
+    raise ValueError(f"write-back outcome {outcome!r}")
+
+
+def parse_failures(raw: str | None) -> list[dict[str, Any]]:
+    """``{{workflow.failures}}`` as a list of nodes; [] for none or for what is not JSON.
+
+    Argo ``strconv.Quote``s the list before substituting it, so the value may be a JSON
+    string that holds the JSON list (or ``null`` when nothing failed).
+    """
+    value: Any = raw
+    for _ in range(3):
+        if not isinstance(value, str):
+            break
+        try:
+            value = json.loads(value, strict=False)  # control characters in messages
+        except ValueError:
+            value = _go_unquote(value)
+            if value is None:
+                log.warning("workflow.failures is not JSON; reporting without it")
+                return []
+    if not isinstance(value, list):
+        return []
+    return [node for node in value if isinstance(node, dict)]
+
+
+def _go_unquote(text: str) -> str | None:
+    """A Go ``strconv.Quote``d string (``\\xNN`` escapes are not JSON, but are Python)."""
+    if len(text) < 2 or not (text[0] == text[-1] == '"'):
+        return None
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _reason(message: str) -> str:
+    """The line of a node message that says why: fabrique's ``error:`` line, else the last."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if line.startswith("error: "):
+            return line.removeprefix("error: ")
+    return lines[-1] if lines else "failed"
+
+
+def failing_step(failures: list[dict[str, Any]], workflow: str) -> tuple[str, str, str] | None:
+    """(step, reason, node phase) of the step that failed, or None if no step did.
+
+    The Workflow's own node and the step groups only say "child failed"; a retried step
+    has a node per attempt (``build(0)``, ``build(1)``) and a parent that says "No more
+    retries left". The most recent node with a message of its own wins.
+    """
+    steps = []
+    for index, node in enumerate(failures):
+        name = str(node.get("displayName") or "")
+        if not name or name == workflow or _STEP_GROUP.match(name):
+            continue
+        message = str(node.get("message") or "").strip()
+        telling = not _GENERIC.match(message)
+        steps.append(
+            (
+                telling,
+                str(node.get("finishedAt") or ""),
+                index,
+                _RETRY_SUFFIX.sub("", name),
+                message,
+                str(node.get("phase") or ""),
+            )
+        )
+    if not steps:
+        return None
+    _, _, _, step, message, phase = max(steps)
+    return step, _reason(message), phase
+
+
+def failed(workflow_status: str, failures: str | None, workflow: str) -> Report | None:
+    """The exit handler's report; None when the Workflow succeeded (it reported itself)."""
+    if workflow_status == "Succeeded":
+        return None
+    found = failing_step(parse_failures(failures), workflow)
+    if found is None:
+        return Report("error", f"the Workflow ended {workflow_status} before any step failed")
+    step, reason, phase = found
+    infrastructure = (
+        workflow_status != "Failed" or phase == "Error" or bool(_INFRASTRUCTURE.search(reason))
+    )
+    return Report("error" if infrastructure else "failure", f"{step}: {reason}")
+
+
+# ------------------------------------------------------------ the safety net's repair
+
+
+def repair(
+    result: str,
+    current: CommitStatus | None,
+    *,
+    deployed_is_want: bool,
+    deployed_digest: str | None,
+    built_digest: str | None,
+    workflow: str | None,
+    phase: str | None,
+    commit: str | None = None,
+) -> Report | None:
+    """What the reconciler posts on the wanted commit after its action, if anything.
+
+    ``result`` is the pass's line for the app (ok, in-flight, written-back, superseded,
+    submitted, failed, error). A status the Workflow posted is left alone unless it is
+    wrong or lost:
+
+    - the net wrote back: success with its digest and outcome;
+    - the wanted commit is deployed but its status is not success (the report was lost):
+      success;
+    - the Workflow failed and the status still says pending: failure (error for an
+      Error phase, or a success that pushed no image);
+    - the status says pending and the Workflow no longer exists (the net resubmits it):
+      error.
+    """
+    state = current.state if current else None
+    if result in ("written-back", "superseded") and built_digest:
+        outcome = "superseded" if result == "superseded" else ("changed" if commit else "unchanged")
+        return written(outcome, built_digest, commit, by_net=True)
+    if result == "ok" and deployed_is_want and deployed_digest and state != "success":
+        return Report("success", f"{SAFETY_NET}{deployed_digest} deployed")
+    if result == "failed" and state in (None, "pending") and workflow:
+        if phase == "Failed":
+            return Report("failure", f"{SAFETY_NET}{workflow} Failed; see its logs")
+        return Report("error", f"{SAFETY_NET}{workflow} {phase} without an image; see its logs")
+    if result == "submitted" and state == "pending" and workflow:
+        return Report("error", f"{SAFETY_NET}{workflow} no longer exists; resubmitted")
+    return None
+
+
+# ---------------------------------------------------------------------- the poster
+
+
+class StatusReporter:
+    """Posts reports on the code repository's commits; never raises for Gitea's faults."""
+
+    def __init__(self, site: Site, gitea: GiteaClient, token: str | None = None) -> None:
+        self.site = site
+        self.gitea = gitea
+        self.token = token
+        self.repo = site.gitea.code_repo
+
+    def current(self, app: str, revision: str) -> CommitStatus | None:
+        """The latest status of ``fabrique/<app>`` on ``revision`` (RemoteError if unread)."""
+        return self.gitea.latest_statuses(self.repo, revision).get(context(app))
+
+    def post(
+        self,
+        app: str,
+        revision: str,
+        report: Report,
+        *,
+        workflow: str | None = None,
+        known: bool = False,
+        current: CommitStatus | None = None,
+    ) -> str:
+        """Post ``report`` unless it is already the latest: ``posted``, ``unchanged`` or
+        ``not-posted`` (Gitea failed; logged). With ``known``, ``current`` is the latest
+        status, just read by the caller; otherwise it is read here."""
+        url = self.site.argo_server.workflow_url(self.site.namespaces.build, workflow or "")
+        status = CommitStatus(
+            context(app),
+            report.state,
+            one_line(report.description, (self.token,)),
+            url if workflow and url else "",
+        )
+        try:
+            latest = current if known else self.current(app, revision)
+            if latest is not None and (
+                (latest.state, latest.description, latest.target_url)
+                == (status.state, status.description, status.target_url)
+            ):
+                return "unchanged"
+            self.gitea.create_status(self.repo, revision, status)
+        except RemoteError as err:
+            log.warning(
+                "%s on %s: status %s not posted (%s); the next reconcile pass repairs it",
+                status.context,
+                revision[:12],
+                status.state,
+                err,
+            )
+            return "not-posted"
+        return "posted"

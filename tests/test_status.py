@@ -1,0 +1,345 @@
+"""Commit statuses: the Gitea double's endpoints, the decisions, and `fabrique status-report`
+run as the steps run it, against the double (checked against Gitea's swagger)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from fabrique.clients.gitea import CommitStatus, GiteaClient
+from fabrique.decisions import status
+from fabrique.site.config import load_site
+
+from .conftest import GITEA_TOKEN, Repo, run_cli, write_values
+from .doubles.gitea import GiteaDouble
+
+REPO = "atlas/atlas"
+DIGEST = "sha256:" + "d" * 64
+CONTEXT = "fabrique/citation"
+
+
+@pytest.fixture()
+def values(tmp_path: Path, gitea: GiteaDouble) -> Path:
+    return write_values(tmp_path / "site.yaml", **{"gitea.url": gitea.url})
+
+
+def _report(values: Path, kind: str, revision: str, *extra: str, token: str = GITEA_TOKEN):  # type: ignore[no-untyped-def]
+    return run_cli(
+        "-v",
+        "--values",
+        str(values),
+        "status-report",
+        kind,
+        "--app",
+        "citation",
+        "--revision",
+        revision,
+        "--workflow",
+        f"fabrique-citation-{revision[:12]}",
+        *extra,
+        env={"FABRIQUE_GITEA_TOKEN": token},
+    )
+
+
+def _history(gitea: GiteaDouble, revision: str) -> list[tuple[str, str]]:
+    """Every status posted on ``revision`` for the app, oldest first."""
+    return [
+        (s["status"], s["description"])
+        for s in gitea.statuses.get((REPO, revision), [])
+        if s["context"] == CONTEXT
+    ]
+
+
+def _combined(gitea: GiteaDouble, revision: str) -> dict[str, Any]:
+    response = httpx.get(
+        f"{gitea.url}/api/v1/repos/{REPO}/commits/{revision}/status",
+        headers={"Authorization": f"token {GITEA_TOKEN}"},
+    )
+    assert response.status_code == 200
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def _failures(*nodes: dict[str, Any], quoted: bool = True) -> str:
+    """``{{workflow.failures}}`` as Argo substitutes it: the JSON list, strconv.Quote'd."""
+    text = json.dumps(list(nodes), separators=(",", ":"))
+    return json.dumps(text) if quoted else text
+
+
+def _node(name: str, message: str, *, template: str | None = None, phase: str = "Failed",
+          at: str = "2026-12-02T10:00:00Z") -> dict[str, Any]:  # fmt: skip
+    return {
+        "displayName": name,
+        "message": message,
+        "templateName": template or name.split("(")[0],
+        "phase": phase,
+        "podName": f"fabrique-citation-0123456789ab-{name}-1234",
+        "finishedAt": at,
+    }
+
+
+# ------------------------------------------------------------------ the double
+
+
+def test_the_double_keeps_every_status_and_combines_the_latest(
+    gitea: GiteaDouble, code_repo: Repo
+) -> None:
+    head = code_repo.head()
+    with GiteaClient(gitea.url, GITEA_TOKEN) as client:
+        assert client.latest_statuses(REPO, head) == {}
+        client.create_status(REPO, head, CommitStatus(CONTEXT, "pending", "building"))
+        client.create_status(REPO, head, CommitStatus("other/ci", "success", "ok"))
+        assert _combined(gitea, head)["state"] == "pending"
+        client.create_status(REPO, head, CommitStatus(CONTEXT, "success", "deployed", "http://x"))
+        latest = client.latest_statuses(REPO, head)
+    assert latest[CONTEXT] == CommitStatus(CONTEXT, "success", "deployed", "http://x")
+    combined = _combined(gitea, head)
+    assert (combined["state"], combined["total_count"]) == ("success", 2)
+    listed = httpx.get(
+        f"{gitea.url}/api/v1/repos/{REPO}/statuses/{head}",
+        headers={"Authorization": f"token {GITEA_TOKEN}"},
+    ).json()
+    assert [s["status"] for s in listed] == ["success", "success", "pending"]  # newest first
+
+
+def test_a_failure_in_any_context_fails_the_combined_state(
+    gitea: GiteaDouble, code_repo: Repo
+) -> None:
+    head = code_repo.head()
+    with GiteaClient(gitea.url, GITEA_TOKEN) as client:
+        client.create_status(REPO, head, CommitStatus(CONTEXT, "error", "build: deadline"))
+        client.create_status(REPO, head, CommitStatus("other/ci", "success", "ok"))
+    assert _combined(gitea, head)["state"] == "failure"
+
+
+def test_a_status_on_an_unknown_commit_is_not_found(gitea: GiteaDouble, code_repo: Repo) -> None:
+    with GiteaClient(gitea.url, GITEA_TOKEN) as client:
+        with pytest.raises(Exception, match="not found in Gitea"):
+            client.create_status(REPO, "f" * 40, CommitStatus(CONTEXT, "pending", "x"))
+
+
+# ------------------------------------------------------------------- decisions
+
+
+def test_failures_as_argo_substitutes_them_name_the_step_and_its_reason() -> None:
+    workflow = "fabrique-citation-0123456789ab"
+    failures = _failures(
+        _node(workflow, "child 'fabrique-citation-0123456789ab-1' failed", template="main"),
+        _node("[3]", "child 'x' failed", template=""),
+        _node("verify-digest", "No more retries left"),
+        _node(
+            "verify-digest(0)",
+            "INFO fabrique: checking\nerror: citation-dagster:0123456789ab: the build pushed "
+            "sha256:aaa but the registry holds sha256:bbb",
+        ),
+    )
+    report = status.failed("Failed", failures, workflow)
+    assert report == status.Report(
+        "failure",
+        "verify-digest: citation-dagster:0123456789ab: the build pushed sha256:aaa but the "
+        "registry holds sha256:bbb",
+    )
+
+
+def test_the_latest_attempt_of_a_retried_step_gives_the_reason() -> None:
+    failures = _failures(
+        _node("build(0)", "Error (exit code 1)", at="2026-12-02T10:00:00Z"),
+        _node("build(1)", "error: failed to solve: process did not complete", at="2026-12-02T10:05:00Z"),
+        _node("build", "No more retries left", at="2026-12-02T10:05:01Z"),
+        quoted=False,
+    )  # fmt: skip
+    report = status.failed("Failed", failures, "wf")
+    assert report == status.Report("failure", "build: failed to solve: process did not complete")
+
+
+@pytest.mark.parametrize(
+    ("workflow_status", "message", "phase", "state"),
+    [
+        ("Failed", "Error (exit code 1)", "Failed", "failure"),
+        ("Failed", "Step exceeded its deadline", "Failed", "error"),
+        ("Failed", "OOMKilled (exit code 137)", "Failed", "error"),
+        ("Failed", "error: Gitea at http://g unreachable: timed out after 4 attempt(s)", "Failed", "error"),
+        ("Failed", "failed to save outputs: verify serviceaccount", "Error", "error"),
+        ("Error", "pod deleted", "Error", "error"),
+    ],
+)  # fmt: skip
+def test_failure_or_error(workflow_status: str, message: str, phase: str, state: str) -> None:
+    report = status.failed(workflow_status, _failures(_node("build", message, phase=phase)), "wf")
+    assert report is not None and report.state == state
+    assert report.description.startswith("build: ")
+
+
+def test_nothing_failed_and_succeeded() -> None:
+    assert status.failed("Succeeded", _failures(), "wf") is None
+    assert status.failed("Error", '"null"', "wf") == status.Report(
+        "error", "the Workflow ended Error before any step failed"
+    )
+    assert status.parse_failures("not json") == []
+    # Go's strconv.Quote writes \x escapes, which JSON does not read
+    go_quoted = '"[{\\"displayName\\":\\"plan\\",\\"message\\":\\"bad \\x01 byte\\"}]"'
+    assert status.parse_failures(go_quoted)[0]["displayName"] == "plan"
+
+
+def test_a_description_is_one_short_line_without_secrets() -> None:
+    text = "line one\nline two " + "x" * 300 + " token-abc"
+    flat = status.one_line("token-abc " + text, ("token-abc", None))
+    assert "\n" not in flat and len(flat) == status.MAX_DESCRIPTION and flat.endswith("…")
+    assert "token-abc" not in flat and flat.startswith("*** line one line two")
+
+
+def test_success_descriptions_carry_the_digest_and_the_outcome() -> None:
+    assert status.written("changed", DIGEST, "c" * 40).description == (
+        f"deployed {DIGEST}; changed, commit {'c' * 12}"
+    )
+    assert (
+        status.written("unchanged", DIGEST).description == f"{DIGEST} already deployed; unchanged"
+    )
+    assert "superseded" in status.written("superseded", DIGEST).description
+    for outcome in ("changed", "unchanged", "superseded"):
+        assert len(status.written(outcome, DIGEST, "c" * 40, by_net=True).description) <= 140
+
+
+# -------------------------------------------------- the steps' command, for real
+
+
+def test_pending_then_success(values: Path, gitea: GiteaDouble, code_repo: Repo) -> None:
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    started = _report(values, "pending", revision)
+    assert started.exit_code == 0, started.stderr
+    assert started.stdout == f"status posted: {CONTEXT} pending on {revision[:12]}\n"
+    assert _combined(gitea, revision)["state"] == "pending"
+    done = _report(
+        values,
+        "success",
+        revision,
+        "--digest",
+        DIGEST,
+        "--outcome",
+        "changed",
+        "--commit",
+        "e" * 40,
+    )
+    assert done.exit_code == 0, done.stderr
+    assert _history(gitea, revision) == [
+        ("pending", f"building citation-dagster:{revision[:12]}"),
+        ("success", f"deployed {DIGEST}; changed, commit {'e' * 12}"),
+    ]
+    assert _combined(gitea, revision)["state"] == "success"
+    assert GITEA_TOKEN not in started.stdout + started.stderr + done.stdout + done.stderr
+
+
+def test_pending_then_failure_from_the_exit_handler(
+    values: Path, gitea: GiteaDouble, code_repo: Repo
+) -> None:
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    workflow = f"fabrique-citation-{revision[:12]}"
+    _report(values, "pending", revision)
+    failures = _failures(
+        _node(workflow, "child failed", template="main"),
+        _node("checkout", "checkout: dataops/citation-dagster/Dockerfile not found at x"),
+    )
+    result = _report(
+        values, "failure", revision, "--workflow-status", "Failed", "--failures", failures
+    )
+    assert result.exit_code == 0, result.stderr
+    assert _history(gitea, revision)[-1] == (
+        "failure",
+        "checkout: checkout: dataops/citation-dagster/Dockerfile not found at x",
+    )
+    assert _combined(gitea, revision)["state"] == "failure"
+
+
+def test_a_replay_posts_no_duplicate(values: Path, gitea: GiteaDouble, code_repo: Repo) -> None:
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    success = ("success", revision, "--digest", DIGEST, "--outcome", "unchanged")
+    for _ in range(2):
+        assert _report(values, "pending", revision).exit_code == 0
+        assert _report(values, *success).exit_code == 0
+    # a replay's statuses alternate, but never repeat the latest: Gitea shows success
+    assert _history(gitea, revision) == [
+        ("pending", f"building citation-dagster:{revision[:12]}"),
+        ("success", f"{DIGEST} already deployed; unchanged"),
+        ("pending", f"building citation-dagster:{revision[:12]}"),
+        ("success", f"{DIGEST} already deployed; unchanged"),
+    ]
+    again = _report(values, *success)
+    assert again.stdout.startswith("status unchanged: ")
+    assert len(_history(gitea, revision)) == 4
+    assert _combined(gitea, revision)["state"] == "success"
+
+
+def test_skipped_is_success_no_change(values: Path, gitea: GiteaDouble, code_repo: Repo) -> None:
+    revision = code_repo.head()
+    assert _report(values, "skipped", revision).exit_code == 0
+    assert _history(gitea, revision) == [("success", "no change under dataops/citation-dagster")]
+
+
+def test_target_url_only_when_the_site_names_the_argo_ui(
+    tmp_path: Path, gitea: GiteaDouble, code_repo: Repo
+) -> None:
+    revision = code_repo.head()
+    plain = write_values(tmp_path / "plain.yaml", **{"gitea.url": gitea.url})
+    _report(plain, "pending", revision)
+    assert gitea.statuses[(REPO, revision)][-1]["target_url"] == ""
+    assert "target_url" not in gitea.requests[-1].json()
+    linked = write_values(
+        tmp_path / "linked.yaml",
+        **{"gitea.url": gitea.url, "argoServer.url": "https://argo.example.org/"},
+    )
+    _report(linked, "pending", revision)
+    assert gitea.statuses[(REPO, revision)][-1]["target_url"] == (
+        f"https://argo.example.org/workflows/fabrique-build/fabrique-citation-{revision[:12]}"
+    )
+
+
+@pytest.mark.parametrize("fault", [503, "drop", ("slow", 1.0)], ids=["5xx", "drop", "timeout"])
+def test_a_failing_status_api_never_fails_the_build(
+    tmp_path: Path, gitea: GiteaDouble, code_repo: Repo, fault: Any
+) -> None:
+    values = write_values(
+        tmp_path / "site.yaml",
+        **{"gitea.url": gitea.url, "network.timeoutSeconds": 0.3, "network.attempts": 2},
+    )
+    revision = code_repo.head()
+    gitea.faults = [("*", fault)] * 2  # every attempt of the first call
+    result = _report(values, "pending", revision)
+    assert result.exit_code == 0
+    assert result.stdout.startswith("status not-posted: ")
+    assert "not posted" in result.stderr and "the next reconcile pass repairs it" in result.stderr
+    assert _history(gitea, revision) == []
+    assert GITEA_TOKEN not in result.stdout + result.stderr
+
+
+def test_a_refused_token_never_fails_the_build(
+    values: Path, gitea: GiteaDouble, code_repo: Repo
+) -> None:
+    result = _report(values, "pending", code_repo.head(), token="wrong-token-77")
+    assert result.exit_code == 0
+    assert "Gitea refused the token (HTTP 401)" in result.stderr
+    assert "wrong-token-77" not in result.stdout + result.stderr
+
+
+def test_nothing_to_report_on_a_bad_revision_or_app(values: Path, gitea: GiteaDouble) -> None:
+    result = _report(values, "failure", "not-a-sha", "--workflow-status", "Failed")
+    assert result.exit_code == 0
+    assert "notice: no status reported: revision 'not-a-sha'" in result.stderr
+    assert gitea.requests == []
+
+
+def test_the_token_never_reaches_a_description(
+    values: Path, gitea: GiteaDouble, code_repo: Repo
+) -> None:
+    revision = code_repo.head()
+    leaky = _failures(_node("plan", f"error: Gitea said {GITEA_TOKEN} is wrong"))
+    _report(values, "failure", revision, "--workflow-status", "Failed", "--failures", leaky)
+    assert _history(gitea, revision) == [("failure", "plan: Gitea said *** is wrong")]
+
+
+def test_the_site_config_takes_an_argo_ui_url() -> None:
+    site = load_site(env={"FABRIQUE_ARGO_SERVER__URL": "http://argo:2746"})
+    assert site.argo_server.workflow_url("ns", "wf") == "http://argo:2746/workflows/ns/wf"
+    assert load_site(env={}).argo_server.workflow_url("ns", "wf") is None
