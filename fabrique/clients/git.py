@@ -26,10 +26,23 @@ from fabrique.site.retry import RetryPolicy
 
 log = logging.getLogger("fabrique.git")
 
+# git exits 128 on a fatal error; among those, these messages of git itself, of curl
+# (http://, https://) and of ssh mean the server was not reached or dropped the line, so a
+# later attempt may pass (exit 75). Anything else (a refused key, a missing repository) is
+# not worth a retry.
+FATAL_EXIT = 128
 TRANSIENT = re.compile(
-    r"could not resolve host|connection refused|timed out|connection reset|"
-    r"early eof|remote end hung up|unable to connect|service unavailable|"
-    r"http 50[234]|the requested url returned error: 50[234]",
+    # git:// and git's own
+    r"unable to connect|connection refused|connection reset|connection timed out|timed out|"
+    r"early eof|remote end hung up|could not resolve host|service unavailable|"
+    r"the requested url returned error: (?:429|50[0234])|http 50[234]|rpc failed|"
+    # curl, as git over http(s) reports it
+    r"failed to connect to|couldn't connect to server|could not connect to server|"
+    r"couldn't resolve host|empty reply from server|recv failure|send failure|"
+    r"ssl connect error|gnutls_handshake\(\) failed|operation too slow|"
+    # ssh
+    r"ssh: connect to host .*: (?:no route to host|network is unreachable)|"
+    r"ssh: could not resolve hostname|kex_exchange_identification",
     re.I,
 )
 REJECTED = re.compile(
@@ -242,12 +255,42 @@ class GitRemote:
     def _git(self, *args: str, **kwargs: object) -> str:
         result = self._run(*args, **kwargs)  # type: ignore[arg-type]
         if result.returncode != 0:
-            lines = [line for line in result.stderr.splitlines() if line.strip()]
-            detail = lines[-1].strip() if lines else f"exit {result.returncode}"
+            detail = first_error(result.stderr) or f"exit {result.returncode}"
             if args[0] == "push" and REJECTED.search(result.stderr):
+                lines = result.stderr.splitlines()
                 detail = next(line.strip() for line in lines if REJECTED.search(line))
             raise GitError(
                 f"{self._what()}: git {args[0]} failed: {detail}",
-                transient=bool(TRANSIENT.search(result.stderr)),
+                transient=is_transient(result.returncode, result.stderr),
             )
         return result.stdout
+
+
+def is_transient(returncode: int, stderr: str) -> bool:
+    """A failure worth a later attempt: killed by a signal, or git's fatal exit with a
+    message that says the server was not reached or dropped the line."""
+    return returncode < 0 or (returncode == FATAL_EXIT and bool(TRANSIENT.search(stderr)))
+
+
+_NOISE = ("warning:", "hint:")
+
+
+def first_error(stderr: str) -> str:
+    """git's first error message, whole: its first line and the lines that continue it.
+
+    ssh prints the cause first (``ssh: connect to host … Connection refused``) and git
+    its generic ``fatal: Could not read from remote repository.`` after it; git://
+    splits one message over two lines (``fatal: unable to connect to h:`` then
+    ``h[0: …]: errno=Connection refused``).
+    """
+    message: list[str] = []
+    for raw in stderr.splitlines():
+        line = raw.strip()
+        if not message:
+            if line and not line.lower().startswith(_NOISE):
+                message.append(line)
+            continue
+        if not line or re.match(r"(fatal|error|warning|hint|remote|ssh):", line, re.I):
+            break
+        message.append(line)
+    return " ".join(message)

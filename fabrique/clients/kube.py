@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from fabrique.site.config import Site
-from fabrique.site.errors import KubeError
+from fabrique.site.errors import ConfigError, KubeError
 from fabrique.site.names import DIGEST_RE, VERIFIED_OUTPUT, VERIFY_STEP
 from fabrique.site.retry import RetryPolicy
 
@@ -84,7 +84,8 @@ def workflow_state(name: str, body: dict[str, Any]) -> WorkflowState:
 def connect(context: str | None = None) -> k8s.ApiClient:
     """An API client from the kubeconfig (``context``), else the in-cluster config.
 
-    Retries are fabrique's own (KubeClient), so urllib3's are turned off.
+    Retries are fabrique's own (KubeClient), so urllib3's are turned off. No kubeconfig
+    or an unknown context is a ConfigError (exit 2): no server was asked anything.
     """
     configuration = k8s.Configuration()
     kubeconfig = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
@@ -94,11 +95,11 @@ def connect(context: str | None = None) -> k8s.ApiClient:
         )
     except (ConfigException, FileNotFoundError) as kubeconfig_error:
         if context:
-            raise KubeError(f"kube context {context!r}: {kubeconfig_error}") from None
+            raise ConfigError(f"kube context {context!r}: {kubeconfig_error}") from None
         try:
             k8s_config.load_incluster_config(client_configuration=configuration)
         except ConfigException:
-            raise KubeError(
+            raise ConfigError(
                 "no Kubernetes config: set KUBECONFIG or ~/.kube/config, or run in a pod"
             ) from None
     configuration.retries = 0
@@ -113,7 +114,7 @@ def kubeconfig_context(context: str | None = None) -> str:
     try:
         _, active = k8s_config.list_kube_config_contexts(config_file=kubeconfig)
     except (ConfigException, FileNotFoundError):
-        raise KubeError(
+        raise ConfigError(
             "no kubeconfig with a current context: set KUBECONFIG or --context"
         ) from None
     return str(active["name"])

@@ -1,0 +1,118 @@
+"""The exit codes the README documents: 75 only when a later attempt may pass, 2 for
+config the user must fix, 3 for a server that answered wrongly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .conftest import run_cli, write_values
+from .servers import free_port
+
+REV = "a" * 40
+DIGEST = "sha256:" + "a" * 64
+
+
+def _writeback_over(tmp_path: Path, git_url: str):  # type: ignore[no-untyped-def]
+    values = write_values(
+        tmp_path / "site.yaml", **{"writeback.transport": "git", "writeback.gitUrl": git_url}
+    )
+    return run_cli(
+        "--values",
+        str(values),
+        "writeback",
+        "--app",
+        "citation",
+        "--revision",
+        REV,
+        "--digest",
+        DIGEST,
+        env={"FABRIQUE_GITEA_TOKEN": "t"},
+    )
+
+
+@pytest.mark.parametrize(
+    ("scheme", "cause"),
+    [
+        ("http://127.0.0.1:{port}", "Couldn't connect to server"),
+        ("https://127.0.0.1:{port}", "Couldn't connect to server"),
+        ("git://127.0.0.1:{port}", "Connection refused"),
+        ("ssh://git@127.0.0.1:{port}", "Connection refused"),
+    ],
+    ids=["http", "https", "git", "ssh"],
+)
+def test_git_transport_with_the_server_down_is_transient(
+    tmp_path: Path, scheme: str, cause: str
+) -> None:
+    port = free_port()  # nothing listens there
+    result = _writeback_over(tmp_path, scheme.format(port=port))
+    assert result.exit_code == 75, result.stderr
+    assert "git fetch failed" in result.stderr and cause in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 + result.stderr.count("retry ")
+
+
+def test_an_ssh_failure_keeps_the_cause_git_prints_first(tmp_path: Path) -> None:
+    port = free_port()
+    result = _writeback_over(tmp_path, f"ssh://git@127.0.0.1:{port}")
+    last = result.stderr.strip().splitlines()[-1]
+    assert f"ssh: connect to host 127.0.0.1 port {port}: Connection refused" in last
+    assert "the repository exists" not in last
+
+
+def test_git_error_lines_are_taken_whole() -> None:
+    from fabrique.clients.git import first_error, is_transient
+
+    denied = (
+        "git@gitea-ssh.gitea: Permission denied (publickey).\n"
+        "fatal: Could not read from remote repository.\n\n"
+        "Please make sure you have the correct access rights\nand the repository exists.\n"
+    )
+    assert first_error(denied) == "git@gitea-ssh.gitea: Permission denied (publickey)."
+    assert not is_transient(128, denied), "a refused key does not get better by retrying"
+    daemon = "fatal: unable to connect to gitea:\ngitea[0: 10.0.0.1]: errno=Connection refused\n"
+    assert first_error(daemon) == (
+        "fatal: unable to connect to gitea: gitea[0: 10.0.0.1]: errno=Connection refused"
+    )
+    assert is_transient(128, daemon)
+    assert first_error("warning: redirecting to https://x/\nfatal: boom\n") == "fatal: boom"
+    http_500 = "fatal: unable to access 'https://x/a.git/': The requested URL returned error: 502\n"
+    assert is_transient(128, http_500)
+    missing = "fatal: repository 'https://x/a.git/' not found\n"
+    assert not is_transient(128, missing)
+    assert not is_transient(1, "error: connection refused"), "only git's fatal exit"
+    assert is_transient(-9, ""), "killed by a signal"
+
+
+def test_no_kubeconfig_is_a_config_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    env = {"KUBECONFIG": str(tmp_path / "none")}
+    for args in (
+        ["submit", "--app", "citation", "--revision", REV],
+        ["status"],
+    ):
+        result = run_cli(*args, env=env)
+        assert result.exit_code == 2, (args, result.stderr)
+        assert "no Kubernetes config" in result.stderr
+
+
+def test_an_unknown_kube_context_is_a_config_error(tmp_path: Path) -> None:
+    config = tmp_path / "kubeconfig"
+    config.write_text(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n"
+        f"    server: http://127.0.0.1:{free_port()}\n"
+        "contexts:\n- name: c\n  context:\n    cluster: c\n"
+        "    user: u\nusers:\n- name: u\n  user: {}\ncurrent-context: c\n"
+    )
+    result = run_cli(
+        "submit",
+        "--app",
+        "citation",
+        "--revision",
+        REV,
+        "--context",
+        "nope",
+        env={"KUBECONFIG": str(config)},
+    )
+    assert result.exit_code == 2, result.stderr
+    assert "kube context 'nope'" in result.stderr
