@@ -544,19 +544,8 @@ def vendor(
     plain_http: tuple[str, ...],
 ) -> None:
     """Vendor the upstream bundles, every image pinned by its multi-arch index digest."""
-    if ctx.invoked_subcommand:
-        return
     from fabrique.gestures import vendor as vendoring
 
-    if check_only:
-        problems = vendoring.check(root)
-        for problem in problems:
-            click.echo(("notice: " if vendoring.pending([problem]) else "") + problem, err=True)
-        if not vendoring.pending(problems):
-            raise vendoring.VendorError(f"{root}: {len(problems)} problem(s), see above")
-        click.echo(f"{root}: matches {vendoring.LOCK}")
-        return
-    site = ctx.ensure_object(_State).site
     lock = vendoring.load_lock(root)
     specs = vendoring.load_specs(root)
     if component is not None and component not in lock and component not in specs:
@@ -564,6 +553,17 @@ def vendor(
             f"--component {component!r}: not in {root}/{vendoring.LOCK} "
             f"({', '.join([*lock, *specs])})"
         )
+    if ctx.invoked_subcommand:
+        return
+    if check_only:
+        problems = vendoring.check(root, component)
+        for problem in problems:
+            click.echo(("notice: " if vendoring.pending([problem]) else "") + problem, err=True)
+        if not vendoring.pending(problems):
+            raise vendoring.VendorError(f"{root}: {len(problems)} problem(s), see above")
+        click.echo(f"{root}: matches {vendoring.LOCK}")
+        return
+    site = ctx.ensure_object(_State).site
     # image sets first: argo-events' controller config takes the JetStream pins
     order = sorted(lock.values(), key=lambda c: c.url is not None)
     resolver = vendoring.Resolver(frozenset(plain_http), retry=site.network.retry_policy())
@@ -599,6 +599,8 @@ def vendor_mirror(ctx: click.Context, target: str) -> None:
     site = ctx.ensure_object(_State).site
     plain = frozenset(params.get("plain_http") or ())
     lock = vendoring.load_lock(params.get("root") or Path("vendor"))
+    if params.get("component"):  # a spec has no image: then nothing is left to mirror
+        lock = {name: entry for name, entry in lock.items() if name == params["component"]}
     resolver = vendoring.Resolver(plain, retry=site.network.retry_policy())
     plain_target = target in plain or (target == site.registry.host and site.registry.plain_http)
     try:
@@ -735,8 +737,15 @@ def derive_secrets(state: _State, app: str | None, dry_run: bool, kube_context: 
     from fabrique.gestures.secrets import derive, wanted
 
     site = state.site
+    if app is not None:
+        site.app(app)  # an unknown app is named before the cluster is asked anything
+    derivations = wanted(site, app)
+    if not derivations:
+        scope = f" for app {app}" if app else ""
+        click.echo(f"nothing declared: the site lists no derivedSecrets{scope}")
+        return
     kube = KubeClient.for_site(site, kube_context)
-    for derivation in wanted(site, app):
+    for derivation in derivations:
         result = derive(kube, derivation, dry_run=dry_run)
         prefix = "would be " if dry_run and result.state == "changed" else ""
         click.echo(f"{prefix}{result.state}: Secret {result.target} ({result.detail})")

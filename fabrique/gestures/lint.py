@@ -50,6 +50,7 @@ def lint_apps(root: Path, site: Site, specs: Path) -> list[str]:
         raise InputError(f"{root}: not a directory")
     schemas = Schemas(specs)
     problems = []
+    found = 0
     for path in sorted(p for p in root.rglob("*") if p.suffix in (".yaml", ".yml")):
         relative = path.relative_to(root)
         try:
@@ -59,9 +60,13 @@ def lint_apps(root: Path, site: Site, specs: Path) -> list[str]:
             continue
         for index, doc in enumerate(documents):
             if isinstance(doc, dict) and doc.get("kind") == "Application":
+                found += 1
                 name = (doc.get("metadata") or {}).get("name", "?")
                 problems += [
                     f"{relative}: document {index} (Application/{name}): {p}"
                     for p in lint_application(doc, site, schemas)
                 ]
+    if not found and not problems:
+        # a wrong directory must not pass as "every Application is valid"
+        raise InputError(f"{root}: no Application found (is it a cluster/apps checkout?)")
     return problems

@@ -439,11 +439,15 @@ def vendor_spec(root: Path, spec: Spec, *, update: bool) -> str:
     return f"{spec.name} {spec.version}: {SPECS}/{spec.file}, sha256 {sha[:12]}"
 
 
-def check_specs(root: Path) -> list[str]:
-    """Offline: every spec the lock lists is there, byte for byte; nothing else is."""
+def check_specs(root: Path, component: str | None = None) -> list[str]:
+    """Offline: every spec the lock lists is there, byte for byte; nothing else is.
+
+    ``component`` checks that spec only (stray files are then not looked for)."""
     specs = load_specs(root)
     problems = []
     for spec in specs.values():
+        if component is not None and spec.name != component:
+            continue
         path = root / SPECS / spec.file
         if spec.sha256 is None:
             problems.append(f"{spec.name} {spec.version}: not vendored yet ({NEEDS_INTERNET})")
@@ -454,20 +458,24 @@ def check_specs(root: Path) -> list[str]:
                 f"{path}: differs from the lock (edited by hand?); re-run fabrique vendor"
             )
     listed = {spec.file for spec in specs.values()}
-    for path in sorted((root / SPECS).glob("*")) if (root / SPECS).is_dir() else []:
+    strays = sorted((root / SPECS).glob("*")) if (root / SPECS).is_dir() else []
+    for path in strays if component is None else []:
         if path.name not in listed:
             problems.append(f"{path}: not in the lock")
     return problems
 
 
-def check(root: Path) -> list[str]:
+def check(root: Path, component: str | None = None) -> list[str]:
     """Offline: every vendored file is the one the lock names; every image is pinned.
 
-    Returns the problems (empty when all is right); components never vendored are noted."""
+    Returns the problems (empty when all is right); components never vendored are noted.
+    ``component`` checks that one only (stray directories are then not looked for)."""
     lock = load_lock(root)
     pins = dict(all_pins(lock))  # a bundle may carry another component's pins (JetStream)
     problems = []
     for c in lock.values():
+        if component is not None and c.name != component:
+            continue
         if c.url is None:
             unpinned = [ref for ref, i in c.images.items() if not i.digest]
             if unpinned:
@@ -498,10 +506,11 @@ def check(root: Path) -> list[str]:
             elif pins.get(base) != ref.split("@")[1]:
                 problems.append(f"{bundle}: image {ref} is not the digest the lock pins")
     known = {(c.name, c.version) for c in lock.values()}
-    for path in sorted(p for p in root.glob("*/*") if p.is_dir()):
+    strays = sorted(p for p in root.glob("*/*") if p.is_dir()) if component is None else []
+    for path in strays:
         if (path.parent.name, path.name) not in known:
             problems.append(f"{path}: not in the lock")
-    return problems + check_specs(root)
+    return problems + check_specs(root, component)
 
 
 def pending(problems: list[str]) -> bool:
@@ -520,6 +529,12 @@ def mirror(
     lock: dict[str, Component], target: str, resolver: Resolver, *, plain_http_target: bool
 ) -> list[str]:
     """Copy every pinned image, all platforms, digests unchanged, into ``target``."""
+    pins = sorted(all_pins(lock))
+    if not pins:
+        raise VendorError(
+            f"nothing to mirror to {target}: no image of the lock is pinned yet "
+            "(run fabrique vendor --update with Internet access first)"
+        )
     skopeo = shutil.which("skopeo")
     if skopeo is None:
         raise VendorError(
@@ -527,7 +542,7 @@ def mirror(
             "(apt-get install skopeo)"
         )
     lines = []
-    for ref, digest in sorted(all_pins(lock)):
+    for ref, digest in pins:
         host, source_repository, tag = resolver.locate(ref)
         repository = source_repository.removeprefix("library/")
         source = f"docker://{host}/{source_repository}@{digest}"

@@ -519,17 +519,34 @@ def read_values_file(path: Path) -> dict[str, Any]:
             f"values file {path}: cannot be read ({exc.__class__.__name__})"
         ) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no object tags
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or "invalid YAML"
         raise ConfigError(f"values file {path}:{where}: {problem}") from None
     if data is None:
-        return {}
+        # an empty file is a mistake (a wrong path, a truncated copy), not "the defaults"
+        raise ConfigError(f"values file {path}: is empty; give at least one setting")
     if not isinstance(data, dict):
         raise ConfigError(f"values file {path}: must be a mapping at the top level")
     return data
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A SafeLoader that refuses a key given twice in one mapping: PyYAML would keep the
+    last one silently, and half of what the user wrote would be ignored."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def merge(base: Any, override: Any) -> Any:
@@ -600,25 +617,29 @@ _NAMED_FIELD = re.compile(
 
 
 def describe_validation_error(exc: ValidationError) -> str:
-    """One line: the first error's field path and reason, and how many more there are."""
-    errors = exc.errors(include_url=False)
-    first = errors[0]
-    path = _format_loc(first["loc"])
-    message = _clean_message(first)
+    """Every error, each as its field path and reason, on one line joined by ``; ``."""
+    described: dict[str, str] = {}  # path -> line: a union reports one field per branch
+    for error in exc.errors(include_url=False):
+        path, line = _describe_one(error)
+        described.setdefault(path, line)
+    return "; ".join(described.values())
+
+
+def _describe_one(error: Any) -> tuple[str, str]:
+    path = _format_loc(error["loc"])
+    message = _clean_message(error)
     # a model validator names the field it blames: "build: must differ from control"
-    named = _NAMED_FIELD.match(message) if first["type"] == "value_error" else None
+    named = _NAMED_FIELD.match(message) if error["type"] == "value_error" else None
     if named:
         path = f"{path}.{named[1]}" if path else named[1]
         message = named[2]
     line = f"{path}: {message}" if path else message
-    shown = first.get("input")
-    if first["type"] not in ("missing", "extra_forbidden") and isinstance(
+    shown = error.get("input")
+    if error["type"] not in ("missing", "extra_forbidden") and isinstance(
         shown, str | int | float | bool
     ):
         line += f" (got {shown!r})" if len(repr(shown)) <= 80 else ""
-    if len(errors) > 1:
-        line += f" [+{len(errors) - 1} more]"
-    return line
+    return path, line
 
 
 def _format_loc(loc: tuple[int | str, ...]) -> str:
