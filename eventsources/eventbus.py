@@ -14,7 +14,8 @@ from fabrique.site.names import EVENT_BUS
 from ._common import document, restricted_container, restricted_pod
 
 
-def event_bus(site: Site) -> dict[str, Any]:
+def event_bus(site: Site, version: str) -> dict[str, Any]:
+    """The EventBus at JetStream ``version`` (see ``fabrique.render.jetstream_version``)."""
     jetstream = site.events.jetstream
     persistence: dict[str, Any] = {
         "accessMode": "ReadWriteOnce",
@@ -26,7 +27,7 @@ def event_bus(site: Site) -> dict[str, Any]:
     container = {"securityContext": restricted_container(read_only_root=False)}
     spec = {
         "jetstream": {
-            "version": jetstream.version,
+            "version": version,
             "replicas": jetstream.replicas,
             "persistence": persistence,
             # merged by the controller into its defaults; stream replicas follow the bus

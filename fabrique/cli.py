@@ -576,7 +576,8 @@ def vendor(
                     lock,
                     resolver,
                     update=update,
-                    jetstream_version=site.events.jetstream.version,
+                    # the lock's image set: the version the EventBus takes by default
+                    jetstream_version=lock["jetstream"].version if "jetstream" in lock else None,
                 ):
                     click.echo(line)
                 vendoring.save_lock(root, lock, specs)

@@ -95,13 +95,39 @@ def build_unit(site: Site) -> Tree:
     }
 
 
+def vendor_root() -> Path:
+    """vendor/ of the project (an editable install), else of the working directory."""
+    candidates = [Path(__file__).resolve().parent.parent / "vendor", Path.cwd() / "vendor"]
+    return next((c for c in candidates if (c / "lock.yaml").is_file()), candidates[0])
+
+
+def jetstream_version(site: Site, vendor: Path | None = None) -> str:
+    """The EventBus's JetStream version: the site's, or by default the lock's image set;
+    RenderError unless the vendored Argo Events controller config lists it (the
+    controller refuses an EventBus at any other version, and no bus comes up)."""
+    from fabrique.gestures.vendor import VendorError, jetstream_versions
+
+    try:
+        known = jetstream_versions(vendor or vendor_root())
+    except VendorError as exc:
+        raise RenderError(f"events.jetstream.version: {exc}") from None
+    chosen = site.events.jetstream.version or known.default
+    if chosen not in known.listed:
+        raise RenderError(
+            f"events.jetstream.version: {chosen} is not listed by {known.source} "
+            f"(it lists {', '.join(known.listed) or 'none'}); choose one of them or "
+            "vendor the image set for it"
+        )
+    return chosen
+
+
 def events_unit(site: Site) -> Tree:
     from eventsources.eventbus import event_bus
     from eventsources.gitea import event_source
     from eventsources.sensor import sensor, sensor_rbac
 
     return {
-        "events/eventbus.yaml": [event_bus(site)],
+        "events/eventbus.yaml": [event_bus(site, jetstream_version(site))],
         "events/eventsource.yaml": [event_source(site)],
         "events/sensor.yaml": [sensor(site)],
         "events/rbac.yaml": sensor_rbac(site),

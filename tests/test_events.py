@@ -62,7 +62,8 @@ def test_event_source_is_the_authenticated_push_webhook() -> None:
 
 def test_event_bus_is_persistent_jetstream_with_bounded_retention() -> None:
     bus = find(TREE, "EventBus", "default")["spec"]["jetstream"]
-    assert bus["version"] == SITE.events.jetstream.version
+    lock = yaml.safe_load((ROOT / "vendor" / "lock.yaml").read_text())
+    assert bus["version"] == lock["components"]["jetstream"]["version"], "the lock's image set"
     assert bus["replicas"] == 1
     assert yaml.safe_load(bus["streamConfig"]) == {"maxAge": "72h", "replicas": 1}
     assert bus["persistence"] == {"accessMode": "ReadWriteOnce", "volumeSize": "1Gi"}
@@ -70,9 +71,65 @@ def test_event_bus_is_persistent_jetstream_with_bounded_retention() -> None:
 
 def test_three_replicas_move_the_stream_replicas_too() -> None:
     site = load_site(env={"FABRIQUE_EVENTS__JETSTREAM__REPLICAS": "3"})
-    bus = event_bus(site)["spec"]["jetstream"]
+    bus = event_bus(site, "2.10.29")["spec"]["jetstream"]
     assert bus["replicas"] == 3
     assert yaml.safe_load(bus["streamConfig"])["replicas"] == 3
+
+
+def _events_vendor(root: Path, listed: list[str] | None) -> Path:
+    """A vendor/ whose lock pins JetStream 2.10.29; ``listed``: a vendored Argo Events
+    bundle whose controller config lists those versions (None: not vendored yet)."""
+    lock = {
+        "components": {
+            "jetstream": {"version": "2.10.29", "images": {"nats:2.10.29": {}}},
+            "argo-events": {"version": "v1.9.11", "url": "https://example.invalid/e.yaml"},
+        }
+    }
+    root.mkdir(parents=True)
+    (root / "lock.yaml").write_text(yaml.safe_dump(lock))
+    if listed is not None:
+        config = {"eventBus": {"jetstream": {"versions": [{"version": v} for v in listed]}}}
+        bundle = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "argo-events-controller-config"},
+            "data": {"controller-config.yaml": yaml.safe_dump(config)},
+        }
+        (root / "argo-events" / "v1.9.11").mkdir(parents=True)
+        (root / "argo-events" / "v1.9.11" / "bundle.yaml").write_text(yaml.safe_dump(bundle))
+    return root
+
+
+def test_the_default_jetstream_version_is_the_locks(tmp_path: Path) -> None:
+    from fabrique.render import jetstream_version
+
+    assert jetstream_version(SITE, _events_vendor(tmp_path / "v", None)) == "2.10.29"
+
+
+def test_a_jetstream_version_the_vendored_argo_events_does_not_list_fails_render(
+    tmp_path: Path,
+) -> None:
+    from fabrique.render import jetstream_version
+    from fabrique.site.errors import RenderError
+
+    old = load_site(env={"FABRIQUE_EVENTS__JETSTREAM__VERSION": "2.10.10"})
+    with pytest.raises(RenderError, match=r"^events\.jetstream\.version: 2\.10\.10 is not listed"):
+        jetstream_version(old, _events_vendor(tmp_path / "a", None))
+    vendored = _events_vendor(tmp_path / "b", ["latest", "2.9.16", "2.10.29"])
+    with pytest.raises(RenderError, match=r"2\.10\.10 is not listed by .*bundle\.yaml"):
+        jetstream_version(old, vendored)
+    older = load_site(env={"FABRIQUE_EVENTS__JETSTREAM__VERSION": "2.9.16"})
+    assert jetstream_version(older, vendored) == "2.9.16", "any version the bundle lists"
+
+
+def test_render_fails_whole_on_an_unlisted_jetstream_version(tmp_path: Path) -> None:
+    out = tmp_path / "m"
+    result = run_cli(
+        "render", "--out", str(out), env={"FABRIQUE_EVENTS__JETSTREAM__VERSION": "2.10.10"}
+    )
+    assert result.exit_code == 5, result.output
+    assert "events.jetstream.version: 2.10.10 is not listed" in result.stderr
+    assert not out.exists(), "nothing half-written"
 
 
 def test_two_replicas_are_refused() -> None:

@@ -118,19 +118,21 @@ def _bundle(reg: str, *, single: bool = False) -> str:
 
 
 def _events_bundle(reg: str) -> str:
+    # the shape of upstream's controller-config.yaml: eventBus.jetstream.versions
     config = {
-        "eventBus": {},
-        "jetstream": {
-            "versions": [
-                {
-                    "version": "latest",
-                    "natsImage": f"{reg}/library/nats:latest",
-                    "metricsExporterImage": f"{reg}/natsio/exporter:0.14.0",
-                    "configReloaderImage": f"{reg}/natsio/reloader:0.14.0",
-                    "startCommand": "/nats-server",
-                },
-            ]
-        },
+        "eventBus": {
+            "jetstream": {
+                "versions": [
+                    {
+                        "version": "latest",
+                        "natsImage": f"{reg}/library/nats:latest",
+                        "metricsExporterImage": f"{reg}/natsio/exporter:0.14.0",
+                        "configReloaderImage": f"{reg}/natsio/reloader:0.14.0",
+                        "startCommand": "/nats-server",
+                    },
+                ]
+            },
+        }
     }
     docs = [
         {
@@ -401,13 +403,14 @@ def test_argo_events_gets_the_pinned_jetstream_version(
     assert result.exit_code == 0, result.stderr
     docs = list(yaml.safe_load_all((root / "argo-events" / "v1.9.11" / "bundle.yaml").read_text()))
     config = yaml.safe_load(docs[0]["data"]["controller-config.yaml"])
-    entry = next(v for v in config["jetstream"]["versions"] if v["version"] == "2.10.10")
+    versions = config["eventBus"]["jetstream"]["versions"]
+    assert "jetstream" not in config, "where the controller reads them, nowhere else"
+    entry = next(v for v in versions if v["version"] == "2.10.10")
     assert entry["natsImage"] == f"{reg}/library/nats:2.10.10@{pins[reg + '/library/nats:2.10.10']}"
     assert entry["configReloaderImage"].endswith(pins[f"{reg}/natsio/reloader:0.14.0"])
     assert entry["metricsExporterImage"].endswith(pins[f"{reg}/natsio/exporter:0.14.0"])
-    assert all("@sha256:" in v["natsImage"] for v in config["jetstream"]["versions"]), (
-        "every version pinned"
-    )
+    assert [v["version"] for v in versions] == ["latest", "2.10.10"]
+    assert all("@sha256:" in v["natsImage"] for v in versions), "every version pinned"
     checked = _vendor(root, "--check")
     assert checked.exit_code == 0, checked.stderr
 

@@ -271,7 +271,11 @@ def add_jetstream_version(documents: list[Any], version: str, images: dict[str, 
             data = doc.setdefault("data", {})
             key = next(iter(data), "controller-config.yaml")
             config = yaml.safe_load(data.get(key) or "") or {}
-            versions = config.setdefault("jetstream", {}).setdefault("versions", [])
+            # where the controller reads them (GlobalConfig.eventBus.jetstream.versions)
+            if not isinstance(config.get("eventBus"), dict):
+                config["eventBus"] = {}
+            bus = config["eventBus"]
+            versions = bus.setdefault("jetstream", {}).setdefault("versions", [])
             versions[:] = [v for v in versions if str(v.get("version")) != version]
             versions.append(
                 {
@@ -287,6 +291,49 @@ def add_jetstream_version(documents: list[Any], version: str, images: dict[str, 
     raise VendorError(
         f"the bundle has no ConfigMap {CONTROLLER_CONFIG} to add JetStream {version} to"
     )
+
+
+def controller_jetstream_versions(documents: list[Any]) -> list[str]:
+    """The JetStream versions the Argo Events controller config of a bundle lists."""
+    for doc in documents:
+        if (
+            isinstance(doc, dict)
+            and doc.get("kind") == "ConfigMap"
+            and doc["metadata"]["name"] == CONTROLLER_CONFIG
+        ):
+            for text in (doc.get("data") or {}).values():
+                config = yaml.safe_load(text or "") or {}
+                jetstream = (config.get("eventBus") or {}).get("jetstream") or {}
+                versions = jetstream.get("versions") or []
+                return [str(v.get("version")) for v in versions if isinstance(v, dict)]
+    return []
+
+
+@dataclass(frozen=True)
+class JetStreamVersions:
+    """What the EventBus may ask for: ``default`` (the lock's image set) and ``listed``
+    (what the vendored Argo Events controller config holds, or, before it is vendored,
+    the one version ``fabrique vendor`` will add to it), and where that was read."""
+
+    default: str
+    listed: tuple[str, ...]
+    source: str
+
+
+def jetstream_versions(root: Path) -> JetStreamVersions:
+    """The JetStream versions the vendored Argo Events admits, from ``root``."""
+    lock = load_lock(root)
+    js = lock.get("jetstream")
+    if js is None:
+        raise VendorError(f"{root / LOCK}: components.jetstream: required (the EventBus image set)")
+    events = lock.get("argo-events")
+    bundle = root / "argo-events" / events.version / BUNDLE if events else None
+    if bundle is not None and bundle.is_file():
+        documents = [d for d in yaml.safe_load_all(bundle.read_text("utf-8")) if d is not None]
+        listed = controller_jetstream_versions(documents)
+        return JetStreamVersions(js.version, tuple(listed), f"{bundle} ({CONTROLLER_CONFIG})")
+    # not vendored yet: vendoring adds the lock's version, pinned, and that is all we know
+    return JetStreamVersions(js.version, (js.version,), f"{root / LOCK} (components.jetstream)")
 
 
 # -------------------------------------------------------------------- resolving

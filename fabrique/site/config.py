@@ -260,7 +260,9 @@ class NetworkConfig(_Model):
 class JetStreamConfig(_Model):
     """The EventBus's NATS JetStream (``events.jetstream``)."""
 
-    version: Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]+\.[0-9]+(-[a-z0-9]+)?$")]
+    # None: the version of the JetStream image set in vendor/lock.yaml; either way it must
+    # be one the vendored Argo Events controller config lists (checked at render)
+    version: Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]+\.[0-9]+(-[a-z0-9]+)?$")] | None = None
     replicas: Annotated[int, AfterValidator(_one_or_three)]
     max_age: Annotated[str, Field(pattern=r"^[1-9][0-9]*(m|h)$")]
     storage_size: Annotated[str, AfterValidator(_quantity)]
