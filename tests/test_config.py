@@ -192,3 +192,42 @@ def test_config_show_prints_the_effective_site(tmp_path: Path) -> None:
     result = run_cli("--values", str(path), "config", "show")
     assert result.exit_code == 0
     assert yaml.safe_load(result.stdout)["gitea"]["branch"] == "release"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://fabrique:s3cr3t-token@gitea.example.org",
+        "https://s3cr3t-token@gitea.example.org",
+        "http://user:s3cr3t-token@gitea:3000",
+        "git://s3cr3t-token@gitea",
+        "ssh://git:s3cr3t-token@gitea-ssh:22",
+        "https://gitea.example.org/?token=s3cr3t-token",
+    ],
+)
+def test_credentials_in_the_git_url_are_refused_and_never_shown(url: str) -> None:
+    with pytest.raises(ConfigError, match=r"^writeback\.gitUrl: must not carry") as caught:
+        load_site(env={"FABRIQUE_WRITEBACK__GIT_URL": url})
+    assert "s3cr3t-token" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "url", ["ssh://git@gitea-ssh.gitea:22", "https://gitea.example.org/git", "git://gitea:9418"]
+)
+def test_a_git_url_may_name_an_ssh_user(url: str) -> None:
+    assert load_site(env={"FABRIQUE_WRITEBACK__GIT_URL": url}).writeback.git_url == url
+
+
+def test_a_git_remote_never_prints_the_credentials_of_its_url(tmp_path: Path) -> None:
+    from fabrique.clients.git import GitRemote
+    from fabrique.site.errors import GitError
+    from fabrique.site.retry import RetryPolicy
+
+    from .servers import free_port
+
+    url = f"http://fabrique:s3cr3t-token@127.0.0.1:{free_port()}/atlas/atlas.git"
+    remote = GitRemote(url, "main", tmp_path / "w", retry=RetryPolicy(attempts=1), timeout=10)
+    with pytest.raises(GitError) as caught:
+        remote.fetch_tip()
+    assert "s3cr3t-token" not in str(caught.value)
+    assert "http://***@127.0.0.1:" in str(caught.value), "the remote is still named"

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fabrique.site.errors import GitError, StaleWrite
-from fabrique.site.names import REVISION_RE
+from fabrique.site.names import REVISION_RE, redact_urls
 from fabrique.site.retry import RetryPolicy
 
 log = logging.getLogger("fabrique.git")
@@ -213,7 +213,7 @@ class GitRemote:
     # ------------------------------------------------------------------- running
 
     def _what(self) -> str:
-        return f"git {self.url} branch {self.branch!r}"
+        return f"git {redact_urls(self.url)} branch {self.branch!r}"
 
     def _remote(self, *args: str, retry_transient: bool = True) -> str:
         attempts = self.retry.attempts if retry_transient else 1
@@ -260,7 +260,8 @@ class GitRemote:
                 lines = result.stderr.splitlines()
                 detail = next(line.strip() for line in lines if REJECTED.search(line))
             raise GitError(
-                f"{self._what()}: git {args[0]} failed: {detail}",
+                # git quotes the remote URL in its errors ("unable to access '…'")
+                f"{self._what()}: git {args[0]} failed: {redact_urls(detail)}",
                 transient=is_transient(result.returncode, result.stderr),
             )
         return result.stdout

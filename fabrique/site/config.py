@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import httpx
 import yaml
@@ -35,6 +36,7 @@ from .names import (
     MAX_APP_NAME_LEN,
     REPOSITORY_RE,
     ImageRef,
+    redact_urls,
 )
 from .retry import RetryPolicy
 
@@ -106,6 +108,30 @@ def _branch(value: str) -> str:
 def _url(value: str) -> str:
     if not re.fullmatch(r"https?://[^\s/?#@]+(?::\d+)?(/[^\s?#]*)?", value):
         raise ValueError("must be an http:// or https:// URL without credentials")
+    return value.rstrip("/")
+
+
+def _git_url(value: str) -> str:
+    """A git server's base URL, without credentials: they belong in a Secret or an ssh
+    key, never in the config (which is rendered into a ConfigMap and printed)."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        raise ValueError("must be an https://, http://, ssh:// or git:// URL") from None
+    if (
+        parts.scheme not in ("https", "http", "ssh", "git")
+        or not parts.hostname
+        or re.search(r"\s", value)
+    ):
+        raise ValueError("must be an https://, http://, ssh:// or git:// URL")
+    if parts.password is not None or (parts.username is not None and parts.scheme != "ssh"):
+        raise ValueError(
+            "must not carry credentials (only an ssh:// URL may name a user, such as "
+            "ssh://git@host); the token comes from FABRIQUE_GITEA_TOKEN or its Secret"
+        )
+    if parts.query or parts.fragment:
+        raise ValueError("must not carry a query or a fragment (a ?token= is a credential)")
     return value.rstrip("/")
 
 
@@ -397,9 +423,7 @@ class WriteBackConfig(_Model):
     """How digests are written into Git (``writeback``), for every app of the site."""
 
     transport: Literal["gitea", "git"]
-    git_url: (
-        Annotated[str, Field(pattern=r"^(https?|ssh|git)://[^\s@]+(@[^\s@/]+)?[^\s]*$")] | None
-    ) = None
+    git_url: Annotated[str, AfterValidator(_git_url)] | None = None
     author: Person
     attempts: Annotated[int, Field(ge=1, le=100)]
 
@@ -640,6 +664,8 @@ def _describe_one(error: Any) -> tuple[str, str]:
     if error["type"] not in ("missing", "extra_forbidden") and isinstance(
         shown, str | int | float | bool
     ):
+        # a refused URL may be refused for the very credentials it carries
+        shown = redact_urls(shown) if isinstance(shown, str) else shown
         line += f" (got {shown!r})" if len(repr(shown)) <= 80 else ""
     return path, line
 

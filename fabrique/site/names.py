@@ -133,3 +133,26 @@ def webhook_service_url(namespace: str) -> str:
         f"http://{EVENT_SOURCE}-eventsource-svc.{namespace}.svc.cluster.local:"
         f"{WEBHOOK_PORT}{WEBHOOK_ENDPOINT}"
     )
+
+
+_USERINFO = re.compile(
+    r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^/\s@:]*)(?::[^/\s@]*)?@"
+)
+
+
+def redact_urls(text: str) -> str:
+    """``text`` with the credentials of every URL in it masked: a password, or the user
+    of any scheme but ssh (``https://<token>@host`` is a token). An ssh user name such as
+    ``git@`` is not a secret and stays readable."""
+
+    def mask(match: re.Match[str]) -> str:
+        scheme, user = match["scheme"], match["user"]
+        if scheme.lower() == "ssh://" and user and match.group(0) == f"{scheme}{user}@":
+            return match.group(0)
+        return f"{scheme}***@"
+
+    return _QUERY.sub(r"\g<url>?***", _USERINFO.sub(mask, text))
+
+
+# a URL's query may carry a token (?token=…, ?access_token=…): never shown
+_QUERY = re.compile(r"(?P<url>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s?#'\"]*)\?[^\s#'\"]*")
