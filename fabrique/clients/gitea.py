@@ -24,6 +24,7 @@ from fabrique.site.retry import RetryPolicy
 from ._http import DEFAULT_TIMEOUT, JsonApi
 
 TOKEN_ENV = "FABRIQUE_GITEA_TOKEN"
+PATH_PAGE = 50  # Gitea's [git] COMMITS_RANGE_SIZE: one page of commits listed by path
 
 
 class TooManyCommits(Exception):
@@ -162,11 +163,19 @@ class GiteaClient(JsonApi):
         what = f"commits of {repo}@{start[:12]} touching {path}"
         prefix = path.rstrip("/") + "/"
         for page in range(1, max_pages + 1):
-            params = {"sha": start, "path": path, "page": str(page)}
+            # with `path`, Gitea pages by COMMITS_RANGE_SIZE (50) whatever `limit` says, but
+            # counts X-HasMore in pages of `limit`: ask for 50 so that the two agree
+            params = {"sha": start, "path": path, "page": str(page), "limit": str(PATH_PAGE)}
             params |= {"files": "true", "stat": "false", "verification": "false"}
             if exclude:
                 params["not"] = exclude
             response = self.request("GET", f"/repos/{repo}/commits", params=params)
+            if response.status_code == 404 and page == 1:
+                # Gitea's answer when no commit touched `path` (commitsCountTotal == 0);
+                # a start that does not exist is not that
+                if self.resolve_commit(repo, start) is None:
+                    raise GiteaError(f"{what}: {start} not found in Gitea")
+                return
             commits = self._check(response, what)
             if not isinstance(commits, list):
                 raise GiteaError(f"{what}: Gitea answered something that is not a list")

@@ -34,7 +34,7 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urlencode
 
 from .http import DROP, LoopbackServer, Request
 from .swagger import SpecViolation, Swagger
@@ -154,7 +154,7 @@ class GiteaDouble:
         if method == "GET" and rest.startswith("compare/"):
             return self._compare(repo, unquote(rest[len("compare/") :]))
         if method == "GET" and rest == "commits":
-            return self._commits(repo, request.query)
+            return self._commits(repo, request)
         if rest == "hooks" and method in ("GET", "POST"):
             return (
                 self._list_hooks(repo)
@@ -352,30 +352,57 @@ class GiteaDouble:
             "commits": self._api_commits(repo, shas),
         }
 
-    page_size = 50  # Gitea's default page size; `limit` is ignored with `path`, as there
+    default_page_size = 30  # [api] DEFAULT_PAGING_NUM
+    commits_range_size = 50  # [git] COMMITS_RANGE_SIZE: the page of a listing by path
 
-    def _commits(self, repo: str, query: dict[str, str]) -> tuple[Any, ...]:
-        start = self._resolve(repo, query.get("sha") or self._default_branch(repo))
-        if start is None:
-            return 404, NOT_FOUND
-        limit = self.page_size if query.get("path") else int(query.get("limit") or self.page_size)
+    def _commits(self, repo: str, request: Request) -> tuple[Any, ...]:
+        """GetAllCommits: with ``path``, a page holds COMMITS_RANGE_SIZE commits whatever
+        ``limit`` says, while the paging headers count pages of ``limit``; no commit
+        touching ``path`` is a 404. A revision git cannot read is a 500 (git failed)."""
+        query = request.query
+        path = query.get("path")
+        per_page = min(int(query.get("limit") or self.default_page_size), self.commits_range_size)
         page = max(1, int(query.get("page") or 1))
-        args = ["rev-list", start]
-        if query.get("not"):
-            excluded = self._resolve(repo, query["not"])
-            if excluded is None:
-                return 404, NOT_FOUND
-            args.append(f"^{excluded}")
-        if query.get("path"):
-            args += ["--", query["path"]]
-        shas = git(self._bare(repo), *args).split()
-        chunk = shas[(page - 1) * limit : page * limit]
+        start = self._resolve(repo, query.get("sha") or self._default_branch(repo))
+        excluded = self._resolve(repo, query["not"]) if query.get("not") else None
+        if start is None and not path:
+            return 404, NOT_FOUND  # GetCommit(sha): NotFoundOrServerError
+        if start is None or (query.get("not") and excluded is None):
+            return 500, {"message": "", "url": self.url}  # git rev-list failed
+        args = ["rev-list", start, *([f"^{excluded}"] if excluded else [])]
+        shas = git(self._bare(repo), *args, *(["--", path] if path else [])).split()
+        if path and not shas:
+            return 404, {"message": "FileCommitsCount", "url": self.url}
+        size = self.commits_range_size if path else per_page
+        chunk = shas[(page - 1) * size : page * size]
         commits = self._api_commits(repo, chunk, files=query.get("files", "true") == "true")
+        pages = -(-len(shas) // per_page)
         headers = {
+            "Link": self._links(request, page, pages),
+            "X-Total-Count": str(len(shas)),
+            "X-Page": str(page),
+            "X-PerPage": str(per_page),
             "X-Total": str(len(shas)),
-            "X-HasMore": "true" if page * limit < len(shas) else "false",
+            "X-PageCount": str(pages),
+            "X-HasMore": "true" if page < pages else "false",
         }
-        return 200, commits, headers
+        return 200, commits, {k: v for k, v in headers.items() if v}
+
+    def _links(self, request: Request, page: int, pages: int) -> str:
+        """Gitea's Link header (genAPILinks): next, last, first, prev, as they apply."""
+
+        def at(number: int) -> str:
+            query = urlencode({**request.query, "page": str(number)})
+            return f"<{self.url}{request.path}?{query}>"
+
+        links = []
+        if page < pages:
+            links.append(f'{at(page + 1)}; rel="next"')
+            links.append(f'{at(pages)}; rel="last"')
+        if page > 1:
+            links.append(f'{at(1)}; rel="first"')
+            links.append(f'{at(page - 1)}; rel="prev"')
+        return ",".join(links)
 
     # ------------------------------------------------------------------ mirrors
 
