@@ -96,8 +96,10 @@ def build_unit(site: Site) -> Tree:
 
 
 def vendor_root() -> Path:
-    """vendor/ of the project (an editable install), else of the working directory."""
-    candidates = [Path(__file__).resolve().parent.parent / "vendor", Path.cwd() / "vendor"]
+    """vendor/ of the checkout (where a bundle may be vendored), of the working directory,
+    else the lock that travels in the wheel (``fabrique/upstream``)."""
+    package = Path(__file__).resolve().parent
+    candidates = [package.parent / "vendor", Path.cwd() / "vendor", package / "upstream"]
     return next((c for c in candidates if (c / "lock.yaml").is_file()), candidates[0])
 
 

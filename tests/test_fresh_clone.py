@@ -106,6 +106,7 @@ def test_the_wheel_alone_can_validate(clone: Path, tmp_path: Path) -> None:
 
     assert {f"fabrique/specs/{name}" for name in SPEC_FILES} <= names
     assert "fabrique/site/site.default.yaml" in names
+    assert "fabrique/upstream/lock.yaml" in names, "the EventBus's JetStream version"
     # run from the unpacked wheel only: no checkout on the path, the cwd elsewhere
     env = _env(PYTHONPATH=str(tmp_path / "site"))
     probe = _run(
