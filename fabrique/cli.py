@@ -277,7 +277,7 @@ def writeback(
     dry_run: bool,
     out: Path | None,
 ) -> None:
-    """Write a verified digest into the app's target in Git: changed, unchanged or superseded."""
+    """Write a verified digest into the app's target: changed, unchanged, superseded or held."""
     from fabrique.clients.gitea import token_from_env
     from fabrique.decisions.plan import write_atomic
     from fabrique.decisions.writeback import open_transport, write_back
@@ -380,7 +380,7 @@ def status_skipped(state: _State, app: str, revision: str, workflow: str | None)
 @click.option(
     "--outcome",
     required=True,
-    type=click.Choice(["changed", "unchanged", "superseded"]),
+    type=click.Choice(["changed", "unchanged", "superseded", "held"]),
     help="The write-back's outcome.",
 )
 @click.option("--commit", default="", help="The write-back commit, when it changed.")
@@ -394,7 +394,7 @@ def status_success(
     outcome: str,
     commit: str,
 ) -> None:
-    """success: the digest is written back (changed, unchanged or superseded)."""
+    """success: the digest is written back (changed, unchanged, superseded or held)."""
     from fabrique.decisions.status import written
     from fabrique.site.names import check_digest
 
@@ -430,6 +430,87 @@ def status_failure(
         return failed(workflow_status, failures, name)
 
     _report(state, app, revision, workflow, make)
+
+
+def _operator(by: str | None) -> str:
+    """Who is holding: --by, else the login name (it goes into Git, with the time)."""
+    import getpass
+
+    from fabrique.decisions.holds import check_text
+
+    if by is None:
+        try:
+            by = getpass.getuser()
+        except (OSError, KeyError):
+            raise InputError("--by: cannot tell who you are; give --by NAME") from None
+    by = check_text("--by", by)
+    if not by:
+        raise InputError("--by: must not be empty")
+    return by
+
+
+def _now() -> str:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+by_option = click.option("--by", help="Who holds, recorded in Git (default: your login name).")
+
+
+@cli.command()
+@click.option("--app", required=True, help="App name from the site config.")
+@click.option("--reason", default="", help="Why, recorded in Git and shown by status.")
+@by_option
+@click.option("--dry-run", is_flag=True, help="Print the diff that would be committed.")
+@pass_state
+def hold(state: _State, app: str, reason: str, by: str | None, dry_run: bool) -> None:
+    """Keep the app on what it deploys now: write-backs and reconcile passes say held."""
+    from fabrique.clients.gitea import token_from_env
+    from fabrique.decisions.holds import Hold, check_text
+    from fabrique.decisions.writeback import open_transport, set_hold
+
+    site = state.site
+    site.app(app)
+    wanted = Hold(by=_operator(by), at=_now(), reason=check_text("--reason", reason))
+    with open_transport(site, token_from_env()) as transport:
+        outcome = set_hold(site, transport, app, wanted, by=wanted.by, dry_run=dry_run)
+    if outcome.diff:
+        click.echo(outcome.diff, nl=False)
+    assert outcome.hold is not None
+    if outcome.state == "unchanged":
+        click.echo(f"unchanged: {app} is already {outcome.hold.describe()} ({outcome.where})")
+    elif outcome.state == "would-change":
+        click.echo(f"would hold: {app} ({outcome.where}, dry run)")
+    else:
+        click.echo(
+            f"held: {app} {outcome.hold.describe()} ({outcome.where}, commit {outcome.commit})"
+        )
+
+
+@cli.command()
+@click.option("--app", required=True, help="App name from the site config.")
+@by_option
+@click.option("--dry-run", is_flag=True, help="Print the diff that would be committed.")
+@pass_state
+def release(state: _State, app: str, by: str | None, dry_run: bool) -> None:
+    """Lift the app's hold: the next write-back or reconcile pass rolls it forward."""
+    from fabrique.clients.gitea import token_from_env
+    from fabrique.decisions.writeback import open_transport, set_hold
+
+    site = state.site
+    site.app(app)
+    with open_transport(site, token_from_env()) as transport:
+        outcome = set_hold(site, transport, app, None, by=_operator(by), dry_run=dry_run)
+    if outcome.diff:
+        click.echo(outcome.diff, nl=False)
+    was = f"; it was {outcome.previous.describe()}" if outcome.previous else ""
+    if outcome.state == "unchanged":
+        click.echo(f"unchanged: {app} is not held ({outcome.where})")
+    elif outcome.state == "would-change":
+        click.echo(f"would release: {app} ({outcome.where}, dry run){was}")
+    else:
+        click.echo(f"released: {app} ({outcome.where}, commit {outcome.commit}){was}")
 
 
 @cli.command("seed-webhook")

@@ -199,7 +199,8 @@ def test_success_descriptions_carry_the_digest_and_the_outcome() -> None:
         status.written("unchanged", DIGEST).description == f"{DIGEST} already deployed; unchanged"
     )
     assert "superseded" in status.written("superseded", DIGEST).description
-    for outcome in ("changed", "unchanged", "superseded"):
+    assert status.written("held", DIGEST).description == f"built {DIGEST}; held, nothing deployed"
+    for outcome in ("changed", "unchanged", "superseded", "held"):
         assert len(status.written(outcome, DIGEST, "c" * 40, by_net=True).description) <= 140
 
 

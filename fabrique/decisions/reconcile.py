@@ -14,6 +14,9 @@ A tag is no proof: any build can push to the registry. The only digest that is e
 written back is the one a Succeeded Workflow of that very revision verified, and only
 while the registry still holds it. Then exactly one action (``decide``, a pure function):
 
+    the target carries a hold                      -> held         (nothing written, nothing
+                                                                    submitted: fabrique
+                                                                    release lets it go on)
     deployed == want (or newer)                    -> ok
     Workflow Pending or Running                    -> in-flight    (wait for it)
     Workflow Failed or Error                       -> failed       (with its reason; never
@@ -45,18 +48,20 @@ from fabrique.site.errors import FabriqueError, ImageNotFound, RemoteError
 from fabrique.site.names import short_sha, workflow_name
 
 from .changes import fabrique_paths
+from .holds import Hold, read_hold
 from .targets import read_pin
 from .workflow import build_workflow
 from .writeback import Transport, desired_pin, write_back
 
 log = logging.getLogger("fabrique.reconcile")
 
-Action = Literal["ok", "in-flight", "write-back", "failed", "submit"]
+Action = Literal["ok", "held", "in-flight", "write-back", "failed", "submit"]
 Mode = Literal["act", "dry-run", "status"]
 DONE = {"write-back": "written-back", "submit": "submitted"}
 # what `fabrique status` calls the state behind each action
 STATUS = {
     "ok": "ok",
+    "held": "held",
     "in-flight": "in-flight",
     "write-back": "built-not-deployed",
     "failed": "failed",
@@ -79,6 +84,7 @@ class Facts:
     verified_digest: str | None = None  # what its verify-digest step recorded
     verified_held: bool = False  # the registry still holds <image>@<verified_digest>
     reason: str = ""  # why the Workflow failed, from its failed step
+    hold: Hold | None = None  # an operator's hold on the target (fabrique hold, rollback)
 
 
 @dataclass(frozen=True)
@@ -100,6 +106,13 @@ class AppResult:
 
 def decide(facts: Facts) -> tuple[Action, str]:
     """The one action for an app, and why. Pure: the table in the module docstring."""
+    if facts.hold is not None:
+        return (
+            "held",
+            f"{facts.hold.describe()}; deploys {facts.deployed_tag or '-'}"
+            f" (want {facts.want[:12] if facts.want else '-'}); nothing written until "
+            "fabrique release",
+        )
     if facts.want is None:
         return "ok", "no commit changes the app's context"
     want = facts.want[:12]
@@ -153,8 +166,9 @@ class Reconciler:
         want = transport.last_change(repo, branch, app.context, fabrique_paths(site))
         target = app.writeback
         snapshot = transport.read(target.repo, target.branch or branch, target.path)
-        deployed = None
+        deployed = hold = None
         if snapshot.text is not None:
+            hold = read_hold(snapshot.text, f"{target.repo}:{target.path}")
             probe = desired_pin(site, app, want or "0" * 40, "sha256:" + "0" * 64)
             deployed = read_pin(
                 snapshot.text,
@@ -198,6 +212,7 @@ class Reconciler:
             verified_digest=state.verified_digest if state else None,
             verified_held=held,
             reason=state.reason if state else "",
+            hold=hold,
         )
 
     def _digest(self, image: str, reference: str) -> str | None:
@@ -235,8 +250,8 @@ class Reconciler:
                 facts.verified_digest,
                 workflow="fabrique-reconcile",
             )
-            if outcome.state == "superseded":
-                return AppResult(app.name, "superseded", outcome.detail, facts)
+            if outcome.state in ("superseded", "held"):  # it moved since the facts were read
+                return AppResult(app.name, outcome.state, outcome.detail, facts)
             return AppResult(app.name, DONE[action], f"{detail}; {outcome.state}", facts)
         body = build_workflow(self.site, app.name, facts.want, submitted_by="reconciler")
         created = self.kube.create_workflow(body)
@@ -294,5 +309,5 @@ def table(results: Sequence[AppResult], short: Callable[[str | None], str]) -> l
     lines = [
         "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows
     ]
-    lines += [f"{r.app}: {r.detail}" for r in results if r.state in ("error", "failed")]
+    lines += [f"{r.app}: {r.detail}" for r in results if r.state in ("error", "failed", "held")]
     return lines

@@ -8,6 +8,7 @@ shows the latest of each context:
     success   the digest is written back     deployed sha256:…; changed, commit <sha12>
                                              sha256:… already deployed; unchanged
                                              built sha256:…; superseded, a newer commit …
+                                             built sha256:…; held, nothing deployed
               nothing under the context      no change under <context>
               changed
     failure   a step failed on the commit's  <step>: <reason>
@@ -112,6 +113,8 @@ def written(
         return Report("success", f"{prefix}{digest} already deployed; unchanged")
     if outcome == "superseded":
         return Report("success", f"{prefix}built {digest}; superseded, a newer commit is deployed")
+    if outcome == "held":
+        return Report("success", f"{prefix}built {digest}; held, nothing deployed")
     raise ValueError(f"write-back outcome {outcome!r}")
 
 

@@ -5,13 +5,18 @@ transport: the Gitea Contents API (blob sha as the lease, 422 when someone wrote
 or plain git (the branch tip as the lease, a rejected push when it moved). Losing the
 race means re-read, re-apply, retry, a bounded number of times with jitter.
 
-Three outcomes, and only three:
+Four outcomes, and only four:
 
 - ``changed``: a commit was made (its sha is reported);
 - ``unchanged``: the target already says exactly this; no commit;
 - ``superseded``: the target deploys a newer commit (the built one is neither the branch
   head nor a descendant of it); nothing is written, so a slow build of an old commit
-  never rolls production back.
+  never rolls production back;
+- ``held``: an operator holds the app (``fabrique hold``, ``fabrique rollback``; see
+  ``holds``); nothing is written until ``fabrique release``.
+
+Only the operator's ``fabrique rollback`` writes an older pin, and it records a hold in
+the same commit.
 """
 
 from __future__ import annotations
@@ -35,13 +40,14 @@ from fabrique.site.config import AppConfig, Site
 from fabrique.site.errors import StaleWrite, TargetError
 from fabrique.site.names import check_digest, check_revision, short_sha, workflow_name
 
+from .holds import Hold, apply_hold, read_hold
 from .targets import ImagePin, apply_pin, new_target, read_pin
 
 log = logging.getLogger("fabrique.writeback")
 
 _T = TypeVar("_T")
 
-State = Literal["changed", "unchanged", "superseded", "would-change"]
+State = Literal["changed", "unchanged", "superseded", "held", "would-change"]
 
 
 @dataclass(frozen=True)
@@ -95,6 +101,11 @@ class Outcome:
             return f"unchanged: {self.app} already deploys {self.pin.reference} ({self.where})"
         if self.state == "would-change":
             return f"would change: {self.app} {self.pin.reference} -> {self.where} (dry run)"
+        if self.state == "held":
+            return (
+                f"held: {self.app} is {self.detail}; nothing written to {self.where} "
+                "(fabrique release lets it roll forward)"
+            )
         return f"superseded: {self.app} {self.detail}; nothing written to {self.where}"
 
 
@@ -118,6 +129,26 @@ def commit_message(app: AppConfig, pin: ImagePin, revision: str, workflow: str) 
     )
 
 
+def rollback_message(app: AppConfig, pin: ImagePin, revision: str, hold: Hold) -> str:
+    return (
+        f"fabrique: roll {app.name} back to {app.image} {pin.tag}, and hold it\n\n"
+        f"{hold.reason or 'No reason given.'}\n\n"
+        f"App: {app.name}\n"
+        f"Image: {pin.new_name}:{pin.tag}\n"
+        f"Digest: {pin.digest}\n"
+        f"Source-Revision: {revision}\n"
+        f"Held-By: {hold.by}\n"
+    )
+
+
+@dataclass(frozen=True)
+class Written:
+    """What ``commit_edit`` did: the commit made, or (dry run) the diff it would make."""
+
+    commit: str | None
+    diff: str = ""
+
+
 def write_back(
     site: Site,
     transport: Transport,
@@ -128,20 +159,27 @@ def write_back(
     workflow: str | None = None,
     dry_run: bool = False,
     sleep: Callable[[float], None] = time.sleep,
+    rollback: Hold | None = None,
+    gate: Callable[[str], None] | None = None,
 ) -> Outcome:
-    """Write ``digest`` of ``app`` built at ``revision`` into its target, once."""
+    """Write ``digest`` of ``app`` built at ``revision`` into its target, once.
+
+    While the target carries a hold, nothing is written (``held``). ``rollback`` is the
+    operator's gesture: the pin is written whatever is deployed, with that hold, in one
+    commit. ``gate`` checks the digest (its signature) before anything is written."""
     app = site.app(app_name)
     check_revision(revision)
     pin = desired_pin(site, app, revision, digest)
     target = app.writeback
-    branch = target.branch or site.gitea.branch
-    where = f"{target.repo}@{branch}:{target.path}"
-    message = commit_message(app, pin, revision, workflow or workflow_name(app.name, revision))
-    backoff = dataclasses.replace(site.network.retry_policy(), attempts=site.writeback.attempts)
+    where = target_where(site, app)
+    if rollback is None:
+        message = commit_message(app, pin, revision, workflow or workflow_name(app.name, revision))
+    else:
+        message = rollback_message(app, pin, revision, rollback)
+    gated: list[bool] = []
 
-    for attempt in range(1, site.writeback.attempts + 1):
-        snapshot = transport.read(target.repo, branch, target.path)
-        if snapshot.text is None:
+    def edit(old: str | None) -> str | Outcome:
+        if old is None:
             if not target.create:
                 raise TargetError(
                     f"{where}: file not found (set apps[].writeback.create: true to create it)"
@@ -149,32 +187,79 @@ def write_back(
             old_text, deployed = "", None
             new_text = new_target(target.kind, pin, where=where)
         else:
-            old_text = snapshot.text
+            old_text = old
+            held = read_hold(old_text, where)
+            if held is not None and rollback is None:
+                log.warning("%s: %s; not writing %s", where, held.describe(), pin.reference)
+                return Outcome("held", app.name, where, pin, detail=held.describe())
             deployed = read_pin(
                 old_text, target.kind, pin, where=where, source_index=target.source_index
             )
             new_text = apply_pin(
                 old_text, target.kind, pin, where=where, source_index=target.source_index
             )
+        if rollback is not None:
+            new_text = apply_hold(new_text, rollback, where=where)
         if new_text == old_text:
             return Outcome("unchanged", app.name, where, pin)
-        if deployed is not None and deployed.tag and deployed.tag != pin.tag:
+        if rollback is None and deployed is not None and deployed.tag and deployed.tag != pin.tag:
             newer = _newer_deployed(site, transport, revision, deployed.tag)
             if newer:
                 log.warning("%s: %s; not rolling back", where, newer)
                 return Outcome("superseded", app.name, where, pin, detail=newer)
+        if gate is not None and not gated:
+            gate(pin.digest or "")
+            gated.append(True)
+        return new_text
+
+    done = commit_edit(site, transport, app, edit, message, dry_run=dry_run, sleep=sleep)
+    if isinstance(done, Outcome):
+        return done
+    if done.commit is None:
+        return Outcome("would-change", app.name, where, pin, diff=done.diff)
+    return Outcome("changed", app.name, where, pin, commit=done.commit)
+
+
+def target_where(site: Site, app: AppConfig) -> str:
+    target = app.writeback
+    return f"{target.repo}@{target.branch or site.gitea.branch}:{target.path}"
+
+
+def commit_edit(
+    site: Site,
+    transport: Transport,
+    app: AppConfig,
+    edit: Callable[[str | None], str | _T],
+    message: str,
+    *,
+    dry_run: bool = False,
+    sleep: Callable[[float], None] = time.sleep,
+) -> _T | Written:
+    """Read the app's target, ``edit`` it, and commit the result leased on what was read.
+
+    Losing the race (422, a rejected push) means re-read, re-edit, retry, a bounded
+    number of times with jitter. ``edit`` may end it with an Outcome of its own."""
+    target = app.writeback
+    branch = target.branch or site.gitea.branch
+    where = target_where(site, app)
+    backoff = dataclasses.replace(site.network.retry_policy(), attempts=site.writeback.attempts)
+    for attempt in range(1, site.writeback.attempts + 1):
+        snapshot = transport.read(target.repo, branch, target.path)
+        edited = edit(snapshot.text)
+        if not isinstance(edited, str):
+            return edited
         if dry_run:
             diff = "".join(
                 difflib.unified_diff(
-                    old_text.splitlines(keepends=True),
-                    new_text.splitlines(keepends=True),
+                    (snapshot.text or "").splitlines(keepends=True),
+                    edited.splitlines(keepends=True),
                     fromfile=f"a/{target.path}",
                     tofile=f"b/{target.path}",
                 )
             )
-            return Outcome("would-change", app.name, where, pin, diff=diff)
+            return Written(None, diff)
         try:
-            commit = transport.write(target.repo, branch, target.path, new_text, snapshot, message)
+            commit = transport.write(target.repo, branch, target.path, edited, snapshot, message)
         except StaleWrite as exc:
             if attempt == site.writeback.attempts:
                 raise StaleWrite(
@@ -187,9 +272,63 @@ def write_back(
             )
             sleep(delay)
             continue
-        log.info("%s: %s now deploys %s (commit %s)", where, app.name, pin.reference, commit)
-        return Outcome("changed", app.name, where, pin, commit=commit)
+        log.info("%s: %s (commit %s)", where, message.splitlines()[0], commit)
+        return Written(commit)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+@dataclass(frozen=True)
+class HoldOutcome:
+    """What ``set_hold`` did: ``changed``, ``unchanged`` or ``would-change``."""
+
+    state: Literal["changed", "unchanged", "would-change"]
+    app: str
+    where: str
+    hold: Hold | None  # the hold the target carries now (or would)
+    previous: Hold | None
+    commit: str | None = None
+    diff: str = ""
+
+
+def set_hold(
+    site: Site,
+    transport: Transport,
+    app_name: str,
+    hold: Hold | None,
+    *,
+    by: str,
+    dry_run: bool = False,
+    sleep: Callable[[float], None] = time.sleep,
+) -> HoldOutcome:
+    """Put ``hold`` on the app's target (None: release it), once.
+
+    A replay changes nothing: holding a held app keeps the hold it has (release it first
+    to say something else), releasing an app that is not held writes nothing."""
+    app = site.app(app_name)
+    where = target_where(site, app)
+    if hold is None:
+        message = f"fabrique: release {app.name}\n\nApp: {app.name}\nReleased-By: {by}\n"
+    else:
+        message = (
+            f"fabrique: hold {app.name}\n\n{hold.reason or 'No reason given.'}\n\n"
+            f"App: {app.name}\nHeld-By: {hold.by}\n"
+        )
+    found: list[Hold | None] = []
+
+    def edit(old: str | None) -> str | HoldOutcome:
+        if old is None:
+            raise TargetError(f"{where}: file not found; nothing to hold or release")
+        previous = read_hold(old, where)
+        found[:] = [previous]
+        if (previous is None) == (hold is None):
+            return HoldOutcome("unchanged", app.name, where, previous, previous)
+        return apply_hold(old, hold, where=where)
+
+    done = commit_edit(site, transport, app, edit, message, dry_run=dry_run, sleep=sleep)
+    if isinstance(done, HoldOutcome):
+        return done
+    state: Literal["changed", "would-change"] = "would-change" if done.commit is None else "changed"
+    return HoldOutcome(state, app.name, where, hold, found[0], done.commit, done.diff)
 
 
 def _newer_deployed(

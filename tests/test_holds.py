@@ -1,0 +1,337 @@
+"""Holds: `fabrique hold` / `release`, respected by the write-back and the reconciler.
+
+The edit itself is tested as a pure function of the text; the gestures against the Gitea
+double (real bare repository) and a real git daemon, with the real loopback registry and
+the Kubernetes API double for the reconcile passes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from fabrique.decisions.holds import HOLD_ANNOTATION, Hold, apply_hold, read_hold
+from fabrique.decisions.reconcile import decide
+from fabrique.site.errors import InputError, TargetError
+
+from .conftest import APPLICATION, GITEA_TOKEN, KUSTOMIZATION, Repo, run_cli, write_values
+from .doubles.gitea import GiteaDouble
+from .doubles.kube import KubeApiDouble
+from .oci import push_image
+from .servers import GitDaemon, Registry
+from .test_reconcile import _facts, _phase, _posts
+
+HOLD = Hold(by="alice", at="2026-12-03T07:00:00Z", reason="the 2.3 release loses uploads")
+WHERE = "atlas/atlas:kustomization.yaml"
+DIGEST_A = "sha256:" + "a" * 64
+KUSTOMIZATION_WITH_METADATA = """\
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+metadata:
+  name: prod   # the overlay
+resources:
+  - ../../base
+"""
+WITH_ANNOTATIONS = """\
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+metadata:
+    annotations:
+        owner: "data team"
+images: []
+"""
+
+
+# ------------------------------------------------------------------ the edit
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "kind: Kustomization\nresources:\n  - ../../base\n",  # no metadata
+        KUSTOMIZATION_WITH_METADATA,  # metadata without annotations
+        WITH_ANNOTATIONS,  # other annotations, other indentation
+        "kind: Kustomization\nimages: []",  # no final newline
+    ],
+)
+def test_hold_then_release_gives_back_the_very_same_bytes(text: str) -> None:
+    held = apply_hold(text, HOLD, where=WHERE)
+    assert read_hold(text, WHERE) is None
+    assert read_hold(held, WHERE) == HOLD
+    data = yaml.safe_load(held)
+    assert json.loads(data["metadata"]["annotations"][HOLD_ANNOTATION]) == {
+        "at": HOLD.at,
+        "by": HOLD.by,
+        "reason": HOLD.reason,
+    }
+    before = yaml.safe_load(text)
+    del data["metadata"]["annotations"][HOLD_ANNOTATION]
+    if not data["metadata"]["annotations"]:
+        del data["metadata"]["annotations"]
+    if not data["metadata"]:
+        del data["metadata"]
+    assert data == before, "the hold is the only change"
+    assert apply_hold(held, None, where=WHERE) == text
+
+
+def test_only_one_line_is_added_next_to_other_annotations() -> None:
+    held = apply_hold(WITH_ANNOTATIONS, HOLD, where=WHERE)
+    added = [line for line in held.splitlines() if line not in WITH_ANNOTATIONS.splitlines()]
+    assert added == [f"        {HOLD_ANNOTATION}: '{HOLD.value()}'"]
+
+
+def test_a_new_hold_replaces_the_old_one_in_place() -> None:
+    held = apply_hold(KUSTOMIZATION_WITH_METADATA, HOLD, where=WHERE)
+    other = Hold(by="bob", at="2026-12-04T08:00:00Z", reason="it's the 'db' again")
+    again = apply_hold(held, other, where=WHERE)
+    assert read_hold(again, WHERE) == other
+    assert len(again.splitlines()) == len(held.splitlines())
+
+
+def test_an_application_keeps_the_hold_in_its_own_metadata() -> None:
+    from .conftest import SEED_APPLICATION
+
+    held = apply_hold(SEED_APPLICATION, HOLD, where=WHERE)
+    data = yaml.safe_load(held)
+    assert data["metadata"]["name"] == "citation"
+    assert read_hold(held, WHERE) == HOLD
+    assert apply_hold(held, None, where=WHERE) == SEED_APPLICATION
+
+
+def test_a_held_application_is_still_a_valid_application(specs: Path) -> None:
+    from fabrique.validate import Schemas
+
+    from .conftest import SEED_APPLICATION
+
+    validator = Schemas(specs).validator("argoproj.io/v1alpha1", "Application")
+    assert validator is not None
+    held = yaml.safe_load(apply_hold(SEED_APPLICATION, HOLD, where=WHERE))
+    assert list(validator.iter_errors(held)) == []
+
+
+def test_kustomize_reads_a_held_kustomization_and_leaks_nothing(tmp_path: Path) -> None:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed; kustomize rendering is checked where it is")
+    (tmp_path / "pod.yaml").write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n"
+        "spec: {containers: [{name: a, image: citation-dagster}]}\n"
+    )
+    text = "resources:\n- pod.yaml\nimages:\n- name: citation-dagster\n  newTag: abc\n"
+    (tmp_path / "kustomization.yaml").write_text(apply_hold(text, HOLD, where=WHERE))
+    rendered = subprocess.run(
+        [kubectl, "kustomize", str(tmp_path)], capture_output=True, text=True, check=True
+    )
+    pod = yaml.safe_load(rendered.stdout)
+    assert pod["spec"]["containers"][0]["image"] == "citation-dagster:abc"
+    assert "annotations" not in pod["metadata"], "the hold stays in the kustomization"
+
+
+def test_a_hold_written_by_hand_holds_too() -> None:
+    text = 'kind: Kustomization\nmetadata:\n  annotations:\n    fabrique.io/hold: "incident 42"\n'
+    assert read_hold(text, WHERE) == Hold(by="", at="", reason="incident 42")
+    assert "held by unknown since unknown: incident 42" == Hold("", "", "incident 42").describe()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("kind: Kustomization\nmetadata: {name: prod}\n", "flow style"),
+        ("kind: Kustomization\nmetadata: [1]\n", "metadata must be a mapping"),
+        ("kind: Kustomization\nmetadata:\n  annotations:\n", "metadata.annotations is empty"),
+    ],
+)
+def test_odd_metadata_is_refused_with_its_field(text: str, message: str) -> None:
+    with pytest.raises(TargetError, match=re.escape(message)):
+        apply_hold(text, HOLD, where=WHERE)
+
+
+def test_a_held_app_is_decided_held_before_anything_else() -> None:
+    for changes in ({}, {"deployed_is_current": True}, {"phase": "Succeeded"}):
+        action, detail = decide(_facts(hold=HOLD, **changes))
+        assert action == "held"
+        assert detail.startswith("held by alice since 2026-12-03T07:00:00Z: the 2.3 release")
+
+
+def test_reason_and_by_are_one_printable_line() -> None:
+    from fabrique.decisions.holds import check_text
+
+    with pytest.raises(InputError, match="--reason"):
+        check_text("--reason", "two\nlines")
+    with pytest.raises(InputError, match="at most 200"):
+        check_text("--reason", "x" * 201)
+
+
+# --------------------------------------------------------- the gestures, end to end
+
+
+@pytest.fixture()
+def env(tmp_path: Path, kube: KubeApiDouble) -> dict[str, str]:
+    return {
+        "KUBECONFIG": str(kube.kubeconfig(tmp_path / "kubeconfig")),
+        "FABRIQUE_GITEA_TOKEN": GITEA_TOKEN,
+    }
+
+
+@pytest.fixture()
+def values(tmp_path: Path, gitea: GiteaDouble, registry: Registry) -> Path:
+    return write_values(
+        tmp_path / "site.yaml", **{"gitea.url": gitea.url, "registry.host": registry.host}
+    )
+
+
+def fab(values: Path, env: dict[str, str], *args: str) -> Any:
+    return run_cli("--values", str(values), *args, env=env)
+
+
+def _line(result: Any, app: str = "citation") -> str:
+    return next(line for line in result.stdout.splitlines() if line.startswith(f"{app}: "))
+
+
+def _deployed_tag(code_repo: Repo) -> str | None:
+    images = yaml.safe_load(code_repo.show(KUSTOMIZATION)).get("images") or []
+    entry = next((e for e in images if e["name"] == "citation-dagster"), {})
+    return entry.get("newTag")
+
+
+def test_hold_is_respected_by_writeback_and_reconcile_until_release(
+    code_repo: Repo, values: Path, env: dict[str, str], kube: KubeApiDouble, registry: Registry
+) -> None:
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    held = fab(values, env, "hold", "--app", "citation", "--reason", "incident 42", "--by", "alice")
+    assert held.exit_code == 0, held.stderr
+    assert re.fullmatch(
+        r"held: citation held by alice since \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ: incident 42 "
+        rf"\(atlas/atlas@main:{re.escape(KUSTOMIZATION)}, commit {code_repo.head()}\)\n",
+        held.stdout,
+    ), held.stdout
+    message = code_repo.git("log", "-1", "--format=%B", "main")
+    assert message.startswith("fabrique: hold citation\n\nincident 42\n")
+    assert "Held-By: alice" in message
+    assert read_hold(code_repo.show(KUSTOMIZATION), WHERE) is not None
+    head = code_repo.head()
+
+    # a replay holds nothing more
+    again = fab(values, env, "hold", "--app", "citation", "--reason", "other", "--by", "bob")
+    assert again.stdout.startswith("unchanged: citation is already held by alice")
+    assert code_repo.head() == head
+
+    # the Sensor path: the build ran, its write-back step says held and writes nothing
+    digest = push_image(registry.url, "citation-dagster", revision[:12])
+    step = fab(
+        values, env, "writeback", "--app", "citation", "--revision", revision, "--digest", digest
+    )
+    assert step.exit_code == 0, step.stderr
+    assert step.stdout.startswith("held: citation is held by alice since "), step.stdout
+    assert code_repo.head() == head
+
+    # the safety net: held, no commit, no Workflow, even with a verified build waiting
+    _phase(kube, revision, "Succeeded", verified=digest)
+    for _ in range(2):
+        result = fab(values, env, "reconcile")
+        assert result.exit_code == 0, result.stderr
+        assert _line(result).startswith("citation: held: held by alice since "), result.stdout
+        assert result.stdout.splitlines()[-1] == "reconcile: 1 app(s): 1 held"
+    assert code_repo.head() == head and _posts(kube) == 0
+
+    # status: who, why, when
+    table = fab(values, env, "status")
+    assert table.stdout.splitlines()[1].split()[:2] == ["citation", "held"]
+    assert _line(table).startswith("citation: held by alice since 20")
+    (entry,) = json.loads(fab(values, env, "status", "-o", "json").stdout)
+    assert entry["state"] == "held"
+    assert entry["facts"]["hold"]["by"] == "alice"
+    assert entry["facts"]["hold"]["reason"] == "incident 42"
+
+    released = fab(values, env, "release", "--app", "citation", "--by", "alice")
+    assert released.exit_code == 0, released.stderr
+    assert released.stdout.startswith("released: citation ")
+    assert "it was held by alice" in released.stdout
+    assert read_hold(code_repo.show(KUSTOMIZATION), WHERE) is None
+    assert "Released-By: alice" in code_repo.git("log", "-1", "--format=%B", "main")
+    assert fab(values, env, "release", "--app", "citation").stdout.startswith(
+        "unchanged: citation is not held"
+    )
+
+    forward = fab(values, env, "reconcile")
+    assert _line(forward).startswith("citation: written-back: "), forward.stdout
+    assert _deployed_tag(code_repo) == revision[:12]
+
+
+def test_hold_dry_run_prints_the_diff_and_writes_nothing(
+    code_repo: Repo, values: Path, env: dict[str, str]
+) -> None:
+    head = code_repo.head()
+    result = fab(values, env, "hold", "--app", "citation", "--by", "alice", "--dry-run")
+    assert result.exit_code == 0, result.stderr
+    assert f"+    {HOLD_ANNOTATION}: '" in result.stdout
+    assert result.stdout.splitlines()[-1].startswith("would hold: citation")
+    assert code_repo.head() == head
+
+
+def test_bad_reason_is_refused_before_anything_is_read(values: Path, env: dict[str, str]) -> None:
+    result = fab(values, env, "hold", "--app", "citation", "--reason", "a\nb", "--by", "x")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: --reason ")
+
+
+def test_an_argocd_application_target_is_held_in_its_metadata(
+    tmp_path: Path, apps_repo: Repo, gitea: GiteaDouble, env: dict[str, str]
+) -> None:
+    values = write_values(
+        tmp_path / "site.yaml",
+        **{
+            "gitea.url": gitea.url,
+            "apps": [
+                {
+                    "name": "citation",
+                    "image": "citation-dagster",
+                    "context": "dataops/citation-dagster",
+                    "writeback": {
+                        "kind": "argocd-application",
+                        "repo": "cluster/apps",
+                        "path": APPLICATION,
+                    },
+                }
+            ],
+        },
+    )
+    assert fab(values, env, "hold", "--app", "citation", "--by", "alice").exit_code == 0
+    hold = read_hold(apps_repo.show(APPLICATION), WHERE)
+    assert hold is not None and hold.by == "alice"
+    assert fab(values, env, "release", "--app", "citation").exit_code == 0
+    from .conftest import SEED_APPLICATION
+
+    assert apps_repo.show(APPLICATION) == SEED_APPLICATION
+
+
+def test_git_transport_hold_then_held_writeback(
+    tmp_path: Path, code_repo: Repo, git_daemon: GitDaemon
+) -> None:
+    values = write_values(
+        tmp_path / "site.yaml",
+        **{"writeback.transport": "git", "writeback.gitUrl": f"git://127.0.0.1:{git_daemon.port}"},
+    )
+    env = {"FABRIQUE_GITEA_TOKEN": GITEA_TOKEN}
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    assert fab(values, env, "hold", "--app", "citation", "--by", "alice").exit_code == 0
+    head = code_repo.head()
+    step = fab(
+        values, env, "writeback", "--app", "citation", "--revision", revision, "--digest", DIGEST_A
+    )
+    assert step.exit_code == 0, step.stderr
+    assert step.stdout.startswith("held: citation is held by alice")
+    assert code_repo.head() == head
+    assert fab(values, env, "release", "--app", "citation").stdout.startswith("released: ")
+    step = fab(
+        values, env, "writeback", "--app", "citation", "--revision", revision, "--digest", DIGEST_A
+    )
+    assert step.stdout.startswith("changed: "), step.stdout
+    assert _deployed_tag(code_repo) == revision[:12]
