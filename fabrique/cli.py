@@ -109,12 +109,25 @@ def render(state: _State, out: Path) -> None:
     help="Upstream specs (default: the copy shipped with fabrique; env FABRIQUE_SPECS).",
 )
 @click.option("--k8s-version", metavar="X.Y.Z", help="Kubernetes schema version for core kinds.")
-def validate(directory: Path, specs: str | None, k8s_version: str | None) -> None:
+@click.option(
+    "--external",
+    multiple=True,
+    metavar="KIND/NS/NAME",
+    help="An object the tree refers to that lives outside it (repeatable), such as "
+    "ServiceAccount/fabrique-build/builder.",
+)
+def validate(
+    directory: Path, specs: str | None, k8s_version: str | None, external: tuple[str, ...]
+) -> None:
     """Check every rendered document strictly; list every error with its place."""
-    from .validate import find_specs, kustomize_check, validate_tree
+    from .validate import find_specs, kustomize_check, parse_external, validate_tree
 
+    outside = [parse_external(value) for value in external]
     problems = [
-        str(p) for p in validate_tree(directory, find_specs(specs), k8s_version=k8s_version)
+        str(p)
+        for p in validate_tree(
+            directory, find_specs(specs), k8s_version=k8s_version, external=outside
+        )
     ]
     try:
         kustomize_error = kustomize_check(directory)

@@ -6,6 +6,11 @@
   where the CRD itself says ``x-kubernetes-preserve-unknown-fields``.
 - Core kinds with kubernetes-validate in strict mode.
 - Every ``metadata.name`` a DNS-1123 name (a label for Namespaces and Services).
+- Across documents, what a controller would refuse although each document is valid: a
+  step, DAG task, entrypoint, exit handler or hook naming a template that does not exist
+  (here or through ``templateRef``), a DAG dependency on no task, a
+  ``serviceAccountName`` that is no ServiceAccount of the tree, a RoleBinding to a Role
+  the tree lacks. Objects that live outside the tree are declared ``external``.
 - The whole tree through ``kubectl kustomize`` when kubectl is installed.
 
 Each problem is reported as ``file: document N (Kind/name): json.path: message``.
@@ -16,6 +21,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterable, Iterator
@@ -291,13 +297,252 @@ def _describe(doc: Any) -> str:
     return "?"
 
 
-def validate_tree(root: Path, specs: Path, *, k8s_version: str | None = None) -> list[Problem]:
+# ------------------------------------------------------------------ references
+
+
+@dataclass(frozen=True)
+class Located:
+    """A document of the tree and where it is."""
+
+    file: str
+    index: int
+    doc: dict[str, Any]
+
+    @property
+    def kind(self) -> str:
+        return str(self.doc.get("kind", ""))
+
+    @property
+    def namespace(self) -> str | None:
+        meta = self.doc.get("metadata")
+        namespace = meta.get("namespace") if isinstance(meta, dict) else None
+        return namespace if isinstance(namespace, str) else None
+
+    @property
+    def name(self) -> str:
+        meta = self.doc.get("metadata")
+        return str(meta.get("name", "?")) if isinstance(meta, dict) else "?"
+
+    def problem(self, path: str, message: str) -> Problem:
+        return Problem(self.file, self.index, f"{self.kind}/{self.name}", path, message)
+
+
+def parse_external(value: str) -> tuple[str, str | None, str]:
+    """``Kind/namespace/name`` (or ``Kind/name`` for a cluster-scoped kind)."""
+    parts = value.split("/")
+    if len(parts) == 3 and all(parts):
+        return parts[0], parts[1], parts[2]
+    if len(parts) == 2 and all(parts):
+        return parts[0], None, parts[1]
+    raise InputError(
+        f"--external {value!r}: must be Kind/namespace/name or Kind/name "
+        "(ServiceAccount/fabrique-build/builder)"
+    )
+
+
+class _Objects:
+    """What the tree (and the declared externals) holds, by kind, namespace and name."""
+
+    def __init__(
+        self, documents: list[Located], external: Iterable[tuple[str, str | None, str]]
+    ) -> None:
+        self._known: set[tuple[str, str | None, str]] = set(external)
+        self.docs: dict[tuple[str, str | None, str], Located] = {}
+        for located in documents:
+            key = (located.kind, located.namespace, located.name)
+            self._known.add(key)
+            self.docs[key] = located
+
+    def has(self, kind: str, namespace: str | None, name: str) -> bool:
+        # a document without a namespace lands in whichever one kubectl is given
+        return (kind, namespace, name) in self._known or any(
+            k == kind and n == name and (namespace is None or ns is None)
+            for k, ns, n in self._known
+        )
+
+    def find(self, kind: str, namespace: str | None, name: str) -> Located | None:
+        return self.docs.get((kind, namespace, name)) or self.docs.get((kind, None, name))
+
+
+_TEMPLATE_KINDS = frozenset({"Workflow", "WorkflowTemplate", "ClusterWorkflowTemplate"})
+_DEPENDS_WORD = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_]*(?:\.[A-Za-z]+)?")
+
+
+def _workflow_spec(located: Located) -> tuple[str, dict[str, Any]] | None:
+    spec = located.doc.get("spec")
+    if not isinstance(spec, dict):
+        return None
+    if located.kind == "CronWorkflow":
+        inner = spec.get("workflowSpec")
+        return ("spec.workflowSpec", inner) if isinstance(inner, dict) else None
+    return ("spec", spec) if located.kind in _TEMPLATE_KINDS else None
+
+
+def _template_names(spec: dict[str, Any]) -> set[str]:
+    templates = spec.get("templates") or []
+    return {str(t["name"]) for t in templates if isinstance(t, dict) and "name" in t}
+
+
+def _templated(value: Any) -> bool:
+    return isinstance(value, str) and "{{" in value
+
+
+def check_references(
+    documents: list[Located], external: Iterable[tuple[str, str | None, str]] = ()
+) -> list[Problem]:
+    """Names one document gives another that a controller would look up and not find."""
+    objects = _Objects(documents, external)
+    problems: list[Problem] = []
+    for located in documents:
+        problems += _template_references(located, objects)
+        problems += _service_accounts(located, objects)
+        problems += _role_refs(located, objects)
+    return problems
+
+
+def _template_references(located: Located, objects: _Objects) -> Iterator[Problem]:
+    found = _workflow_spec(located)
+    if found is None:
+        return
+    where, spec = found
+    names = _template_names(spec)
+
+    def named(path: str, name: Any, what: str) -> Iterator[Problem]:
+        if isinstance(name, str) and not _templated(name) and name not in names:
+            yield located.problem(path, f"{what} {name!r} is not a template of this {located.kind}")
+
+    def call(path: str, node: dict[str, Any]) -> Iterator[Problem]:
+        """A step, a task or a hook: it runs a template, a templateRef or an inline one."""
+        if "template" in node:
+            yield from named(f"{path}.template", node["template"], "template")
+        ref = node.get("templateRef")
+        if isinstance(ref, dict):
+            yield from _template_ref(located, objects, f"{path}.templateRef", ref)
+        if "onExit" in node:
+            yield from named(f"{path}.onExit", node["onExit"], "exit handler")
+        for hook, body in (node.get("hooks") or {}).items():
+            if isinstance(body, dict):
+                yield from call(f"{path}.hooks.{hook}", body)
+
+    if "entrypoint" in spec:
+        yield from named(f"{where}.entrypoint", spec["entrypoint"], "entrypoint")
+    if "onExit" in spec:
+        yield from named(f"{where}.onExit", spec["onExit"], "exit handler")
+    for hook, body in (spec.get("hooks") or {}).items():
+        if isinstance(body, dict):
+            yield from call(f"{where}.hooks.{hook}", body)
+    for t_index, template in enumerate(spec.get("templates") or []):
+        if not isinstance(template, dict):
+            continue
+        base = f"{where}.templates[{t_index}]"
+        for g_index, group in enumerate(template.get("steps") or []):
+            for s_index, step in enumerate(group if isinstance(group, list) else []):
+                if isinstance(step, dict):
+                    yield from call(f"{base}.steps[{g_index}][{s_index}]", step)
+        tasks = (template.get("dag") or {}).get("tasks") or []
+        task_names = {str(t.get("name")) for t in tasks if isinstance(t, dict)}
+        for k_index, task in enumerate(tasks):
+            if not isinstance(task, dict):
+                continue
+            path = f"{base}.dag.tasks[{k_index}]"
+            yield from call(path, task)
+            for d_index, dependency in enumerate(task.get("dependencies") or []):
+                if dependency not in task_names:
+                    yield located.problem(
+                        f"{path}.dependencies[{d_index}]",
+                        f"{dependency!r} is not a task of this DAG",
+                    )
+            depends = task.get("depends")
+            if isinstance(depends, str):
+                for word in _DEPENDS_WORD.findall(depends):
+                    task_name = word.split(".")[0]
+                    if task_name not in task_names:
+                        yield located.problem(
+                            f"{path}.depends", f"{task_name!r} is not a task of this DAG"
+                        )
+
+
+def _template_ref(
+    located: Located, objects: _Objects, path: str, ref: dict[str, Any]
+) -> Iterator[Problem]:
+    name, template = ref.get("name"), ref.get("template")
+    if _templated(name) or _templated(template):
+        return
+    kind = "ClusterWorkflowTemplate" if ref.get("clusterScope") else "WorkflowTemplate"
+    namespace = None if kind == "ClusterWorkflowTemplate" else located.namespace
+    target = objects.find(kind, namespace, str(name))
+    if target is None:
+        if not objects.has(kind, namespace, str(name)):
+            yield located.problem(
+                f"{path}.name",
+                f"{kind} {name!r} is not in the tree (declare it with --external "
+                f"{kind}/{'' if namespace is None else namespace + '/'}{name})",
+            )
+        return
+    target_spec = target.doc.get("spec")
+    if isinstance(target_spec, dict) and template not in _template_names(target_spec):
+        yield located.problem(f"{path}.template", f"{kind} {name!r} has no template {template!r}")
+
+
+def _service_accounts(located: Located, objects: _Objects) -> Iterator[Problem]:
+    if located.kind == "ServiceAccount":
+        return
+
+    def walk(node: Any, path: str) -> Iterator[tuple[str, str]]:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                here = f"{path}.{key}" if path else str(key)
+                if key == "serviceAccountName" and isinstance(value, str):
+                    yield here, value
+                else:
+                    yield from walk(value, here)
+        elif isinstance(node, list):
+            for index, item in enumerate(node):
+                yield from walk(item, f"{path}[{index}]")
+
+    for path, name in walk(located.doc, ""):
+        # every namespace has its "default" ServiceAccount
+        if name == "default" or _templated(name):
+            continue
+        if not objects.has("ServiceAccount", located.namespace, name):
+            namespace = located.namespace or "<namespace>"
+            yield located.problem(
+                path,
+                f"ServiceAccount {name!r} is not in the tree (in namespace {namespace}; "
+                f"declare it with --external ServiceAccount/{namespace}/{name})",
+            )
+
+
+def _role_refs(located: Located, objects: _Objects) -> Iterator[Problem]:
+    if located.kind != "RoleBinding":
+        return
+    ref = located.doc.get("roleRef")
+    if not isinstance(ref, dict) or ref.get("kind") != "Role":
+        return  # a ClusterRole may be one the cluster ships (view, edit)
+    name = str(ref.get("name"))
+    if not objects.has("Role", located.namespace, name):
+        namespace = located.namespace or "<namespace>"
+        yield located.problem(
+            "roleRef.name",
+            f"Role {name!r} is not in the tree (in namespace {namespace}; "
+            f"declare it with --external Role/{namespace}/{name})",
+        )
+
+
+def validate_tree(
+    root: Path,
+    specs: Path,
+    *,
+    k8s_version: str | None = None,
+    external: Iterable[tuple[str, str | None, str]] = (),
+) -> list[Problem]:
     """Every problem in every YAML file under ``root`` (kustomization files excepted)."""
     if not root.is_dir():
         raise InputError(f"{root}: not a directory")
     schemas = Schemas(specs)
     version = k8s_version or latest_version()
     problems: list[Problem] = []
+    located: list[Located] = []
     files = sorted(p for p in root.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
     if not files:
         raise InputError(f"{root}: no YAML files to validate")
@@ -315,7 +560,9 @@ def validate_tree(root: Path, specs: Path, *, k8s_version: str | None = None) ->
         for index, doc in enumerate(documents):
             for json_path, message in check_document(doc, schemas, version):
                 problems.append(Problem(relative, index, _describe(doc), json_path, message))
-    return problems
+            if isinstance(doc, dict):
+                located.append(Located(relative, index, doc))
+    return problems + check_references(located, external)
 
 
 def kustomize_check(root: Path) -> str | None:
