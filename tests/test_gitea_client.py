@@ -5,15 +5,17 @@ answers of the Contents API that are not a stale sha."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
+from click.testing import Result
 
 from fabrique.clients.gitea import GiteaClient
 from fabrique.site.errors import GiteaError
 from fabrique.site.retry import RetryPolicy
 
-from .conftest import GITEA_TOKEN, Repo
+from .conftest import GITEA_TOKEN, Repo, run_cli, write_values
 from .doubles.gitea import GiteaDouble
 
 CONTEXT = "dataops/citation-dagster"
@@ -77,3 +79,113 @@ def test_commits_by_path_come_in_pages_of_50_with_gitea_s_headers(
     assert 'rel="prev"' in last.headers["Link"]
     listed = [sha for sha, _ in client.commits_touching("atlas/atlas", CONTEXT, start="main")]
     assert listed == [*reversed(made), first], "every page read, newest first"
+
+
+# ------------------------------------------------------------------ Contents API writes
+
+DIGEST = "sha256:" + "c" * 64
+
+
+def _writeback(gitea: GiteaDouble, revision: str, tmp_path: Path, **env: str) -> Result:
+    values = write_values(tmp_path / "site.yaml", **{"gitea.url": gitea.url})
+    return run_cli(
+        *("--values", str(values), "writeback", "--app", "citation"),
+        *("--revision", revision, "--digest", DIGEST),
+        env={"FABRIQUE_GITEA_TOKEN": GITEA_TOKEN, **env},
+    )
+
+
+def _writes(gitea: GiteaDouble) -> int:
+    return sum(1 for r in gitea.requests if r.method in ("PUT", "POST") and "/contents/" in r.path)
+
+
+def test_a_path_gitea_cannot_write_fails_at_once_with_its_reason(
+    code_repo: Repo, gitea: GiteaDouble, tmp_path: Path
+) -> None:
+    revision = code_repo.commit({f"{CONTEXT}/app.txt": "v2\n"})
+    result = _writeback(
+        gitea,
+        revision,
+        tmp_path,
+        FABRIQUE_APPS__0__WRITEBACK__PATH="README.md/kustomization.yaml",
+        FABRIQUE_APPS__0__WRITEBACK__CREATE="true",
+    )
+    assert result.exit_code == 2, result.output
+    assert "Gitea refused the write (HTTP 422): a file exists where you" in result.stderr
+    assert "[path: README.md]" in result.stderr
+    assert _writes(gitea) == 1, "an invalid path is not a lost race: no retry"
+    assert code_repo.head() == revision
+
+
+def test_a_protected_branch_or_path_is_named_not_blamed_on_the_token(
+    code_repo: Repo, gitea: GiteaDouble, tmp_path: Path
+) -> None:
+    revision = code_repo.commit({f"{CONTEXT}/app.txt": "v2\n"})
+    gitea.protect("atlas/atlas", "main")
+    whole = _writeback(gitea, revision, tmp_path)
+    assert whole.exit_code == 3, whole.output
+    assert "branch protection refused the write" in whole.stderr
+    assert "user should have a permission to write to the target branch" in whole.stderr
+    assert "refused the token" not in whole.stderr
+    gitea.protect("atlas/atlas", "main", files="dataops/*/deploy/**")
+    path = _writeback(gitea, revision, tmp_path)
+    assert path.exit_code == 3, path.output
+    assert "branch protection refused the write (path is protected" in path.stderr
+    assert code_repo.head() == revision, "nothing written"
+
+
+def test_a_write_racing_gitea_s_own_push_is_read_again_until_it_lands(
+    code_repo: Repo, gitea: GiteaDouble, tmp_path: Path
+) -> None:
+    revision = code_repo.commit({f"{CONTEXT}/app.txt": "v2\n"})
+    rivals = iter(range(6))  # more than the HTTP retries of one request
+
+    def rival(repo: str, branch: str) -> None:
+        number = next(rivals, None)
+        if number is not None:  # another file of the branch moves under Gitea's push
+            code_repo.commit({"README.md": f"rival {number}\n"}, f"rival {number}")
+
+    gitea.before_push = rival
+    result = _writeback(gitea, revision, tmp_path)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("changed:")
+    assert gitea.push_races == 6
+    log = code_repo.git("log", "--format=%s", "-8", "main").splitlines()
+    assert log[0].startswith("fabrique: deploy") and log[1:7] == [
+        f"rival {n}" for n in reversed(range(6))
+    ], "every rival's commit kept, ours on top"
+
+
+def test_a_target_above_gitea_s_max_blob_size_is_refused_by_name(
+    code_repo: Repo, gitea: GiteaDouble, tmp_path: Path
+) -> None:
+    revision = code_repo.commit({f"{CONTEXT}/app.txt": "v2\n"})
+    gitea.max_blob_size = 64
+    result = _writeback(gitea, revision, tmp_path)
+    assert result.exit_code == 2, result.output
+    assert "more than Gitea sends through the Contents API" in result.stderr
+    assert code_repo.head() == revision
+
+
+def test_editing_a_hook_resets_what_the_patch_omits(gitea: GiteaDouble) -> None:
+    auth = {"Authorization": f"token {GITEA_TOKEN}"}
+    hooks = f"{gitea.url}/api/v1/repos/atlas/atlas/hooks"
+    created = httpx.post(
+        hooks,
+        json={
+            "type": "gitea",
+            "config": {"url": "http://es:12000/push", "content_type": "json"},
+            "events": ["push", "create"],
+            "branch_filter": "main",
+            "authorization_header": "Bearer t",
+            "active": True,
+        },
+        headers=auth,
+    ).json()
+    edited = httpx.patch(f"{hooks}/{created['id']}", json={"active": False}, headers=auth).json()
+    assert (edited["events"], edited["branch_filter"], edited["authorization_header"]) == (
+        ["push"],
+        "",
+        "",
+    )
+    assert edited["active"] is False and edited["config"]["url"] == "http://es:12000/push"

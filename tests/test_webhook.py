@@ -109,3 +109,7 @@ def test_bodies_follow_gitea_create_and_edit_hook_options(values: Path, gitea: G
     methods = [r.method for r in gitea.requests if "/hooks" in r.path]
     assert "POST" in methods and "PATCH" in methods
     assert gitea.violations == []
+    # Gitea resets what a PATCH omits: the repair of `active` alone keeps the rest
+    hook = gitea.hooks["atlas/atlas"][1]
+    assert (hook["events"], hook["branch_filter"]) == (["push"], "main")
+    assert hook["authorization_header"] == f"Bearer {WEBHOOK_TOKEN}"

@@ -39,6 +39,7 @@ def send(
     *,
     retry: RetryPolicy,
     sleep: Callable[[float], None] = time.sleep,
+    retry_statuses: frozenset[int] = RETRY_STATUSES,
     **kwargs: object,
 ) -> httpx.Response:
     """Send a request, retrying transport errors and retryable statuses.
@@ -55,7 +56,7 @@ def send(
         except httpx.TransportError as exc:
             last_error = f"connection failed ({exc.__class__.__name__})"
         else:
-            if response.status_code not in RETRY_STATUSES or attempt == retry.attempts:
+            if response.status_code not in retry_statuses or attempt == retry.attempts:
                 return response
             last_error = f"HTTP {response.status_code}"
         if attempt < retry.attempts:
@@ -108,13 +109,20 @@ class JsonApi:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
-        """Send with retries; raise ``error`` (transient) if no usable answer came."""
+    def request(
+        self, method: str, url: str, *, answered: frozenset[int] = frozenset(), **kwargs: Any
+    ) -> httpx.Response:
+        """Send with retries; raise ``error`` (transient) if no usable answer came.
+
+        A status in ``answered`` goes back to the caller at once, retried or not by it."""
+        retry_statuses = RETRY_STATUSES - answered
         try:
-            response = send(self._client, method, url, retry=self.retry, **kwargs)
+            response = send(
+                self._client, method, url, retry=self.retry, retry_statuses=retry_statuses, **kwargs
+            )
         except Unreachable as exc:
             raise self.error(f"{self.system} unreachable: {exc.reason}", transient=True) from None
-        if response.status_code in RETRY_STATUSES:
+        if response.status_code in retry_statuses:
             raise self.error(
                 f"{self.system} answered HTTP {response.status_code} to {method} "
                 f"{response.request.url.path} after {self.retry.attempts} attempt(s)",

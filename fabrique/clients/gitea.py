@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,7 @@ from urllib.parse import quote
 import httpx
 
 from fabrique.site.config import Site
-from fabrique.site.errors import GiteaError, StaleWrite
+from fabrique.site.errors import GiteaError, StaleWrite, TargetError
 from fabrique.site.names import REVISION_RE
 from fabrique.site.retry import RetryPolicy
 
@@ -119,6 +120,12 @@ class GiteaClient(JsonApi):
             kind = data.get("type") if isinstance(data, dict) else type(data).__name__
             raise GiteaError(f"{what}: is a {kind}, not a file")
         sha, content = data.get("sha"), data.get("content")
+        if content is None and data.get("encoding") is None and isinstance(data.get("size"), int):
+            # above [api] DEFAULT_MAX_BLOB_SIZE Gitea lists the file without its content
+            raise TargetError(
+                f"{what}: {data['size']} bytes, more than Gitea sends through the Contents "
+                "API ([api] DEFAULT_MAX_BLOB_SIZE); a write-back target must be a small file"
+            )
         if data.get("encoding") != "base64" or not isinstance(content, str) or not sha:
             raise GiteaError(f"{what}: Gitea answered without base64 content and sha")
         try:
@@ -351,9 +358,27 @@ class GiteaClient(JsonApi):
 
     def _write(self, method: str, repo: str, path: str, branch: str, body: dict[str, Any]) -> str:
         what = f"{path} in {repo}@{branch}"
-        response = self.request(method, f"/repos/{repo}/contents/{_path(path)}", json=body)
+        response = self.request(
+            method, f"/repos/{repo}/contents/{_path(path)}", json=body, answered=frozenset({500})
+        )
+        message = _message(response)
+        if response.status_code == 422 and not STALE_MESSAGE.match(message):
+            # an invalid path or name (a file where a directory is, a malformed component):
+            # no re-read will change that
+            raise TargetError(f"{what}: Gitea refused the write (HTTP 422): {message}")
         if response.status_code in (409, 422):
             raise StaleWrite(f"{what}: changed since it was read (HTTP {response.status_code})")
+        if response.status_code == 500:
+            # ChangeRepoFiles pushes a temporary clone; a branch that moved in between is
+            # ErrPushOutOfDate, which Gitea answers 500 (with no message in production)
+            raise StaleWrite(
+                f"{what}: Gitea answered HTTP 500 (its push raced another write, or it failed)"
+            )
+        if response.status_code == 403 and PROTECTION_MESSAGE.search(message):
+            raise GiteaError(
+                f"{what}: branch protection refused the write ({message}); let the token's "
+                f"user push to {branch}, or unprotect {path}"
+            )
         if response.status_code == 404:
             raise GiteaError(f"{what}: branch or repository not found")
         if response.status_code == 423:
@@ -383,6 +408,27 @@ class GiteaClient(JsonApi):
             return response.json()
         except ValueError:
             raise GiteaError(f"{what}: Gitea answered something that is not JSON") from None
+
+
+# Gitea's 422 messages that mean "someone wrote first": re-read and re-apply. Every
+# other 422 of the Contents API is about the path or the request, and final.
+STALE_MESSAGE = re.compile(
+    r"sha does not match|repository file already exists|file CommitID does not match", re.I
+)
+# Gitea's 403 messages for a protected branch or path (not a refused token)
+PROTECTION_MESSAGE = re.compile(
+    r"cannot commit to repo|path is protected|permission to write to the target branch", re.I
+)
+
+
+def _message(response: httpx.Response) -> str:
+    """The ``message`` of a Gitea APIError, one line, or ""."""
+    try:
+        data = response.json()
+    except ValueError:
+        return ""
+    message = data.get("message") if isinstance(data, dict) else None
+    return " ".join(str(message).split())[:300] if message else ""
 
 
 def _get(data: Any, *keys: str) -> Any:

@@ -9,7 +9,12 @@ and every answer is checked against Gitea 1.27.1's Swagger document
 It sits on real bare repositories: every write is a real commit made with git plumbing
 and moved onto the branch with a compare-and-swap ``update-ref``, so tests can check the
 history with ``git log`` and ``git show``. Like Gitea, an update must name the file's
-current blob sha, and a stale one answers 422.
+current blob sha, and a stale one answers 422; a path Gitea cannot write answers 422
+with its own message; a protected branch or path (``protect``) answers 403. Writes take
+no lock, as in Gitea: when the branch moves between the check and the push
+(``before_push`` lets a test move it), the answer is 500. A file larger than
+``max_blob_size`` is listed with ``content: null``. Editing a hook resets what the PATCH
+omits (``events``, ``branch_filter``, ``authorization_header``), as Gitea's editHook does.
 
 Commit statuses are kept as Gitea keeps them: every POST adds one (nothing is replaced),
 numbered per commit; the combined status holds the latest of each context, and its state
@@ -27,11 +32,14 @@ another writer had just won.
 from __future__ import annotations
 
 import base64
+import fnmatch
 import random
 import re
 import subprocess
+import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlencode
@@ -39,6 +47,7 @@ from urllib.parse import unquote, urlencode
 from .http import DROP, LoopbackServer, Request
 from .swagger import SpecViolation, Swagger
 
+RSQUO = "\u2019"  # the apostrophe of Gitea's ErrFilePathInvalid messages
 NOT_FOUND = {"message": "The target couldn't be found.", "url": "", "errors": []}
 
 
@@ -78,6 +87,10 @@ class GiteaDouble:
         self.statuses: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self._next_hook = 1
         self._write_lock = threading.Lock()
+        self.protected: dict[tuple[str, str], str | None] = {}  # (repo, branch) -> file glob
+        self.push_races = 0  # writes answered 500: the branch moved under Gitea's push
+        self.before_push: Callable[[str, str], None] | None = None  # a rival, in a test
+        self.max_blob_size = 10 * 1024 * 1024  # [api] DEFAULT_MAX_BLOB_SIZE
         self._fault_lock = threading.Lock()
         self.server = LoopbackServer(self._handle)
 
@@ -252,8 +265,11 @@ class GiteaDouble:
             "last_commit_message": last[3],
             "type": "file",
             "size": len(data),
-            "encoding": "base64",
-            "content": base64.b64encode(data).decode("ascii"),
+            # GetBlobBySHA: above DEFAULT_MAX_BLOB_SIZE, no encoding and no content
+            "encoding": "base64" if len(data) <= self.max_blob_size else None,
+            "content": (
+                base64.b64encode(data).decode("ascii") if len(data) <= self.max_blob_size else None
+            ),
             "url": url,
             "html_url": f"{self.url}/{repo}/src/commit/{commit}/{file_path}",
             "git_url": f"{self.url}/api/v1/repos/{repo}/git/blobs/{blob}",
@@ -513,7 +529,13 @@ class GiteaDouble:
         if method == "DELETE":
             del self.hooks[repo][hook_id]
             return 204, None
-        for key in ("events", "branch_filter", "authorization_header", "active", "name"):
+        # editHook: the events, the branch filter and the authorization header are set
+        # from the form whatever it holds (omitted: push only, "", ""); active and the
+        # config keys only when given
+        hook["events"] = body.get("events") or ["push"]
+        hook["branch_filter"] = body.get("branch_filter", "")
+        hook["authorization_header"] = body.get("authorization_header", "")
+        for key in ("active", "name"):
             if key in body:
                 hook[key] = body[key]
         if "config" in body:
@@ -590,34 +612,46 @@ class GiteaDouble:
     def _write_contents(
         self, repo: str, file_path: str, body: dict[str, Any], *, create: bool
     ) -> tuple[int, Any]:
+        """ChangeRepoFiles, as Gitea runs it: no lock. It checks the sha on the tip it
+        read, commits in a temporary clone and pushes; a tip that moved in between makes
+        the push fail (ErrPushOutOfDate), which the API answers 500."""
         if not create and self._random.random() < self.race_rate:
             self.races += 1
             return 422, {"message": "sha does not match [injected race]", "url": self.url}
         branch = body.get("branch") or self._default_branch(repo)
-        with self._write_lock:  # Gitea serializes writes to a repository too
-            tip = self._resolve(repo, f"refs/heads/{branch}")
-            if tip is None:
+        refused = self._protection(repo, branch, file_path)
+        if refused:
+            return 403, {"message": refused, "url": self.url}
+        tip = self._resolve(repo, f"refs/heads/{branch}")
+        if tip is None:
+            return 404, NOT_FOUND
+        invalid = self._invalid_path(repo, tip, file_path)
+        if invalid:
+            return 422, {"message": invalid, "url": self.url}
+        current = self._blob(repo, tip, file_path)
+        if create and current is not None:
+            return 422, {
+                "message": f"repository file already exists [path: {file_path}]",
+                "url": self.url,
+            }
+        if not create:
+            if current is None:
                 return 404, NOT_FOUND
-            current = self._blob(repo, tip, file_path)
-            if create and current is not None:
+            if body.get("sha") != current[0]:
                 return 422, {
-                    "message": f"repository file already exists [path: {file_path}]",
+                    "message": (
+                        f"sha does not match [given: {body.get('sha')}, expected: {current[0]}]"
+                    ),
                     "url": self.url,
                 }
-            if not create:
-                if current is None:
-                    return 404, NOT_FOUND
-                if body.get("sha") != current[0]:
-                    return 422, {
-                        "message": (
-                            f"sha does not match [given: {body.get('sha')}, expected: {current[0]}]"
-                        ),
-                        "url": self.url,
-                    }
-            content = base64.b64decode(body["content"])
+        content = base64.b64decode(body["content"])
+        try:
             commit = self._commit_file(
                 repo, tip, branch, file_path, content, body, current[1] if current else "100644"
             )
+        except subprocess.CalledProcessError:
+            self.push_races += 1
+            return 500, {"message": "", "url": self.url}  # production hides the message
         contents = self._contents(repo, commit, file_path)
         api = self._api_commit(repo, commit)
         return (201 if create else 200), {
@@ -662,10 +696,12 @@ class GiteaDouble:
             .stdout.decode()
             .strip()
         )
-        index = {"GIT_INDEX_FILE": str(bare / "double.index")}
-        git(bare, "read-tree", tip, env=index)
-        git(bare, "update-index", "--add", "--cacheinfo", f"{mode},{blob},{file_path}", env=index)
-        tree = git(bare, "write-tree", env=index)
+        with tempfile.TemporaryDirectory() as scratch:  # one index per writer, as a clone
+            index = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
+            git(bare, "read-tree", tip, env=index)
+            entry = f"{mode},{blob},{file_path}"
+            git(bare, "update-index", "--add", "--cacheinfo", entry, env=index)
+            tree = git(bare, "write-tree", env=index)
         author = body.get("author") or {"name": "gitea", "email": "gitea@example.invalid"}
         committer = body.get("committer") or author
         identity = {
@@ -678,5 +714,43 @@ class GiteaDouble:
         commit = git(
             bare, "commit-tree", tree, "-p", tip, "-F", "-", input_text=message, env=identity
         )
-        git(bare, "update-ref", f"refs/heads/{branch}", commit, tip)  # compare-and-swap
+        if self.before_push is not None:
+            self.before_push(repo, branch)
+        git(bare, "update-ref", f"refs/heads/{branch}", commit, tip)  # fails if the tip moved
         return commit
+
+    def protect(self, repo: str, branch: str, *, files: str | None = None) -> None:
+        """Protect ``branch``: no push for fabrique's user, or, with ``files`` (a glob),
+        only those paths (ProtectedBranch.ProtectedFilePatterns)."""
+        self.protected[(repo, branch)] = files
+
+    def _protection(self, repo: str, branch: str, file_path: str) -> str | None:
+        """The 403 message Gitea gives a write the branch protection refuses, if any."""
+        if (repo, branch) not in self.protected:
+            return None
+        files = self.protected[(repo, branch)]
+        if files is None:  # ReqChangeRepoFileOptionsAndCheck: CanWriteToBranch is false
+            return "user should have a permission to write to the target branch"
+        if fnmatch.fnmatchcase(file_path, files):  # VerifyBranchProtection
+            return f"path is protected and can not be changed [path: {file_path}]"
+        return None
+
+    def _invalid_path(self, repo: str, tip: str, file_path: str) -> str | None:
+        """The 422 message of a path Gitea cannot write (ErrFilenameInvalid,
+        ErrFilePathInvalid), whoever wrote last."""
+        parts = file_path.split("/")
+        if any(part in ("", ".", "..", ".git") for part in parts):
+            return f"path contains a malformed path component [path: {file_path}]"
+        for depth in range(1, len(parts) + 1):
+            sub = "/".join(parts[:depth])
+            listed = git(self._bare(repo), "ls-tree", tip, "--", sub)
+            if not listed:
+                return None
+            kind = listed.split()[1]
+            if depth < len(parts) and kind != "tree":
+                return f"a file exists where you{RSQUO}re trying to create a subdirectory [path: {sub}]"
+            if depth == len(parts) and kind == "tree":
+                return (
+                    f"a directory exists where you{RSQUO}re trying to create a file [path: {sub}]"
+                )
+        return None

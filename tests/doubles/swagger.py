@@ -39,11 +39,25 @@ def _route_regex(template: str) -> str:
     return f"^{regex}$"
 
 
+def _documented_nulls(node: Any) -> Any:
+    """Swagger 2 cannot say "nullable": a Go pointer field that Gitea documents as null
+    in some case ("`content` is … otherwise null") may be null, and nothing else may."""
+    if isinstance(node, list):
+        return [_documented_nulls(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _documented_nulls(value) for key, value in node.items()}
+    kind = out.get("type")
+    if isinstance(kind, str) and kind != "null" and "null" in str(out.get("description", "")):
+        out["type"] = [kind, "null"]
+    return out
+
+
 class Swagger:
     def __init__(self, path: Path) -> None:
         self.document = json.loads(path.read_text("utf-8"))
         self.base_path = self.document.get("basePath", "")
-        self.definitions = close_schema(self.document["definitions"])
+        self.definitions = _documented_nulls(close_schema(self.document["definitions"]))
         self._routes = [
             (re.compile(_route_regex(template)), template) for template in self.document["paths"]
         ]
