@@ -42,6 +42,10 @@ class Repo:
         self.work = root / "work" / slug
         self.bare.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(self.bare)], check=True)
+        # as Gitea serves every repository (partial clone on, since git 2.22): a filtered
+        # fetch is honoured, and a missing object can be fetched by its id
+        for key in ("uploadpack.allowFilter", "uploadpack.allowAnySHA1InWant"):
+            subprocess.run(["git", "-C", str(self.bare), "config", key, "true"], check=True)
         subprocess.run(["git", "init", "-q", "-b", "main", str(self.work)], check=True)
         subprocess.run(
             ["git", "-C", str(self.work), "remote", "add", "origin", str(self.bare)], check=True

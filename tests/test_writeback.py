@@ -20,6 +20,7 @@ from .conftest import (
     APPLICATION,
     GITEA_TOKEN,
     KUSTOMIZATION,
+    SEED_KUSTOMIZATION,
     Repo,
     run_cli,
     write_values,
@@ -166,6 +167,39 @@ def test_a_descendant_replaces_the_deployed_revision(code_repo: Repo, values: Pa
     result = _writeback(values, second, DIGEST_B)
     assert result.stdout.startswith("changed:"), result.stdout + result.stderr
     assert _images(code_repo)[-1]["newTag"] == second[:12]
+
+
+@pytest.mark.parametrize("transport", ["gitea", "git"])
+def test_a_deployed_tag_that_is_no_commit_yields_only_to_the_branch_head(
+    code_repo: Repo, tmp_path: Path, gitea: GiteaDouble, git_daemon: GitDaemon, transport: str
+) -> None:
+    """Fail closed: when the deployed tag names no commit, nothing tells whether a build
+    is newer, so only the branch head may replace it."""
+    settings: dict[str, Any] = {"gitea.url": gitea.url}
+    if transport == "git":
+        settings |= {"writeback.transport": "git", "writeback.gitUrl": git_daemon.url("")[:-1]}
+    values = write_values(tmp_path / "site.yaml", **settings)
+    hand = SEED_KUSTOMIZATION + "  - name: citation-dagster\n    newTag: 1.4.2\n"
+    older = code_repo.commit({"dataops/citation-dagster/app.txt": "older\n"})
+    head = code_repo.commit({KUSTOMIZATION: hand}, "pinned by hand")
+    refused = _writeback(values, older, DIGEST_A)
+    assert refused.exit_code == 2
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"error: deployed tag '1.4.2' is not a commit of atlas/atlas@main, so nothing tells "
+        f"whether {older} is newer: only the branch head ({head}) may replace it; build the "
+        "head (fabrique submit --head) or set the tag by hand"
+    )
+    assert code_repo.head() == head and code_repo.show(KUSTOMIZATION) == hand
+    adopted = _writeback(values, head, DIGEST_B, verbose=True)
+    assert adopted.exit_code == 0, adopted.stderr
+    assert adopted.stdout.startswith("changed:")
+    assert "the branch head" in adopted.stderr
+    assert _images(code_repo)[-1] == {
+        "name": "citation-dagster",
+        "newTag": head[:12],
+        "newName": "registry:80/citation-dagster",
+        "digest": DIGEST_B,
+    }
 
 
 def test_argocd_application_target_in_the_apps_repo(
@@ -560,3 +594,38 @@ def test_the_double_lists_commits_by_path_as_gitea_does(
         headers={"Authorization": f"token {GITEA_TOKEN}"},
     )
     assert [c["sha"] for c in since.json()] == [touching]
+
+
+def test_git_transport_lost_race_never_rolls_back(
+    code_repo: Repo, git_daemon: GitDaemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slow build of ``old`` loses its push to a rival deploying the newer ``new``, which
+    was pushed after this transport fetched the history. The re-read must see ``new`` as
+    deployed and refuse, as the Gitea transport does; it used to re-shallow the repository,
+    miss ``new`` and write ``old`` over it."""
+    site = _site_with_apps("http://unused.invalid", 1, gitUrl=f"git://127.0.0.1:{git_daemon.port}")
+    site = site.model_copy(
+        update={"writeback": site.writeback.model_copy(update={"transport": "git"})}
+    )
+    deployed = code_repo.commit({"dataops/citation-dagster/app.txt": "deployed\n"})
+    old = code_repo.commit({"dataops/citation-dagster/app.txt": "old\n"})
+    real_push = GitRemote.push
+    rival: list[str] = []
+
+    def push_after_a_rival(self: GitRemote, commit: str, expected_tip: str) -> None:
+        if len(rival) == 1:  # the slow build's push: a newer deploy lands just before
+            rival.append(code_repo.commit({"dataops/citation-dagster/app.txt": "new\n"}, "new"))
+            with open_transport(site, None) as other:
+                assert write_back(site, other, "app-00", rival[1], DIGEST_B).state == "changed"
+        real_push(self, commit, expected_tip)
+
+    monkeypatch.setattr(GitRemote, "push", push_after_a_rival)
+    with open_transport(site, None) as transport:
+        assert write_back(site, transport, "app-00", deployed, DIGEST_A).state == "changed"
+        rival.append("armed")
+        outcome = write_back(site, transport, "app-00", old, DIGEST_A)
+    assert len(rival) == 2, "the race happened"
+    assert outcome.state == "superseded", outcome
+    assert f"deployed revision {rival[1]} is not an ancestor of {old}" in outcome.detail
+    entry = next(e for e in _images(code_repo) if e["name"] == "image-00")
+    assert entry["newTag"] == rival[1][:12] and entry["digest"] == DIGEST_B

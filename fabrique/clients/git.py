@@ -5,6 +5,12 @@ the file is read with ``git show`` and the commit is built with plumbing
 (``hash-object``, a private index, ``commit-tree``), so a write costs a shallow,
 single-branch fetch of the tip whatever the size of the repository.
 
+Ancestry questions need the commit graph: it is fetched once (commits only, no trees or
+blobs, where the server allows a filter), and from then on the repository is never made
+shallow again: each later fetch of the tip extends the history instead of cutting it, and
+a commit that is not found yet makes the history be fetched again before the answer is
+"no such commit".
+
 A token, when given, reaches git through ``GIT_CONFIG_*`` environment variables as an
 ``Authorization`` header: never on a command line, in a URL, or in a message.
 """
@@ -102,11 +108,16 @@ class GitRemote:
     # -------------------------------------------------------------------- remote
 
     def fetch_tip(self) -> str:
-        """Fetch the branch tip alone (depth 1); return its commit id."""
+        """Fetch the branch tip; return its commit id.
+
+        Depth 1 until the history is needed; after that a depth would make the repository
+        shallow at the new tip, and every commit in between would be lost to ``resolve``
+        and ``is_ancestor``."""
+        depth = [] if self._history else ["--depth=1"]
         self._remote(
             "fetch",
             "-q",
-            "--depth=1",
+            *depth,
             "--no-tags",
             "origin",
             f"+refs/heads/{self.branch}:{self._ref}",
@@ -120,9 +131,11 @@ class GitRemote:
             raise GitError(f"{self._what()}: branch not found on the server")
         return head
 
-    def fetch_history(self) -> None:
-        """The branch's whole commit graph, without trees or blobs, for ancestry questions."""
-        if self._history:
+    def fetch_history(self, *, again: bool = False) -> None:
+        """The branch's whole commit graph, without trees or blobs, for ancestry questions.
+
+        Fetched once; ``again`` fetches what was pushed since (a commit not found yet)."""
+        if self._history and not again:
             return
         shallow = (self.workdir / "shallow").exists()
         args = ["fetch", "-q", "--no-tags", "--filter=tree:0"]
@@ -178,24 +191,32 @@ class GitRemote:
         ).strip()
 
     def resolve(self, ref: str) -> str | None:
-        """The full id of a commit named by a (short) sha, or None if not in the history."""
+        """The full id of a commit named by a (short) sha, or None if not in the history
+        of the branch as it is on the server now."""
         self.fetch_history()
-        try:
-            sha = self._git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").strip()
-        except GitError:
-            return None
-        return sha if REVISION_RE.match(sha) else None
+        for attempt in (1, 2):
+            sha = self._commit_id(ref)
+            if sha is not None:
+                return sha
+            if attempt == 1:  # pushed since the history was fetched?
+                self.fetch_history(again=True)
+        return None
 
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
         self.fetch_history()
-        result = self._run("merge-base", "--is-ancestor", ancestor, descendant)
-        if result.returncode in (0, 1):
-            return result.returncode == 0
+        for attempt in (1, 2):
+            result = self._run("merge-base", "--is-ancestor", ancestor, descendant)
+            if result.returncode in (0, 1):
+                return result.returncode == 0
+            if attempt == 1:  # a commit not fetched yet
+                self.fetch_history(again=True)
         raise GitError(f"{self._what()}: cannot compare {ancestor[:12]} and {descendant[:12]}")
 
     def files_changed(self, since: str, until: str, path: str) -> list[str]:
         """Files under ``path`` changed by the commits in ``since..until``."""
         self.fetch_history()
+        if self._commit_id(since) is None or self._commit_id(until) is None:
+            self.fetch_history(again=True)
         out = self._git("log", "--format=", "--name-only", f"{since}..{until}", "--", path)
         return sorted({line for line in out.splitlines() if line.strip()})
 
@@ -209,6 +230,11 @@ class GitRemote:
             if any(name not in ignore for name in names):
                 return sha
         return None
+
+    def _commit_id(self, ref: str) -> str | None:
+        result = self._run("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+        sha = result.stdout.strip()
+        return sha if result.returncode == 0 and REVISION_RE.fullmatch(sha) else None
 
     # ------------------------------------------------------------------- running
 

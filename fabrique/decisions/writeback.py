@@ -337,15 +337,26 @@ def _newer_deployed(
     """Why ``revision`` must not replace what is deployed, or None if it may.
 
     The usual case (a descendant of what is deployed) costs two requests; the branch
-    head is asked only when the revision does not descend from the deployed one."""
+    head is asked only when the revision does not descend from the deployed one. Fails
+    closed: a deployed tag that names no commit of the branch (a hand-written ``1.4.2``,
+    a rewritten history) may be replaced by the branch head only."""
     repo, branch = site.gitea.code_repo, site.gitea.branch
     deployed = transport.resolve(repo, branch, deployed_tag)
     if deployed is None:
+        head = transport.head(repo, branch)
+        if head != revision:
+            raise TargetError(
+                f"deployed tag {deployed_tag!r} is not a commit of {repo}@{branch}, so "
+                f"nothing tells whether {revision} is newer: only the branch head ({head}) "
+                "may replace it; build the head (fabrique submit --head) or set the tag "
+                "by hand"
+            )
         log.warning(
-            "deployed tag %r is not a commit of %s@%s; the rollback guard cannot apply",
+            "deployed tag %r is not a commit of %s@%s; the branch head %s replaces it",
             deployed_tag,
             repo,
             branch,
+            revision,
         )
         return None
     if deployed == revision or transport.is_ancestor(repo, branch, deployed, revision):
