@@ -24,7 +24,7 @@ from .doubles.gitea import GiteaDouble
 from .doubles.kube import KubeApiDouble, argo_status
 from .doubles.proxy import FaultProxy
 from .oci import push_image
-from .servers import Registry
+from .servers import GitDaemon, Registry
 
 NS = "fabrique-build"
 
@@ -423,3 +423,56 @@ def test_status_of_an_unknown_app(values: Path, env: dict[str, str]) -> None:
     result = run_cli("--values", str(values), "status", "--app", "nope", env=env)
     assert result.exit_code == 2
     assert "app 'nope': not in the site config" in result.stderr
+
+
+# ------------------------------------------------------------------ git transport
+
+
+@pytest.mark.parametrize("concurrency", [1, 8])
+def test_git_transport_reconciles_each_app_at_its_own_change(
+    tmp_path: Path,
+    code_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    git_daemon: GitDaemon,
+    env: dict[str, str],
+    kube: KubeApiDouble,
+    concurrency: int,
+) -> None:
+    """Three apps, three contexts, one git remote shared by the pass's threads: each app
+    wants the commit that changed it, not the tip, and no thread trips on another."""
+    contexts = {"citation": "dataops/citation-dagster", "other": "dataops/other-app"}
+    contexts |= {"third": "dataops/third"}
+    apps = [
+        {
+            "name": name,
+            "image": f"{name}-image",
+            "context": context,
+            "writeback": {
+                "repo": "atlas/atlas",
+                "path": f"{context}/deploy/kustomization.yaml",
+                "create": True,
+            },
+        }
+        for name, context in contexts.items()
+    ]
+    values = _values(tmp_path, gitea, registry.host, apps)
+    values.write_text(
+        values.read_text()
+        + yaml.safe_dump(
+            {
+                "writeback": {"transport": "git", "gitUrl": git_daemon.url("")[:-1]},
+                "reconcile": {"concurrency": concurrency},
+            }
+        )
+    )
+    changed = {
+        name: code_repo.commit({f"{context}/src.txt": f"{name} v2\n"}, f"change {name}")
+        for name, context in contexts.items()
+    }
+    code_repo.commit({"README.md": "the tip touches no app\n"}, "docs")
+    result = _reconcile(values, env)
+    assert result.exit_code == 0, result.stderr
+    for name, revision in changed.items():
+        assert _line(result, name).startswith(f"{name}: submitted: {revision[:12]} is not built")
+    assert set(kube.objects) == {(NS, f"fabrique-{n}-{r[:12]}") for n, r in changed.items()}

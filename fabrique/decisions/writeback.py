@@ -429,6 +429,7 @@ class GitTransport:
         self.token = token
         self._remotes: dict[tuple[str, str], GitRemote] = {}
 
+    @_locked
     def _remote(self, repo: str, branch: str) -> GitRemote:
         key = (repo, branch)
         if key not in self._remotes:
@@ -477,6 +478,7 @@ class GitTransport:
     ) -> list[str] | None:
         return self._remote(repo, branch).files_changed(since, until, path)
 
+    @_locked
     def last_change(self, repo: str, branch: str, path: str, ignore: frozenset[str]) -> str | None:
         return self._remote(repo, branch).last_change(path, ignore)
 
