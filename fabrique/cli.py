@@ -526,6 +526,42 @@ def release(state: _State, app: str, by: str | None, dry_run: bool) -> None:
         click.echo(f"released: {app} ({outcome.where}, commit {outcome.commit}){was}")
 
 
+@cli.command()
+@click.option("--app", required=True, help="App name from the site config.")
+@click.option("--to", "to", required=True, help="The commit to go back to (full or short sha).")
+@click.option("--reason", default="", help="Why, recorded in the commit and the hold.")
+@by_option
+@click.option("--dry-run", is_flag=True, help="Print the diff that would be committed.")
+@pass_state
+def rollback(state: _State, app: str, to: str, reason: str, by: str | None, dry_run: bool) -> None:
+    """Deploy the image built for an older commit, and hold the app there."""
+    from fabrique.clients.gitea import token_from_env
+    from fabrique.clients.registry import RegistryClient
+    from fabrique.decisions.holds import Hold, check_text
+    from fabrique.decisions.writeback import open_transport
+    from fabrique.gestures.rollback import roll_back
+
+    site = state.site
+    site.app(app)
+    wanted = Hold(by=_operator(by), at=_now(), reason=check_text("--reason", reason))
+    with (
+        open_transport(site, token_from_env()) as transport,
+        RegistryClient.for_site(site) as registry,
+    ):
+        outcome = roll_back(site, transport, registry, app, to, wanted, dry_run=dry_run)
+    if outcome.diff:
+        click.echo(outcome.diff, nl=False)
+    if outcome.state == "changed":
+        click.echo(
+            f"rolled back: {app} {outcome.pin.reference} -> {outcome.where} "
+            f"(commit {outcome.commit}); {wanted.describe()}"
+        )
+    elif outcome.state == "unchanged":
+        click.echo(f"unchanged: {app} already deploys {outcome.pin.reference} and is held")
+    else:
+        click.echo(outcome.line())
+
+
 @cli.command("seed-webhook")
 @click.option("--dry-run", is_flag=True, help="Say what would change; change nothing.")
 @click.option("--rotate", is_flag=True, help="Write the HMAC secret and token again.")

@@ -59,6 +59,7 @@ def push_image(
     files: dict[str, bytes] | None = None,
     *,
     architecture: str = "amd64",
+    labels: dict[str, str] | None = None,
 ) -> str:
     """Push a one-layer image; return the manifest digest the registry reports."""
     files = files or {"hello.txt": f"{repo}:{tag}\n".encode()}
@@ -67,7 +68,7 @@ def push_image(
         {
             "architecture": architecture,
             "os": "linux",
-            "config": {"Cmd": ["/bin/true"]},
+            "config": {"Cmd": ["/bin/true"], **({"Labels": labels} if labels else {})},
             "rootfs": {"type": "layers", "diff_ids": [sha256(tar_bytes)]},
         },
         sort_keys=True,
@@ -129,3 +130,11 @@ def _put_manifest(client: httpx.Client, repo: str, tag: str, body: bytes, media_
     digest = response.headers["Docker-Content-Digest"]
     assert digest == sha256(body)
     return digest
+
+
+def built_labels(revision: str, gitea_url: str) -> dict[str, str]:
+    """The OCI labels fabrique's build puts on an image of ``revision`` of atlas/atlas."""
+    return {
+        "org.opencontainers.image.revision": revision,
+        "org.opencontainers.image.source": f"{gitea_url}/atlas/atlas.git",
+    }

@@ -9,8 +9,10 @@ If a registry leaves the header out, the manifest is fetched and hashed.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -40,6 +42,24 @@ class ManifestDigest:
     @property
     def is_index(self) -> bool:
         return self.media_type in INDEX_TYPES
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A manifest or index as the registry holds it: its digest, type and parsed body."""
+
+    reference: str  # host/name@digest or host/name:tag as asked
+    digest: str  # sha256 of the body as served
+    media_type: str
+    data: dict[str, Any]
+
+    @property
+    def is_index(self) -> bool:
+        return self.media_type in INDEX_TYPES or self.data.get("mediaType") in INDEX_TYPES
+
+
+MAX_MANIFEST = 4 * 1024 * 1024  # the limit Distribution itself puts on a manifest
+MAX_BLOB = 16 * 1024 * 1024  # configs, provenance and signature payloads are small
 
 
 class RegistryClient(JsonApi):
@@ -92,13 +112,59 @@ class RegistryClient(JsonApi):
         media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
         return ManifestDigest(shown, digest, media_type)
 
-    def _get(self, shown: str, method: str, url: str, headers: dict[str, str]) -> httpx.Response:
-        response = self._send(method, url, headers)
+    def manifest(self, repository: str, reference: str) -> Manifest:
+        """The manifest or index under ``reference``, read whole and checked.
+
+        Asked by digest, the body must hash to that digest: a registry (or anything in
+        between) cannot substitute another document under a digest."""
+        by_digest = reference.startswith("sha256:")
+        shown = f"{self.host}/{repository}{'@' if by_digest else ':'}{reference}"
+        response = self._get(
+            shown,
+            "GET",
+            f"/v2/{repository}/manifests/{reference}",
+            {"Accept": ", ".join(MANIFEST_TYPES)},
+        )
+        body = response.content
+        if len(body) > MAX_MANIFEST:
+            raise RegistryError(f"{shown}: manifest larger than {MAX_MANIFEST} bytes")
+        digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        if by_digest and digest != reference:
+            raise RegistryError(f"{shown}: the registry served a manifest whose digest is {digest}")
+        try:
+            data = json.loads(body)
+        except ValueError:
+            raise RegistryError(f"{shown}: the manifest is not JSON") from None
+        if not isinstance(data, dict):
+            raise RegistryError(f"{shown}: the manifest is not a JSON object")
+        media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
+        return Manifest(shown, digest, media_type, data)
+
+    def blob(self, repository: str, digest: str, *, limit: int = MAX_BLOB) -> bytes:
+        """The blob ``digest`` of ``repository``, checked against its digest."""
+        shown = f"{self.host}/{repository}@{digest}"
+        if not DIGEST_RE.match(digest):
+            raise RegistryError(f"{shown}: not a sha256 digest")
+        # Distribution redirects a blob GET when its storage is elsewhere (S3 and the like)
+        response = self._get(
+            shown, "GET", f"/v2/{repository}/blobs/{digest}", {}, follow_redirects=True
+        )
+        body = response.content
+        if len(body) > limit:
+            raise RegistryError(f"{shown}: blob larger than {limit} bytes")
+        if "sha256:" + hashlib.sha256(body).hexdigest() != digest:
+            raise RegistryError(f"{shown}: the registry served a blob of another digest")
+        return body
+
+    def _get(
+        self, shown: str, method: str, url: str, headers: dict[str, str], **kwargs: Any
+    ) -> httpx.Response:
+        response = self._send(method, url, headers, **kwargs)
         challenge = response.headers.get("WWW-Authenticate", "")
         if response.status_code == 401 and challenge.lower().startswith("bearer "):
             # public registries: an anonymous token for this repository, then once more
             self._bearer = self._anonymous_token(shown, challenge)
-            response = self._send(method, url, headers)
+            response = self._send(method, url, headers, **kwargs)
         if response.status_code == 200:
             return response
         if response.status_code == 404:
@@ -112,11 +178,13 @@ class RegistryClient(JsonApi):
             )
         raise RegistryError(f"{shown}: registry answered HTTP {response.status_code}")
 
-    def _send(self, method: str, url: str, headers: dict[str, str]) -> httpx.Response:
+    def _send(
+        self, method: str, url: str, headers: dict[str, str], **kwargs: Any
+    ) -> httpx.Response:
         if self._bearer:
             headers = headers | {"Authorization": f"Bearer {self._bearer}"}
         try:
-            return self.request(method, url, headers=headers)
+            return self.request(method, url, headers=headers, **kwargs)
         except RegistryError as exc:
             if exc.transient:
                 raise RegistryError(

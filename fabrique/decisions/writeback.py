@@ -179,6 +179,7 @@ def write_back(
     gated: list[bool] = []
 
     def edit(old: str | None) -> str | Outcome:
+        held = None
         if old is None:
             if not target.create:
                 raise TargetError(
@@ -198,7 +199,8 @@ def write_back(
             new_text = apply_pin(
                 old_text, target.kind, pin, where=where, source_index=target.source_index
             )
-        if rollback is not None:
+        if rollback is not None and (new_text != old_text or held is None):
+            # a replay of the same rollback keeps the hold it made: no commit
             new_text = apply_hold(new_text, rollback, where=where)
         if new_text == old_text:
             return Outcome("unchanged", app.name, where, pin)

@@ -21,7 +21,9 @@ line; nothing else reaches the terminal.
     │                                 times
     ├── DigestMismatch             4  two digests that must be equal are not
     ├── RenderError                5  the manifest tree could not be written
-    └── ValidationFailed           6  rendered documents broke a schema or a rule
+    ├── ValidationFailed           6  rendered documents broke a schema or a rule
+    └── ProvenanceError            8  an image does not prove that this factory built it
+                                      from that commit (labels, attestations, signature)
 """
 
 from __future__ import annotations
@@ -100,6 +102,12 @@ class DigestMismatch(FabriqueError):
     """Two digests that must be equal differ (build metadata versus registry)."""
 
     exit_code = 4
+
+
+class ProvenanceError(FabriqueError):
+    """An image's labels, attestations or signature do not name the build they must."""
+
+    exit_code = 8
 
 
 class RenderError(FabriqueError):
