@@ -97,7 +97,8 @@ def render(state: _State, out: Path) -> None:
     from .render import render_tree, write_tree
 
     tree = render_tree(state.site)
-    write_tree(tree, out)
+    for removed in write_tree(tree, out):
+        click.echo(f"notice: removed {out / removed}: not part of the rendered tree", err=True)
     click.echo(f"rendered {len(tree)} files into {out}")
 
 
@@ -244,6 +245,8 @@ def submit(
     site.app(app)
     if bool(revision) == head:
         raise InputError("give exactly one of --revision SHA or --head")
+    if dry_run and print_argo:
+        raise InputError("give at most one of --dry-run (the Workflow) or --print-argo (its line)")
     if head:
         from fabrique.clients.gitea import GiteaClient
 
@@ -253,7 +256,7 @@ def submit(
     assert revision is not None
     body = build_workflow(site, app, revision, submitted_by="cli", force=force)
     if print_argo:
-        click.echo(argo_submit_line(site, app, revision, force=force))
+        click.echo(argo_submit_line(body, context=kube_context))
         return
     if dry_run:
         from .render import dump_documents
@@ -637,8 +640,9 @@ def status(state: _State, app: str | None, output: str, kube_context: str | None
     from fabrique.decisions.reconcile import raise_for_errors, selected, table
 
     site = state.site
+    apps = selected(site, app)  # an unknown app is named before the cluster is asked
     with _reconciler(site, kube_context) as reconciler:
-        results = reconciler.run(selected(site, app), "status")
+        results = reconciler.run(apps, "status")
     if output == "json":
         click.echo(json.dumps([r.as_dict() for r in results], indent=2))
     else:

@@ -18,8 +18,9 @@ beside the target and swapped in, so a failure leaves the previous tree as it wa
 
 from __future__ import annotations
 
+import os
+import secrets
 import shutil
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -224,17 +225,29 @@ def dump_documents(documents: list[Document], *, header: bool = True) -> str:
     return (HEADER if header else "") + body
 
 
-def write_tree(tree: Tree, out: Path) -> None:
-    """Write ``tree`` to ``out`` whole: render beside it, then swap it in."""
+def write_tree(tree: Tree, out: Path) -> list[str]:
+    """Write ``tree`` to ``out`` whole: render beside it, then swap it in.
+
+    Returns the files of the previous tree that the new one no longer holds (a file
+    added by hand, a unit that went away): the swap removes them, and the caller says so.
+    """
     out = out.resolve()
     if out.exists() and not _is_rendered_tree(out):
         raise RenderError(
             f"--out {out}: exists and is not a tree written by fabrique render; "
             "refusing to replace it (choose an empty or new directory)"
         )
+    removed = sorted(
+        str(path.relative_to(out))
+        for path in (out.rglob("*") if out.is_dir() else [])
+        if not path.is_dir() and str(path.relative_to(out)) not in tree
+    )
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.render-", dir=out.parent))
+        # mkdir, not mkdtemp: the tree gets the umask's mode, as any file the user writes,
+        # not mkdtemp's 0700 that would hide it from the group or a web server
+        staging = out.parent / f".{out.name}.render-{os.getpid()}-{secrets.token_hex(4)}"
+        staging.mkdir()
     except OSError as exc:
         raise RenderError(f"--out {out}: cannot write there ({exc.strerror})") from None
     old = out.parent / f".{out.name}.old"
@@ -255,6 +268,7 @@ def write_tree(tree: Tree, out: Path) -> None:
             f"--out {out}: write failed ({exc.strerror}); previous tree kept"
         ) from None
     shutil.rmtree(old, ignore_errors=True)
+    return removed
 
 
 def _is_rendered_tree(path: Path) -> bool:

@@ -39,7 +39,7 @@ from hera.workflows import (
 )
 from hera.workflows import models as m
 
-from fabrique.site.config import Site, load_site
+from fabrique.site.config import Site
 from fabrique.site.names import (
     LABEL_APP,
     LABEL_MANAGED_BY,
@@ -50,6 +50,7 @@ from fabrique.site.names import (
     VERIFY_STEP,
 )
 
+from . import site_from_env
 from .steps import (
     env,
     inputs,
@@ -351,4 +352,4 @@ def build_template(site: Site) -> WorkflowTemplate:
 
 # `hera generate yaml pipelines/` finds this object; `fabrique render` calls
 # build_template() with the site it was given.
-workflow_template = build_template(load_site())
+workflow_template = build_template(site_from_env())

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from hera.workflows import CronWorkflow, Steps
 
-from fabrique.site.config import Site, load_site
+from fabrique.site.config import Site
 from fabrique.site.names import LABEL_MANAGED_BY, LABEL_PART_OF
 
+from . import site_from_env
 from .steps import pod_security, token, tools_step
 
 CRON_NAME = "gitea-mirror-sync"
@@ -44,4 +45,4 @@ def mirror_cron(site: Site) -> CronWorkflow:
     return cron
 
 
-cron_workflow = mirror_cron(load_site())
+cron_workflow = mirror_cron(site_from_env())

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from hera.workflows import CronWorkflow, Steps
 
-from fabrique.site.config import Site, load_site
+from fabrique.site.config import Site
 from fabrique.site.names import LABEL_MANAGED_BY, LABEL_PART_OF
 
+from . import site_from_env
 from .steps import pod_security, resources, token, tools_step
 
 CRON_NAME = "fabrique-reconcile"
@@ -66,4 +67,4 @@ def _period_seconds(schedule: str) -> int:
 
 # `hera generate yaml pipelines/` finds this object; `fabrique render` calls
 # reconcile_cron() with the site it was given.
-cron_workflow = reconcile_cron(load_site())
+cron_workflow = reconcile_cron(site_from_env())

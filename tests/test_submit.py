@@ -96,7 +96,9 @@ def test_print_argo_line(kube: KubeApiDouble) -> None:
     assert result.stdout.strip() == (
         "argo submit -n fabrique-build --from workflowtemplate/fabrique-build "
         f"--name fabrique-citation-{REV[:12]} -p app=citation -p revision={REV} "
-        f"-l fabrique.io/app=citation,fabrique.io/revision={REV}"
+        f"-l fabrique.io/app=citation,fabrique.io/revision={REV},"
+        "app.kubernetes.io/part-of=fabrique,app.kubernetes.io/managed-by=fabrique,"
+        "fabrique.io/submitted-by=cli"
     )
     assert kube.requests == []
 

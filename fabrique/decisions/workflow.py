@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from fabrique.site.config import Site
@@ -75,13 +76,22 @@ REVISION_DESTS = ("spec.arguments.parameters.1.value", "metadata.labels.fabrique
 NAME_DEST = "metadata.name"
 
 
-def argo_submit_line(site: Site, app: str, revision: str, *, force: bool = False) -> str:
-    """The equivalent ``argo submit`` command line, for people who prefer the argo CLI."""
-    site.app(app)
-    return (
-        f"argo submit -n {site.namespaces.build} --from workflowtemplate/{TEMPLATE_NAME} "
-        f"--name {workflow_name(app, revision)} "
-        f"-p app={app} -p revision={check_revision(revision)} "
-        + ("-p force=true " if force else "")
-        + f"-l {LABEL_APP}={app},{LABEL_REVISION}={revision}"
-    )
+def argo_submit_line(body: dict[str, Any], *, context: str | None = None) -> str:
+    """The ``argo submit`` command line that creates ``body`` (a ``build_workflow``): the
+    same name, namespace, template, parameters and labels, so that either way of
+    submitting makes the same Workflow."""
+    meta, spec = body["metadata"], body["spec"]
+    words = ["argo", "submit"]
+    if context:
+        words += ["--context", context]
+    words += [
+        "-n",
+        meta["namespace"],
+        "--from",
+        f"workflowtemplate/{spec['workflowTemplateRef']['name']}",
+    ]
+    words += ["--name", meta["name"]]
+    for parameter in spec["arguments"]["parameters"]:
+        words += ["-p", f"{parameter['name']}={parameter['value']}"]
+    words += ["-l", ",".join(f"{key}={value}" for key, value in meta["labels"].items())]
+    return shlex.join(words)
