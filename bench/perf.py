@@ -1,6 +1,7 @@
 """Performance figures, measured side by side in one run on this machine.
 
-    python bench/perf.py [--commits 1000,10000,50000] [--size-mb 200] [--apps 200] [--json]
+    python bench/perf.py [--commits 1000,10000,50000] [--size-mb 200] [--apps 200]
+                         [--latency-ms 0,10] [--json]
 
 1. Render of the whole tree for 1, 50 and 200 apps: wall time, peak memory.
 2. Write-back cost against repository size, on synthetic repositories (N commits and
@@ -11,6 +12,11 @@
    Kubernetes double: wall time and requests per app, at concurrency 1 and the default.
 4. Push to write-back latency without the build: event received to commit landed.
 5. HTTP requests of one write-back that changes something, and of one that does not.
+
+Each figure of 2 and 3 is taken at every ``--latency-ms``: the Gitea and Kubernetes
+doubles then wait that long before every answer, as servers across a cluster network do,
+so that the number of requests shows up in time. Requests are counted on the doubles'
+side.
 
 Figures only: no pass/fail. See bench/RESULTS.md for the targets.
 """
@@ -45,6 +51,7 @@ from fabrique.decisions.writeback import GiteaTransport, GitTransport, write_bac
 from fabrique.site.config import default_values, merge, parse_site  # noqa: E402
 from fabrique.validate import GITEA_SWAGGER, find_specs  # noqa: E402
 from tests import servers  # noqa: E402
+from tests.doubles.delay import DelayProxy  # noqa: E402
 from tests.doubles.gitea import GiteaDouble  # noqa: E402
 from tests.doubles.kube import KubeApiDouble  # noqa: E402
 from tests.doubles.swagger import Swagger  # noqa: E402
@@ -139,13 +146,20 @@ def du(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def writeback_cost(work: Path, commits: int, size_mb: int, specs: Path) -> dict[str, Any]:
-    bare = work / f"srv-{commits}" / "atlas" / "atlas.git"
+def writeback_cost(
+    work: Path, commits: int, size_mb: int, specs: Path, latency_ms: float
+) -> dict[str, Any]:
+    bare = work / f"srv-{commits}-{latency_ms:g}" / "atlas" / "atlas.git"
     synthetic_repo(bare, commits, size_mb, apps=1)
     revision = head(bare)
     digest = "sha256:" + "ab" * 32
-    out: dict[str, Any] = {"commits": commits, "repo_mb": round(du(bare) / 1e6, 1)}
+    out: dict[str, Any] = {
+        "commits": commits,
+        "latency_ms": latency_ms,
+        "repo_mb": round(du(bare) / 1e6, 1),
+    }
     gitea = GiteaDouble(Swagger(specs / GITEA_SWAGGER), {"atlas/atlas": bare}, token=TOKEN).start()
+    gitea.latency = latency_ms / 1000
     try:
         site = site_for(gitea.url, "registry:80", 1)
         counting = Counting()
@@ -160,16 +174,20 @@ def writeback_cost(work: Path, commits: int, size_mb: int, specs: Path) -> dict[
             )
             out["contents_api_s"] = time.perf_counter() - start
             out["contents_api_bytes"] = counting.bytes
+            out["contents_api_requests"] = len(gitea.requests)
     finally:
         gitea.stop()
     with servers.git_daemon(bare.parent.parent) as daemon:
+        # the same round-trip time in front of the git daemon as in front of the double
+        proxy = DelayProxy(daemon.port, latency_ms / 1000).start()
+        git_url = f"git://127.0.0.1:{proxy.port}"
         git_site = site_for(
             "http://unused.invalid",
             "registry:80",
             1,
-            writeback={"transport": "git", "gitUrl": f"git://127.0.0.1:{daemon.port}"},
+            writeback={"transport": "git", "gitUrl": git_url},
         )
-        scratch = work / f"git-{commits}"
+        scratch = work / f"git-{commits}-{latency_ms:g}"
         start = time.perf_counter()
         write_back(
             git_site,
@@ -180,11 +198,9 @@ def writeback_cost(work: Path, commits: int, size_mb: int, specs: Path) -> dict[
         )
         out["git_shallow_s"] = time.perf_counter() - start
         out["git_shallow_bytes"] = du(scratch)
-        clone = work / f"clone-{commits}"
+        clone = work / f"clone-{commits}-{latency_ms:g}"
         start = time.perf_counter()
-        subprocess.run(
-            ["git", "clone", "-q", daemon.url("atlas/atlas.git"), str(clone)], check=True
-        )
+        subprocess.run(["git", "clone", "-q", f"{git_url}/atlas/atlas.git", str(clone)], check=True)
         target = clone / TARGET
         target.write_text(target.read_text() + "# baseline\n")
         subprocess.run(
@@ -205,6 +221,7 @@ def writeback_cost(work: Path, commits: int, size_mb: int, specs: Path) -> dict[
         subprocess.run(["git", "-C", str(clone), "push", "-q", "origin", "HEAD:main"], check=True)
         out["full_clone_s"] = time.perf_counter() - start
         out["full_clone_bytes"] = du(clone / ".git")
+        proxy.stop()
     for method in ("contents_api", "git_shallow"):
         out[f"{method}_speedup"] = round(out["full_clone_s"] / out[f"{method}_s"], 1)
         out[f"{method}_bytes_ratio"] = round(
@@ -213,16 +230,17 @@ def writeback_cost(work: Path, commits: int, size_mb: int, specs: Path) -> dict[
     return out
 
 
-def reconcile_and_latency(work: Path, apps: int, specs: Path) -> dict[str, Any]:
-    bare = work / "srv-reconcile" / "atlas" / "atlas.git"
+def reconcile_and_latency(work: Path, apps: int, specs: Path, latency_ms: float) -> dict[str, Any]:
+    bare = work / f"srv-reconcile-{latency_ms:g}" / "atlas" / "atlas.git"
     synthetic_repo(bare, apps, 1, apps=apps)
-    out: dict[str, Any] = {"apps": apps}
-    (work / "registry").mkdir()
-    with servers.registry(work / "registry") as registry:
+    out: dict[str, Any] = {"apps": apps, "latency_ms": latency_ms}
+    (work / f"registry-{latency_ms:g}").mkdir()
+    with servers.registry(work / f"registry-{latency_ms:g}") as registry:
         gitea = GiteaDouble(
             Swagger(specs / GITEA_SWAGGER), {"atlas/atlas": bare}, token=TOKEN
         ).start()
         kube = KubeApiDouble(specs).start()
+        gitea.latency = kube.latency = latency_ms / 1000
         try:
             site = site_for(gitea.url, registry.host, apps)
             api = KubeClient(
@@ -257,16 +275,14 @@ def reconcile_and_latency(work: Path, apps: int, specs: Path) -> dict[str, Any]:
                     ("concurrency_1", 1),
                     ("concurrency_default", site.reconcile.concurrency),
                 ):
-                    requests_before = counting.requests + reg_counting.requests + len(kube.requests)
+                    # counted where they arrive: the doubles, and the registry's client
+                    requests_before = len(gitea.requests) + len(kube.requests)
+                    requests_before += reg_counting.requests
                     start = time.perf_counter()
                     results = reconciler.run(list(site.apps), "act", concurrency=concurrency)
                     elapsed = time.perf_counter() - start
-                    requests = (
-                        counting.requests
-                        + reg_counting.requests
-                        + len(kube.requests)
-                        - requests_before
-                    )
+                    requests = len(gitea.requests) + len(kube.requests) + reg_counting.requests
+                    requests -= requests_before
                     assert all(r.state == "ok" for r in results), [
                         r for r in results if r.state != "ok"
                     ][:2]
@@ -295,6 +311,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commits", default="1000,10000,50000")
     parser.add_argument("--size-mb", type=int, default=200)
     parser.add_argument("--apps", type=int, default=200)
+    parser.add_argument(
+        "--latency-ms",
+        default="0,10",
+        help="per-request latency of the Gitea and Kubernetes doubles (and the git daemon)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
@@ -308,9 +329,15 @@ def main(argv: list[str] | None = None) -> int:
         )
     with tempfile.TemporaryDirectory(prefix="fabrique-perf-") as tmp:
         work = Path(tmp)
-        for commits in (int(n) for n in args.commits.split(",")):
-            report["writeback"].append(writeback_cost(work, commits, args.size_mb, specs))
-        report["reconcile"] = reconcile_and_latency(work, args.apps, specs)
+        latencies = [float(n) for n in args.latency_ms.split(",")]
+        for latency in latencies:
+            for commits in (int(n) for n in args.commits.split(",")):
+                report["writeback"].append(
+                    writeback_cost(work, commits, args.size_mb, specs, latency)
+                )
+        report["reconcile"] = [
+            reconcile_and_latency(work, args.apps, specs, latency) for latency in latencies
+        ]
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
@@ -318,17 +345,19 @@ def main(argv: list[str] | None = None) -> int:
     for row in report["render"]:
         print(f"                {row['apps']:>6}  {row['wall_ms']:>8}  {row['peak_kib']:>9}")
     print(
-        "\nwrite-back     commits   repo MB | contents API  s / bytes | git shallow  s / bytes | full clone  s / bytes | speedup api/git"
+        "\nwrite-back  latency ms  commits  repo MB | contents API s / bytes | git shallow s / bytes | full clone s / bytes"
     )
     for row in report["writeback"]:
         print(
-            f"{row['commits']:>20}  {row['repo_mb']:>8} | {row['contents_api_s']:>8.3f} / {row['contents_api_bytes']:>9} |"
-            f" {row['git_shallow_s']:>7.3f} / {row['git_shallow_bytes']:>10} | {row['full_clone_s']:>7.3f} / {row['full_clone_bytes']:>10} |"
-            f" {row['contents_api_speedup']}x / {row['git_shallow_speedup']}x"
+            f"{row['latency_ms']:>22g} {row['commits']:>8} {row['repo_mb']:>8} |"
+            f" {row['contents_api_s']:>7.3f} / {row['contents_api_bytes']:>9} |"
+            f" {row['git_shallow_s']:>7.3f} / {row['git_shallow_bytes']:>10} |"
+            f" {row['full_clone_s']:>7.3f} / {row['full_clone_bytes']:>10}"
         )
-    print()
-    for key, value in report["reconcile"].items():
-        print(f"{key.replace('_', ' '):<46} {value}")
+    for row in report["reconcile"]:
+        print()
+        for key, value in row.items():
+            print(f"{key.replace('_', ' '):<46} {value}")
     return 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 from .conftest import ROOT
 
@@ -23,6 +24,8 @@ def test_perf_prints_every_figure_within_request_bounds() -> None:
             "1",
             "--apps",
             "4",
+            "--latency-ms",
+            "0,5",
             "--json",
         ],
         cwd=ROOT,
@@ -35,14 +38,24 @@ def test_perf_prints_every_figure_within_request_bounds() -> None:
     report = json.loads(result.stdout)
     assert [r["apps"] for r in report["render"]] == [1, 5]
     assert all(r["wall_ms"] > 0 and r["peak_kib"] > 0 for r in report["render"])
-    assert [r["commits"] for r in report["writeback"]] == [20, 40]
+    assert [(r["latency_ms"], r["commits"]) for r in report["writeback"]] == [
+        (0, 20),
+        (0, 40),
+        (5, 20),
+        (5, 40),
+    ]
     for row in report["writeback"]:
         for method in ("contents_api", "git_shallow", "full_clone"):
             assert row[f"{method}_s"] > 0 and row[f"{method}_bytes"] > 0, (method, row)
         assert row["contents_api_bytes"] < row["full_clone_bytes"], (
             "the Contents API moves less than a clone"
         )
-    reconcile = report["reconcile"]
+    assert [r["latency_ms"] for r in report["reconcile"]] == [0, 5]
+    for reconcile in report["reconcile"]:
+        _check_reconcile(reconcile)
+
+
+def _check_reconcile(reconcile: dict[str, Any]) -> None:
     assert reconcile["writeback_unchanged_requests"] == 1
     assert reconcile["writeback_changed_requests"] <= 3
     for key in (

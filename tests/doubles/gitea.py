@@ -26,7 +26,9 @@ refuses; the double answers ``pending`` there (GitHub's rule, the one Combine fo
 Faults can be injected: ``faults`` is a queue of (method, fault) consumed by the next
 matching request, where fault is an HTTP status, ``"drop"`` (close the connection with no
 answer) or ``("slow", seconds)``; ``race_rate`` answers a PUT with 422 at that rate, as if
-another writer had just won.
+another writer had just won. ``latency`` (seconds) is added to every answer, as a Gitea
+across a cluster network would, so that the number of requests shows up in time; every
+request is counted in ``requests`` on the double's side.
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ class GiteaDouble:
         self.faults: list[tuple[str, Any]] = []
         self.race_rate = 0.0
         self.races = 0
+        self.latency = 0.0
         self._random = random.Random(1234)
         self.hooks: dict[str, dict[int, dict[str, Any]]] = {repo: {} for repo in repos}
         self.hook_secrets: dict[tuple[str, int], str] = {}  # stored, never shown, like Gitea
@@ -109,6 +112,8 @@ class GiteaDouble:
 
     def _handle(self, request: Request) -> tuple[int, Any]:
         self.requests.append(request)
+        if self.latency:
+            time.sleep(self.latency)  # each request pays it, concurrently, as on a network
         fault = self._take_fault(request.method)
         if fault == "drop":
             return DROP

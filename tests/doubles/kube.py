@@ -6,12 +6,15 @@ against the upstream Argo Workflows schema, closed (kubeconform -strict style): 
 API server would accept a misspelled field (Argo's CRDs carry no schema) and the
 controller would then ignore it, so the double is stricter than the real thing on
 purpose. Faults can be queued: statuses to answer before the next real handling.
+``latency`` (seconds) is added to every answer, outside the lock, as an API server across
+a network would; every request is counted in ``requests``.
 """
 
 from __future__ import annotations
 
 import re
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -48,6 +51,7 @@ class KubeApiDouble:
         self.requests: list[Request] = []
         self.faults: list[int] = []
         self.rejections: list[str] = []
+        self.latency = 0.0
         self._lock = threading.Lock()
         self.server = LoopbackServer(self._handle)
 
@@ -74,6 +78,8 @@ class KubeApiDouble:
         return path
 
     def _handle(self, request: Request) -> tuple[int, Any]:
+        if self.latency:
+            time.sleep(self.latency)
         with self._lock:
             self.requests.append(request)
             if self.faults:
