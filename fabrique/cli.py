@@ -592,15 +592,17 @@ def _reconciler(site: Site, kube_context: str | None) -> Iterator[Reconciler]:
     from fabrique.clients.gitea import token_from_env
     from fabrique.clients.kube import KubeClient
     from fabrique.clients.registry import RegistryClient
+    from fabrique.decisions.memory import ConfigMapMemory
     from fabrique.decisions.reconcile import Reconciler
     from fabrique.decisions.writeback import open_transport
 
     kube = KubeClient.for_site(site, kube_context)
+    memory = ConfigMapMemory(kube, site.namespaces.build)
     with (
         open_transport(site, token_from_env()) as transport,
         RegistryClient.for_site(site) as registry,
     ):
-        yield Reconciler(site, transport, registry, kube)
+        yield Reconciler(site, transport, registry, kube, memory)
 
 
 @cli.command()

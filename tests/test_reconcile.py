@@ -77,7 +77,8 @@ def _deployed(code_repo: Repo) -> dict[str, Any]:
 
 
 def _posts(kube: KubeApiDouble) -> int:
-    return sum(1 for r in kube.requests if r.method == "POST")
+    """Workflows created (the pass's memory is a ConfigMap, not counted here)."""
+    return sum(1 for r in kube.requests if r.method == "POST" and "/workflows" in r.path)
 
 
 # ------------------------------------------------------------ the decision table

@@ -30,6 +30,8 @@ from fabrique.site.errors import GitError, StaleWrite
 from fabrique.site.names import REVISION_RE, redact_urls
 from fabrique.site.retry import RetryPolicy
 
+from .gitea import Commit
+
 log = logging.getLogger("fabrique.git")
 
 # git exits 128 on a fatal error; among those, these messages of git itself, of curl
@@ -235,6 +237,28 @@ class GitRemote:
         result = self._run("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
         sha = result.stdout.strip()
         return sha if result.returncode == 0 and REVISION_RE.fullmatch(sha) else None
+
+    def commits_since(self, head: str, since: str, *, limit: int = 1000) -> list[Commit] | None:
+        """The commits of ``head`` not in ``since``, newest first, with the files each
+        changed; None past ``limit`` commits."""
+        self.fetch_history()
+        if self._commit_id(head) is None or self._commit_id(since) is None:
+            self.fetch_history(again=True)  # the head was read from the server, not fetched
+        out = self._git(
+            "log",
+            "--format=%x00%H %P",
+            "--name-only",
+            "--no-renames",
+            f"--max-count={limit + 1}",
+            head,
+            f"^{since}",
+        )
+        found = []
+        for block in out.split("\x00")[1:]:
+            ids, *names = [line for line in block.splitlines() if line.strip()]
+            sha, *parents = ids.split()
+            found.append(Commit(sha, tuple(parents), tuple(names)))
+        return None if len(found) > limit else found
 
     # ------------------------------------------------------------------- running
 

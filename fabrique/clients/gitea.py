@@ -45,6 +45,15 @@ class FileContent:
 
 
 @dataclass(frozen=True)
+class Commit:
+    """A commit of a listing: its id, its parents' ids, and the files it changed."""
+
+    sha: str
+    parents: tuple[str, ...]
+    files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Identity:
     name: str
     email: str
@@ -202,6 +211,36 @@ class GiteaClient(JsonApi):
             if not commits or response.headers.get("X-HasMore", "false").lower() != "true":
                 return
         raise TooManyCommits(f"{what}: more than {max_pages} pages")
+
+    def commits_since(
+        self, repo: str, head: str, since: str, *, max_pages: int = 20
+    ) -> list[Commit] | None:
+        """The commits reachable from ``head`` and not from ``since``, newest first, with
+        the files each changed: one listing for every path at once. None past
+        ``max_pages`` pages (the caller then asks path by path)."""
+        what = f"commits of {repo} from {since[:12]} to {head[:12]}"
+        found: list[Commit] = []
+        for page in range(1, max_pages + 1):
+            params = {"sha": head, "not": since, "page": str(page), "limit": "50"}
+            params |= {"files": "true", "stat": "false", "verification": "false"}
+            response = self.request("GET", f"/repos/{repo}/commits", params=params)
+            commits = self._check(response, what)
+            if not isinstance(commits, list):
+                raise GiteaError(f"{what}: Gitea answered something that is not a list")
+            for commit in commits:
+                sha = _get(commit, "sha")
+                parents = [_get(p, "sha") for p in _get(commit, "parents") or []]
+                names = [_get(f, "filename") for f in _get(commit, "files") or []]
+                if not isinstance(sha, str) or not REVISION_RE.match(sha):
+                    raise GiteaError(f"{what}: a commit without a valid sha")
+                if not all(isinstance(p, str) and REVISION_RE.match(p) for p in parents):
+                    raise GiteaError(f"{what}: commit {sha[:12]} has a parent without a valid sha")
+                found.append(
+                    Commit(sha, tuple(parents), tuple(n for n in names if isinstance(n, str)))
+                )
+            if not commits or response.headers.get("X-HasMore", "false").lower() != "true":
+                return found
+        return None
 
     def files_changed(self, repo: str, since: str, until: str, path: str) -> list[str] | None:
         """Files under ``path`` changed in ``since..until``; None when there are too many

@@ -207,6 +207,54 @@ class KubeClient:
             raise self._error(what, exc) from None
         return json.loads(secret.data)
 
+    def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The ConfigMap as the API returns it, or None if there is none."""
+        what = f"get ConfigMap {namespace}/{name}"
+        try:
+            found = self._call(
+                what,
+                lambda: self._core.read_namespaced_config_map(
+                    name, namespace, _request_timeout=self._timeout, _preload_content=False
+                ),
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise self._error(what, exc) from None
+        return json.loads(found.data)
+
+    def create_configmap(self, body: dict[str, Any]) -> None:
+        meta = body["metadata"]
+        what = f"create ConfigMap {meta['namespace']}/{meta['name']}"
+        try:
+            self._call(
+                what,
+                lambda: self._core.create_namespaced_config_map(
+                    meta["namespace"],
+                    body,  # type: ignore[arg-type]  # the client sends a dict as it is
+                    _request_timeout=self._timeout,
+                ),
+            )
+        except ApiException as exc:
+            raise self._error(what, exc) from None
+
+    def replace_configmap(self, body: dict[str, Any]) -> None:
+        """Replace a ConfigMap; ``metadata.resourceVersion`` makes a concurrent change a 409."""
+        meta = body["metadata"]
+        what = f"replace ConfigMap {meta['namespace']}/{meta['name']}"
+        try:
+            self._call(
+                what,
+                lambda: self._core.replace_namespaced_config_map(
+                    meta["name"],
+                    meta["namespace"],
+                    body,  # type: ignore[arg-type]  # the client sends a dict as it is
+                    _request_timeout=self._timeout,
+                ),
+            )
+        except ApiException as exc:
+            raise self._error(what, exc) from None
+
     def create_secret(self, body: dict[str, Any]) -> None:
         meta = body["metadata"]
         what = f"create Secret {meta['namespace']}/{meta['name']}"

@@ -47,11 +47,11 @@ from fabrique.site.config import AppConfig, Site
 from fabrique.site.errors import FabriqueError, ImageNotFound, RemoteError
 from fabrique.site.names import short_sha, workflow_name
 
-from .changes import fabrique_paths
-from .holds import Hold, read_hold
-from .targets import read_pin
+from .holds import Hold
+from .memory import Memory, MemoryStore, NoMemory
+from .survey import PassTransport, Seen, survey
 from .workflow import build_workflow
-from .writeback import Transport, desired_pin, write_back
+from .writeback import Deploy, Transport, write_back_file
 
 log = logging.getLogger("fabrique.reconcile")
 
@@ -152,46 +152,33 @@ def decide(facts: Facts) -> tuple[Action, str]:
 
 
 class Reconciler:
+    """One pass: survey Git for every app at once, ask the registry and the Kubernetes
+    API about the apps that are not current, decide each app, then act: one commit per
+    target file for all the write-backs into it, one Workflow per app to build."""
+
     def __init__(
-        self, site: Site, transport: Transport, registry: RegistryClient, kube: KubeClient
+        self,
+        site: Site,
+        transport: Transport,
+        registry: RegistryClient,
+        kube: KubeClient,
+        memory: MemoryStore | None = None,
     ) -> None:
         self.site = site
         self.transport = transport
         self.registry = registry
         self.kube = kube
+        self.memory = memory or NoMemory()
 
-    def facts(self, app: AppConfig) -> Facts:
-        site, transport = self.site, self.transport
-        repo, branch = site.gitea.code_repo, site.gitea.branch
-        want = transport.last_change(repo, branch, app.context, fabrique_paths(site))
-        target = app.writeback
-        snapshot = transport.read(target.repo, target.branch or branch, target.path)
-        deployed = hold = None
-        if snapshot.text is not None:
-            hold = read_hold(snapshot.text, f"{target.repo}:{target.path}")
-            probe = desired_pin(site, app, want or "0" * 40, "sha256:" + "0" * 64)
-            deployed = read_pin(
-                snapshot.text,
-                target.kind,
-                probe,
-                where=f"{target.repo}:{target.path}",
-                source_index=target.source_index,
-            )
-        deployed_revision = (
-            transport.resolve(repo, branch, deployed.tag) if deployed and deployed.tag else None
-        )
-        current = (
-            want is not None
-            and deployed_revision is not None
-            and (
-                deployed_revision == want
-                or transport.is_ancestor(repo, branch, want, deployed_revision)
-            )
-        )
+    def facts(self, app: AppConfig, seen: Seen) -> Facts:
+        """``seen`` (what Git says), completed by the registry and the Kubernetes API when
+        the app is not current."""
+        site = self.site
+        want, deployed = seen.want, seen.deployed
         built = name = None
         state: WorkflowState | None = None
         held = False
-        if want is not None and not current:
+        if want is not None and not seen.current:
             built = self._digest(app.image, short_sha(want))
             name = workflow_name(app.name, want)
             state = self.kube.workflow(site.namespaces.build, name)
@@ -201,10 +188,10 @@ class Reconciler:
         return Facts(
             app=app.name,
             want=want,
-            deployed_revision=deployed_revision,
+            deployed_revision=seen.deployed_revision,
             deployed_tag=deployed.tag if deployed else None,
             deployed_digest=deployed.digest if deployed else None,
-            deployed_is_current=bool(current),
+            deployed_is_current=seen.current,
             built_digest=built,
             workflow=name,
             phase=state.phase if state else None,
@@ -212,7 +199,7 @@ class Reconciler:
             verified_digest=state.verified_digest if state else None,
             verified_held=held,
             reason=state.reason if state else "",
-            hold=hold,
+            hold=seen.hold,
         )
 
     def _digest(self, image: str, reference: str) -> str | None:
@@ -221,10 +208,12 @@ class Reconciler:
         except ImageNotFound:
             return None
 
-    def one(self, app: AppConfig, mode: Mode) -> AppResult:
-        """Gather, decide and (in ``act`` mode) do the one action for ``app``."""
+    def one(self, app: AppConfig, mode: Mode, seen: Seen | FabriqueError) -> AppResult | _Pending:
+        """Gather and decide for ``app``: its result, or (in ``act`` mode) the action to do."""
         try:
-            facts = self.facts(app)
+            if isinstance(seen, FabriqueError):
+                raise seen
+            facts = self.facts(app, seen)
             action, detail = decide(facts)
             if mode == "status":
                 return AppResult(app.name, STATUS[action], detail, facts)
@@ -232,39 +221,95 @@ class Reconciler:
                 return AppResult(app.name, action, detail, facts)
             if mode == "dry-run":
                 return AppResult(app.name, f"would-{action}", detail, facts)
-            return self._act(app, action, detail, facts)
+            return _Pending(app, action, detail, facts)
         except FabriqueError as err:
-            log.warning("%s: %s", app.name, err)
-            transient = isinstance(err, RemoteError) and err.transient
-            return AppResult(app.name, "error", str(err), transient=transient)
+            return _error(app.name, err)
 
-    def _act(self, app: AppConfig, action: Action, detail: str, facts: Facts) -> AppResult:
+    def _submit(self, todo: _Pending) -> AppResult:
+        app, facts = todo.app, todo.facts
         assert facts.want is not None
-        if action == "write-back":
-            assert facts.verified_digest is not None and facts.verified_held
-            outcome = write_back(
-                self.site,
-                self.transport,
-                app.name,
-                facts.want,
-                facts.verified_digest,
-                workflow="fabrique-reconcile",
-            )
-            if outcome.state in ("superseded", "held"):  # it moved since the facts were read
-                return AppResult(app.name, outcome.state, outcome.detail, facts)
-            return AppResult(app.name, DONE[action], f"{detail}; {outcome.state}", facts)
-        body = build_workflow(self.site, app.name, facts.want, submitted_by="reconciler")
-        created = self.kube.create_workflow(body)
+        try:
+            body = build_workflow(self.site, app.name, facts.want, submitted_by="reconciler")
+            created = self.kube.create_workflow(body)
+        except FabriqueError as err:
+            return _error(app.name, err)
         if not created.created:  # the Sensor got there first: same name, same build
             return AppResult(app.name, "in-flight", f"{created.name} already exists", facts)
-        return AppResult(app.name, DONE[action], f"{detail}; created {created.name}", facts)
+        return AppResult(
+            app.name, DONE[todo.action], f"{todo.detail}; created {created.name}", facts
+        )
+
+    def _write_back(self, transport: Transport, todos: Sequence[_Pending]) -> list[AppResult]:
+        """The write-backs of one target file, in one commit."""
+        deploys = []
+        for todo in todos:
+            facts = todo.facts
+            assert facts.want is not None
+            assert facts.verified_digest is not None and facts.verified_held
+            deploys.append(
+                Deploy(todo.app.name, facts.want, facts.verified_digest, "fabrique-reconcile")
+            )
+        try:
+            outcomes = write_back_file(self.site, transport, deploys)
+        except FabriqueError as err:
+            return [_error(todo.app.name, err) for todo in todos]
+        results = []
+        for todo, outcome in zip(todos, outcomes, strict=True):
+            if outcome.state in ("superseded", "held"):  # it moved since the facts were read
+                results.append(AppResult(todo.app.name, outcome.state, outcome.detail, todo.facts))
+            else:
+                detail = f"{todo.detail}; {outcome.state}"
+                results.append(AppResult(todo.app.name, DONE[todo.action], detail, todo.facts))
+        return results
 
     def run(
         self, apps: Sequence[AppConfig], mode: Mode, *, concurrency: int | None = None
     ) -> list[AppResult]:
-        workers = max(1, min(concurrency or self.site.reconcile.concurrency, len(apps)))
+        site = self.site
+        workers = max(1, min(concurrency or site.reconcile.concurrency, len(apps)))
+        transport = PassTransport(self.transport)
+        text = self.memory.load()
+        remembered = Memory.loads(text, site.gitea.code_repo, site.gitea.branch) if text else None
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="reconcile") as pool:
-            return list(pool.map(lambda app: self.one(app, mode), apps))
+            try:
+                seen, memory = survey(site, transport, apps, remembered, pool)
+            except FabriqueError as err:
+                return [_error(app.name, err) for app in apps]
+            decided = list(pool.map(lambda app: self.one(app, mode, seen[app.name]), apps))
+            results: dict[str, AppResult] = {r.app: r for r in decided if isinstance(r, AppResult)}
+            pending = [r for r in decided if isinstance(r, _Pending)]
+            by_file: dict[tuple[str, str, str], list[_Pending]] = {}
+            for todo in pending:
+                if todo.action == "write-back":
+                    t = todo.app.writeback
+                    by_file.setdefault((t.repo, t.branch or site.gitea.branch, t.path), []).append(
+                        todo
+                    )
+            submits = [todo for todo in pending if todo.action == "submit"]
+            for group in pool.map(
+                lambda todos: self._write_back(transport, todos), by_file.values()
+            ):
+                results |= {r.app: r for r in group}
+            results |= {r.app: r for r in pool.map(self._submit, submits)}
+        if mode == "act" and memory.dumps() != text:  # a pass that learnt nothing writes nothing
+            self.memory.save(memory.dumps())
+        return [results[app.name] for app in apps]
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """An action decided in ``act`` mode, done once every app is decided."""
+
+    app: AppConfig
+    action: Action
+    detail: str
+    facts: Facts
+
+
+def _error(app: str, err: FabriqueError) -> AppResult:
+    log.warning("%s: %s", app, err)
+    transient = isinstance(err, RemoteError) and err.transient
+    return AppResult(app, "error", str(err), transient=transient)
 
 
 def summary(results: Sequence[AppResult]) -> str:

@@ -28,14 +28,14 @@ import logging
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol, TypeVar
 
 from fabrique.clients.git import Author, GitRemote
-from fabrique.clients.gitea import FileContent, GiteaClient, Identity
+from fabrique.clients.gitea import Commit, FileContent, GiteaClient, Identity
 from fabrique.site.config import AppConfig, Site
 from fabrique.site.errors import StaleWrite, TargetError
 from fabrique.site.names import check_digest, check_revision, short_sha, workflow_name
@@ -80,6 +80,10 @@ class Transport(Protocol):
     def last_change(
         self, repo: str, branch: str, path: str, ignore: frozenset[str]
     ) -> str | None: ...
+
+    def commits_since(
+        self, repo: str, branch: str, head: str, since: str
+    ) -> list[Commit] | None: ...
 
 
 @dataclass(frozen=True)
@@ -222,6 +226,121 @@ def write_back(
     return Outcome("changed", app.name, where, pin, commit=done.commit)
 
 
+@dataclass(frozen=True)
+class Deploy:
+    """One app's verified digest, built at ``revision``, to write into its target."""
+
+    app: str
+    revision: str
+    digest: str
+    workflow: str | None = None
+
+
+def write_back_file(
+    site: Site,
+    transport: Transport,
+    deploys: Sequence[Deploy],
+    *,
+    dry_run: bool = False,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[Outcome]:
+    """Write the digests of several apps that share one target file, in one commit.
+
+    Each app is judged as ``write_back`` judges it (``held``, ``unchanged``,
+    ``superseded``, or its pin applied), and the pins applied make one commit whose
+    message names every app. One app alone gets the very commit ``write_back`` makes.
+    The outcomes follow ``deploys``."""
+    if len(deploys) == 1:
+        d = deploys[0]
+        return [
+            write_back(
+                site,
+                transport,
+                d.app,
+                d.revision,
+                d.digest,
+                workflow=d.workflow,
+                dry_run=dry_run,
+                sleep=sleep,
+            )
+        ]
+    apps = [site.app(d.app) for d in deploys]
+    where = target_where(site, apps[0])
+    for app in apps[1:]:
+        if target_where(site, app) != where:
+            raise TargetError(f"{app.name}: its target is not {where}; one file per write-back")
+    pins = []
+    for app, d in zip(apps, deploys, strict=True):
+        check_revision(d.revision)
+        pins.append(desired_pin(site, app, d.revision, d.digest))
+    decided: list[Outcome | None] = []
+
+    def edit(old: str | None) -> str | list[Outcome]:
+        decided.clear()
+        if old is None:
+            refused = [app.name for app in apps if not app.writeback.create]
+            if refused:
+                raise TargetError(
+                    f"{where}: file not found (set apps[].writeback.create: true to create it; "
+                    f"not set for {', '.join(refused)})"
+                )
+        else:
+            held = read_hold(old, where)
+            if held is not None:
+                log.warning("%s: %s; not writing %d pins", where, held.describe(), len(pins))
+                return [
+                    Outcome("held", app.name, where, pin, detail=held.describe())
+                    for app, pin in zip(apps, pins, strict=True)
+                ]
+        text = old
+        for app, d, pin in zip(apps, deploys, pins, strict=True):
+            kind, index = app.writeback.kind, app.writeback.source_index
+            if text is None:
+                deployed, new_text = None, new_target(kind, pin, where=where)
+            else:
+                deployed = read_pin(text, kind, pin, where=where, source_index=index)
+                new_text = apply_pin(text, kind, pin, where=where, source_index=index)
+            if new_text == text:
+                decided.append(Outcome("unchanged", app.name, where, pin))
+                continue
+            if deployed is not None and deployed.tag and deployed.tag != pin.tag:
+                newer = _newer_deployed(site, transport, d.revision, deployed.tag)
+                if newer:
+                    log.warning("%s: %s; not rolling back", where, newer)
+                    decided.append(Outcome("superseded", app.name, where, pin, detail=newer))
+                    continue
+            text = new_text
+            decided.append(None)
+        if text == old or text is None:
+            return [o for o in decided if o is not None]
+        return text
+
+    def message() -> str:
+        written = [
+            (a, p, d) for a, p, d, o in zip(apps, pins, deploys, decided, strict=True) if o is None
+        ]
+        blocks = [
+            commit_message(a, p, d.revision, d.workflow or workflow_name(a.name, d.revision))
+            for a, p, d in written
+        ]
+        if len(blocks) == 1:
+            return blocks[0]
+        names = [a.name for a, _, _ in written]
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        path = apps[0].writeback.path
+        subject = f"fabrique: deploy {len(names)} images into {path} ({shown})"
+        return subject + "\n\n" + "\n".join(block.split("\n\n", 1)[1] for block in blocks)
+
+    done = commit_edit(site, transport, apps[0], edit, message, dry_run=dry_run, sleep=sleep)
+    if isinstance(done, list):
+        return done
+    state: State = "would-change" if done.commit is None else "changed"
+    return [
+        o or Outcome(state, app.name, where, pin, commit=done.commit, diff=done.diff)
+        for app, pin, o in zip(apps, pins, decided, strict=True)
+    ]
+
+
 def target_where(site: Site, app: AppConfig) -> str:
     target = app.writeback
     return f"{target.repo}@{target.branch or site.gitea.branch}:{target.path}"
@@ -232,7 +351,7 @@ def commit_edit(
     transport: Transport,
     app: AppConfig,
     edit: Callable[[str | None], str | _T],
-    message: str,
+    message: str | Callable[[], str],
     *,
     dry_run: bool = False,
     sleep: Callable[[float], None] = time.sleep,
@@ -260,8 +379,10 @@ def commit_edit(
                 )
             )
             return Written(None, diff)
+        # a message may depend on what the edit wrote (several apps: those it wrote)
+        text = message if isinstance(message, str) else message()
         try:
-            commit = transport.write(target.repo, branch, target.path, edited, snapshot, message)
+            commit = transport.write(target.repo, branch, target.path, edited, snapshot, text)
         except StaleWrite as exc:
             if attempt == site.writeback.attempts:
                 raise StaleWrite(
@@ -274,7 +395,7 @@ def commit_edit(
             )
             sleep(delay)
             continue
-        log.info("%s: %s (commit %s)", where, message.splitlines()[0], commit)
+        log.info("%s: %s (commit %s)", where, text.splitlines()[0], commit)
         return Written(commit)
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -377,6 +498,8 @@ def _newer_deployed(
 class GiteaTransport:
     """The Contents API: the blob sha is the lease; 422 means it went stale."""
 
+    lease = "file"  # a write to one file leaves what was read of the others valid
+
     def __init__(self, client: GiteaClient, author: Identity) -> None:
         self.client = client
         self.author = author
@@ -409,6 +532,9 @@ class GiteaTransport:
     def last_change(self, repo: str, branch: str, path: str, ignore: frozenset[str]) -> str | None:
         return self.client.last_change(repo, branch, path, ignore)
 
+    def commits_since(self, repo: str, branch: str, head: str, since: str) -> list[Commit] | None:
+        return self.client.commits_since(repo, head, since)
+
 
 def _locked(method: Callable[..., _T]) -> Callable[..., _T]:
     """One git operation at a time: the local repositories are shared between threads."""
@@ -423,6 +549,8 @@ def _locked(method: Callable[..., _T]) -> Callable[..., _T]:
 
 class GitTransport:
     """Plain git: the branch tip is the lease; a rejected push means it moved."""
+
+    lease = "branch"  # a write moves the tip every other read was leased on
 
     def __init__(self, site: Site, workdir: Path, token: str | None) -> None:
         self._lock = threading.RLock()
@@ -483,6 +611,10 @@ class GitTransport:
     @_locked
     def last_change(self, repo: str, branch: str, path: str, ignore: frozenset[str]) -> str | None:
         return self._remote(repo, branch).last_change(path, ignore)
+
+    @_locked
+    def commits_since(self, repo: str, branch: str, head: str, since: str) -> list[Commit] | None:
+        return self._remote(repo, branch).commits_since(head, since)
 
 
 @contextmanager

@@ -126,6 +126,9 @@ SENSOR = "fabrique-build"
 SENSOR_SERVICE_ACCOUNT = "fabrique-sensor"
 STREAM = "default"  # Argo Events' JetStream stream, subjects default.<eventsource>.<event>
 
+# What a reconcile pass leaves for the next one, in the build namespace.
+RECONCILE_MEMORY = "fabrique-reconcile-memory"
+
 
 def webhook_service_url(namespace: str) -> str:
     """Where Gitea posts: the Service Argo Events creates for the EventSource."""

@@ -1,7 +1,8 @@
 """A Kubernetes API double for Argo Workflows objects. Not a Kubernetes API server.
 
 It answers what fabrique's kube client sends: create a Workflow (201, or 409
-AlreadyExists for a taken name, as the API server does) and get one. Each body is checked
+AlreadyExists for a taken name, as the API server does) and get one; get, create and
+replace Secrets and ConfigMaps. Each body is checked
 against the upstream Argo Workflows schema, closed (kubeconform -strict style): the real
 API server would accept a misspelled field (Argo's CRDs carry no schema) and the
 controller would then ignore it, so the double is stricter than the real thing on
@@ -24,7 +25,7 @@ from fabrique.validate import Schemas
 from .http import LoopbackServer, Request
 
 WORKFLOWS = re.compile(r"^/apis/argoproj\.io/v1alpha1/namespaces/([^/]+)/workflows(?:/([^/]+))?$")
-SECRETS = re.compile(r"^/api/v1/namespaces/([^/]+)/secrets(?:/([^/]+))?$")
+SECRETS = re.compile(r"^/api/v1/namespaces/([^/]+)/(secrets|configmaps)(?:/([^/]+))?$")
 
 
 def status(code: int, reason: str, message: str, name: str | None = None) -> dict[str, Any]:
@@ -47,6 +48,7 @@ class KubeApiDouble:
         self.validator = Schemas(specs).validator("argoproj.io/v1alpha1", "Workflow")
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
         self.secrets: dict[tuple[str, str], dict[str, Any]] = {}
+        self.configmaps: dict[tuple[str, str], dict[str, Any]] = {}
         self.version = 100
         self.requests: list[Request] = []
         self.faults: list[int] = []
@@ -87,7 +89,8 @@ class KubeApiDouble:
                 return code, status(code, "ServiceUnavailable", "injected fault")
             secret = SECRETS.match(request.path)
             if secret:
-                return self._secret(request, secret[1], secret[2])
+                store = self.secrets if secret[2] == "secrets" else self.configmaps
+                return self._secret(request, secret[1], secret[3], store, secret[2])
             match = WORKFLOWS.match(request.path)
             if not match:
                 return 404, status(404, "NotFound", f"the server could not find {request.path}")
@@ -105,18 +108,25 @@ class KubeApiDouble:
                 405, "MethodNotAllowed", f"{request.method} not served by the double"
             )
 
-    def _secret(self, request: Request, namespace: str, name: str | None) -> tuple[int, Any]:
-        """Secrets, checked with kubernetes-validate (strict) on every write; a PUT must
-        carry the current resourceVersion, as optimistic concurrency requires."""
+    def _secret(
+        self,
+        request: Request,
+        namespace: str,
+        name: str | None,
+        store: dict[tuple[str, str], dict[str, Any]],
+        kind: str,
+    ) -> tuple[int, Any]:
+        """Secrets and ConfigMaps, checked with kubernetes-validate (strict) on every write;
+        a PUT must carry the current resourceVersion, as optimistic concurrency requires."""
         import kubernetes_validate
         from kubernetes_validate.utils import latest_version
 
         if request.method == "GET" and name:
-            found = self.secrets.get((namespace, name))
+            found = store.get((namespace, name))
             return (
                 (200, found)
                 if found
-                else (404, status(404, "NotFound", f'secrets "{name}" not found'))
+                else (404, status(404, "NotFound", f'{kind} "{name}" not found'))
             )
         body = request.json()
         if request.method not in ("POST", "PUT"):
@@ -125,14 +135,15 @@ class KubeApiDouble:
             kubernetes_validate.validate(body, latest_version(), strict=True)
         except kubernetes_validate.ValidationError as error:
             self.rejections.append(error.message)
-            return 422, status(422, "Invalid", f"Secret is invalid: {error.message}")
+            what = "Secret" if kind == "secrets" else "ConfigMap"
+            return 422, status(422, "Invalid", f"{what} is invalid: {error.message}")
         key = (namespace, body["metadata"]["name"])
-        current = self.secrets.get(key)
+        current = store.get(key)
         if request.method == "POST" and current is not None:
-            return 409, status(409, "AlreadyExists", f'secrets "{key[1]}" already exists')
+            return 409, status(409, "AlreadyExists", f'{kind} "{key[1]}" already exists')
         if request.method == "PUT":
             if current is None:
-                return 404, status(404, "NotFound", f'secrets "{key[1]}" not found')
+                return 404, status(404, "NotFound", f'{kind} "{key[1]}" not found')
             if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
                 return 409, status(409, "Conflict", "the object has been modified")
         self.version += 1
@@ -144,7 +155,7 @@ class KubeApiDouble:
                 "resourceVersion": str(self.version),
             },
         }
-        self.secrets[key] = stored
+        store[key] = stored
         return (201 if request.method == "POST" else 200), stored
 
     def _create(self, namespace: str, body: Any) -> tuple[int, Any]:
