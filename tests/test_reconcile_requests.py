@@ -303,7 +303,8 @@ def test_a_changed_context_is_asked_again(world: World, tmp_path: Path) -> None:
     values["apps"][4]["context"] = "apps/app-04/src"
     world.values.write_text(yaml.safe_dump(values))
     states, counts = world.reconcile()
-    assert counts[0] == 1 + 1 + FILES  # head, app-04 by path (no commit there), reads
+    # head; app-04 by path: no commit there is a 404, and its start checked; reads
+    assert counts[0] == 1 + 2 + FILES
     assert states["app-04"] == "ok"
     assert _memory(world.kube)["apps"]["app-04"]["want"] is None
 
