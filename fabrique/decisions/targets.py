@@ -18,6 +18,7 @@ These are pure functions of the file's text.
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -63,7 +64,7 @@ def read_pin(
     text: str, kind: Kind, pin_for: ImagePin, *, where: str, source_index: int | None = None
 ) -> ImagePin | None:
     """What the target says now about ``pin_for.image``, or None if it has no entry."""
-    data = _load(text, where)
+    data = _load_shared(text, where)
     if kind == "kustomize-images":
         found = _kustomize_entry(_kustomize_images(data, where), pin_for, where)
         if found is None:
@@ -149,6 +150,13 @@ def _load(text: str, where: str) -> CommentedMap:
     if not isinstance(documents[0], CommentedMap):
         raise TargetError(f"{where}: the document must be a mapping")
     return documents[0]
+
+
+@functools.lru_cache(maxsize=128)
+def _load_shared(text: str, where: str) -> CommentedMap:
+    """``_load`` for readers only: a file that many apps pin their image in (a reconcile
+    pass reads one pin per app) is parsed once. Never to be edited."""
+    return _load(text, where)
 
 
 def _plain(node: Any) -> Any:
