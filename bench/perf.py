@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402
 from kubernetes import config as k8s_config  # noqa: E402
 
+from bench.reconcile_scale import measure as scale_measure  # noqa: E402
 from bench.render import measure as measure_render  # noqa: E402
 from fabrique.clients.gitea import GiteaClient, Identity  # noqa: E402
 from fabrique.clients.kube import KubeClient  # noqa: E402
@@ -54,6 +55,7 @@ from tests import servers  # noqa: E402
 from tests.doubles.delay import DelayProxy  # noqa: E402
 from tests.doubles.gitea import GiteaDouble  # noqa: E402
 from tests.doubles.kube import KubeApiDouble  # noqa: E402
+from tests.doubles.proxy import FaultProxy  # noqa: E402
 from tests.doubles.swagger import Swagger  # noqa: E402
 from tests.oci import push_image  # noqa: E402
 
@@ -316,6 +318,18 @@ def main(argv: list[str] | None = None) -> int:
         default="0,10",
         help="per-request latency of the Gitea and Kubernetes doubles (and the git daemon)",
     )
+    parser.add_argument(
+        "--scale",
+        default="200x50,1000x50",
+        help="reconcile passes of APPSxFILES (apps over target files), at every latency",
+    )
+    parser.add_argument(
+        "--curve", default="10,20,50,100,200,500,1000", help="apps of the requests curve"
+    )
+    parser.add_argument("--curve-files", type=int, default=10, help="target files of the curve")
+    parser.add_argument(
+        "--files-curve", default="1,10,50,100,200", help="target files, at the curve's most apps"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
@@ -338,6 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         report["reconcile"] = [
             reconcile_and_latency(work, args.apps, specs, latency) for latency in latencies
         ]
+        report["scale"], report["curve"] = reconcile_at_scale(work, specs, args, latencies)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
@@ -358,7 +373,87 @@ def main(argv: list[str] | None = None) -> int:
         print()
         for key, value in row.items():
             print(f"{key.replace('_', ' '):<46} {value}")
+    print("\nreconcile at scale (default concurrency): seconds / requests per pass")
+    print("   apps  files  latency ms |       cold |       idle |      moved |        one | MB")
+    for row in report["scale"]:
+        cells = " | ".join(
+            f"{row[f'{p}_s']:>5.2f} {row[f'{p}_requests']:>4}"
+            for p in ("cold", "idle", "moved", "one")
+        )
+        print(
+            f"{row['apps']:>7} {row['files']:>6} {row['latency_ms']:>11g} | {cells} |"
+            f" {row.get('memory_mb', '-')}"
+        )
+    print()
+    print("\n".join(chart(report["curve"])))
     return 0
+
+
+def reconcile_at_scale(
+    work: Path, specs: Path, args: argparse.Namespace, latencies: list[float]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The passes of ``--scale`` at every latency (memory at the largest, first latency),
+    and the requests curves against the apps and against the files (first latency)."""
+    scale = [tuple(int(n) for n in item.split("x")) for item in args.scale.split(",") if item]
+    largest = max(scale, default=(0, 0))
+    seen: list[str] = []
+    (work / "registry-scale").mkdir()
+    with servers.registry(work / "registry-scale") as registry:
+        proxy = FaultProxy(registry.url, lambda method, path, headers: seen.append(path))
+        proxy.start()
+        try:
+            rows = [
+                scale_measure(
+                    work,
+                    specs,
+                    proxy.host,
+                    seen,
+                    apps,
+                    files,
+                    latency,
+                    memory=(apps, files) == largest and latency == latencies[0],
+                )
+                for latency in latencies
+                for apps, files in scale
+            ]
+            top = max(int(n) for n in args.curve.split(","))
+            curve = [
+                scale_measure(
+                    work, specs, proxy.host, seen, apps, min(apps, args.curve_files), latencies[0]
+                )
+                for apps in (int(n) for n in args.curve.split(","))
+            ] + [
+                scale_measure(work, specs, proxy.host, seen, top, files, latencies[0])
+                for files in (int(n) for n in args.files_curve.split(","))
+                if files != args.curve_files
+            ]
+        finally:
+            proxy.stop()
+    return rows, curve
+
+
+def chart(curve: list[dict[str, Any]], width: int = 56) -> list[str]:
+    """Requests per pass against the apps (files fixed) and against the files (apps
+    fixed), as bars: ``#`` a pass where nothing changed, ``.`` a pass without memory."""
+    if not curve:
+        return []
+    top = max(row["cold_requests"] for row in curve)
+    lines = ["requests per pass   # nothing changed (memory)   . no memory (first pass)"]
+    by_apps = [r for r in curve if r["files"] == min(r["apps"], curve[0]["files"])]
+    apps_max = max(r["apps"] for r in curve)
+    by_files = sorted((r for r in curve if r["apps"] == apps_max), key=lambda r: r["files"])
+    for title, rows, key in (
+        (f"against the apps ({curve[0]['files']} target files at most)", by_apps, "apps"),
+        (f"against the target files ({apps_max} apps)", by_files, "files"),
+    ):
+        lines.append(f"\n{title}")
+        for row in rows:
+            for series, mark in (("idle", "#"), ("cold", ".")):
+                n = row[f"{series}_requests"]
+                bar = mark * max(1, round(n / top * width))
+                label = f"{key} {row[key]:>5}" if series == "idle" else " " * (len(key) + 6)
+                lines.append(f"{label} |{bar} {n}")
+    return lines
 
 
 if __name__ == "__main__":

@@ -26,6 +26,14 @@ def test_perf_prints_every_figure_within_request_bounds() -> None:
             "4",
             "--latency-ms",
             "0,5",
+            "--scale",
+            "12x3",
+            "--curve",
+            "4,12",
+            "--curve-files",
+            "3",
+            "--files-curve",
+            "1",
             "--json",
         ],
         cwd=ROOT,
@@ -53,6 +61,19 @@ def test_perf_prints_every_figure_within_request_bounds() -> None:
     assert [r["latency_ms"] for r in report["reconcile"]] == [0, 5]
     for reconcile in report["reconcile"]:
         _check_reconcile(reconcile)
+    assert [(r["apps"], r["files"], r["latency_ms"]) for r in report["scale"]] == [
+        (12, 3, 0),
+        (12, 3, 5),
+    ]
+    for row in report["scale"]:
+        # no memory: head, a listing per app, a read per file; the memory looked for, made
+        assert row["cold_requests"] == 1 + 12 + 3 + 2
+        assert row["idle_requests"] == 1 + 3 + 1, "head, files, memory"
+        assert row["moved_requests"] == 1 + 1 + 3 + 2, "and one listing, the memory written"
+        assert row["one_requests"] > row["moved_requests"]
+    assert 0 < report["scale"][0]["memory_mb"] < 200
+    assert [(r["apps"], r["files"]) for r in report["curve"]] == [(4, 3), (12, 3), (12, 1)]
+    assert {r["idle_requests"] for r in report["curve"][:2]} == {5}, "flat in the apps"
 
 
 def _check_reconcile(reconcile: dict[str, Any]) -> None:
