@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from .conftest import run_cli, write_values
+from .doubles.kube import KubeApiDouble
 
 
 def _lock(root: Path, components: dict[str, object]) -> Path:
@@ -107,3 +108,40 @@ def test_every_config_error_is_listed(tmp_path: Path) -> None:
     assert "registry.host: must be host or host:port, without a scheme (got 'http://x')" in line
     assert "build.retries: Input should be less than or equal to 10 (got 99)" in line
     assert "gitea.brnch: unknown field" in line
+
+
+def test_every_unknown_variable_is_named() -> None:
+    env = {"FABRIQUE_REGISTRY_HOST": "x:80", "FABRIQUE_BUILD__RETRIS": "2"}
+    result = run_cli("config", "show", env=env)
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (
+        "error: FABRIQUE_BUILD__RETRIS: unknown setting 'retris'; "
+        "FABRIQUE_REGISTRY_HOST: unknown setting 'registry_host' (nested settings use '__' "
+        "between levels: FABRIQUE_REGISTRY__HOST)"
+    )
+
+
+def test_derive_secrets_dry_run_says_what_it_would_do(tmp_path: Path, kube: KubeApiDouble) -> None:
+    kube.secrets[("postgres", "pg-role-pgvector")] = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "pg-role-pgvector", "namespace": "postgres", "resourceVersion": "1"},
+        "data": {"password": "czNjcjN0"},
+    }
+    values = write_values(
+        tmp_path / "site.yaml",
+        derivedSecrets=[
+            {
+                "from": "postgres/pg-role-pgvector",
+                "to": "dagster/pg-auth",
+                "keys": {"pw": "password"},
+            }
+        ],
+    )
+    env = {"KUBECONFIG": str(kube.kubeconfig(tmp_path / "kc"))}
+    result = run_cli("--values", str(values), "derive-secrets", "--dry-run", env=env)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.strip() == (
+        "would be changed: Secret dagster/pg-auth (created with pw from postgres/pg-role-pgvector)"
+    )
+    assert ("dagster", "pg-auth") not in kube.secrets

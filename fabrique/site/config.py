@@ -522,9 +522,15 @@ def load_site(values: str | Path | None = None, env: Mapping[str, str] | None = 
     values = values or env.get("FABRIQUE_VALUES") or None
     if values is not None:
         data = merge(data, read_values_file(Path(values)))
+    unknown = []  # every bad variable is named, not only the first
     for name in sorted(env):
         if name.startswith(ENV_PREFIX) and name not in ENV_RESERVED:
-            apply_env_override(data, name, env[name])
+            try:
+                apply_env_override(data, name, env[name])
+            except ConfigError as err:
+                unknown.append(str(err))
+    if unknown:
+        raise ConfigError("; ".join(unknown))
     return parse_site(data)
 
 
