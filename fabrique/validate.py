@@ -275,7 +275,7 @@ def _check_name(doc: dict[str, Any], kind: str) -> Iterator[tuple[str, str]]:
         if kind in LABEL_NAMED_KINDS
         else (DNS_SUBDOMAIN_RE, 253, "DNS-1123 subdomain")
     )
-    if len(name) > limit or not pattern.match(name):
+    if len(name) > limit or not pattern.fullmatch(name):
         yield "metadata.name", f"{name!r} is not a valid {what}"
 
 

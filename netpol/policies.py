@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
+from fabrique.site.allowlist import too_wide
 from fabrique.site.config import PeerSelector, Site
 from fabrique.site.errors import RenderError
 from fabrique.site.names import EVENT_BUS, EVENT_SOURCE, LABEL_PART_OF, SENSOR, WEBHOOK_PORT
@@ -215,8 +216,11 @@ def control_namespace(site: Site) -> list[dict[str, Any]]:
     ]
 
 
-def check_no_wide_nets(documents: list[dict[str, Any]], where: str) -> None:
-    """RenderError if any rule would let traffic out to, or in from, anywhere."""
+def check_no_wide_nets(
+    documents: list[dict[str, Any]], where: str, *, widest_ipv4: int = 8, widest_ipv6: int = 32
+) -> None:
+    """RenderError if any rule would let traffic out to, or in from, anywhere: a /0, or
+    CIDRs that together open a block wider than the bounds (``netpol.widestPrefix``)."""
     for doc in documents:
         name = f"{where}: {doc['kind']}/{doc['metadata']['name']}"
         spec = doc["spec"]
@@ -234,6 +238,17 @@ def check_no_wide_nets(documents: list[dict[str, Any]], where: str) -> None:
                     cidr = (peer.get("ipBlock") or {}).get("cidr")
                     if cidr is not None and ipaddress.ip_network(cidr, strict=False).prefixlen == 0:
                         raise RenderError(f"{at}.ipBlock.cidr is {cidr}, a wide net")
+                blocks = [
+                    (peer_index, peer["ipBlock"]["cidr"])
+                    for peer_index, peer in enumerate(rule.get(peers_key) or [])
+                    if "cidr" in (peer.get("ipBlock") or {})
+                ]
+                wide = too_wide([cidr for _, cidr in blocks], widest_ipv4, widest_ipv6)
+                if wide:
+                    blamed, why = wide
+                    at = f"{field}.{peers_key}"
+                    at += "" if blamed is None else f"[{blocks[blamed][0]}].ipBlock.cidr"
+                    raise RenderError(f"{name}: {at}: {why}, a wide net")
                 for key in ("toCIDR", "toCIDRSet", "toEntities"):
                     if key in rule:
                         raise RenderError(
@@ -272,6 +287,7 @@ def policies(site: Site) -> dict[str, list[dict[str, Any]]]:
         "netpol/control-namespace.yaml": control_namespace(site),
         "netpol/gitea-namespace.yaml": gitea_namespace(site),
     }
+    bound = site.netpol.widest_prefix
     for path, documents in tree.items():
-        check_no_wide_nets(documents, path)
+        check_no_wide_nets(documents, path, widest_ipv4=bound.ipv4, widest_ipv6=bound.ipv6)
     return tree

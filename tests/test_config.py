@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -231,3 +232,107 @@ def test_a_git_remote_never_prints_the_credentials_of_its_url(tmp_path: Path) ->
         remote.fetch_tip()
     assert "s3cr3t-token" not in str(caught.value)
     assert "http://***@127.0.0.1:" in str(caught.value), "the remote is still named"
+
+
+# ---------------------------------------------------------------- validation gaps
+
+
+def _load(tmp_path: Path, values: dict[str, object]) -> str:
+    path = tmp_path / "site.yaml"
+    path.write_text(yaml.safe_dump(values))
+    with pytest.raises(ConfigError) as caught:
+        load_site(path, env={})
+    assert "\n" not in str(caught.value)
+    return str(caught.value)
+
+
+_SECRET = {"app": "citation", "from": "postgres/pg-role", "to": "dagster/pg-auth"}
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        # $ lets a final newline through; fullmatch does not
+        ({"apps": [_app(name="citation\n")]}, r"^apps\[0\]\.name: must be a DNS-1123 label"),
+        (
+            {"apps": [_app(image="citation-dagster\n")]},
+            r"^apps\[0\]\.image: must be a registry repository name",
+        ),
+        ({"namespaces": {"control": "fabrique\n"}}, r"^namespaces\.control: must be a DNS"),
+        (
+            {"images": {"tools": "registry:80/tools:0.1.0\n"}},
+            r"^images\.tools: must be an image reference",
+        ),
+        ({"registry": {"host": "registry:0"}}, r"^registry\.host: port 0 is outside 1-65535"),
+        ({"registry": {"host": "registry:70000"}}, r"^registry\.host: port 70000 is outside"),
+        ({"gitea": {"url": "http://gitea:99999"}}, r"^gitea\.url: port 99999 is outside"),
+        ({"gitea": {"url": "http://gitea:port"}}, r"^gitea\.url: must be an http"),
+        (
+            {"netpol": {"dns": {"podLabels": {"bad key": "x"}}}},
+            r"^netpol\.dns\.podLabels: label key 'bad key' must be \[prefix/\]name",
+        ),
+        (
+            {"netpol": {"gitea": {"podLabels": {"Example.org/name": "gitea"}}}},
+            r"^netpol\.gitea\.podLabels: label key 'Example\.org/name'",
+        ),
+        (
+            {"netpol": {"registry": {"podLabels": {"app": "-registry"}}}},
+            r"^netpol\.registry\.podLabels: label app: value '-registry' is not a valid",
+        ),
+        (
+            {"mirrorSync": {"giteaPodLabels": {"a" * 64: "gitea"}}},
+            r"^mirrorSync\.giteaPodLabels: label key 'a{64}'",
+        ),
+        (
+            {"derivedSecrets": [_SECRET | {"keys": {"a/b": "password"}}]},
+            r"^derivedSecrets\[0\]\.keys: key 'a/b' must be letters",
+        ),
+        (
+            {"derivedSecrets": [_SECRET | {"keys": {"password": "../password"}}]},
+            r"^derivedSecrets\[0\]\.keys: key '\.\./password' must be",
+        ),
+        (
+            {"derivedSecrets": [_SECRET | {"keys": {"..data": "password"}}]},
+            r"^derivedSecrets\[0\]\.keys: key '\.\.data' must be .* not start with '\.\.'",
+        ),
+        ({"gitea": {"tokenSecret": {"key": "."}}}, r"^gitea\.tokenSecret\.key: key '\.' is not"),
+    ],
+)
+def test_validation_gaps_are_closed(
+    tmp_path: Path, values: dict[str, object], expected: str
+) -> None:
+    assert re.search(expected, _load(tmp_path, values))
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("https://github.com/example/atlas.git?token=s3cr3t-token", "must not carry a query"),
+        ("https://bot:s3cr3t-token@github.com/example/atlas.git", "must not carry credentials"),
+        ("https://s3cr3t-token@github.com/example/atlas.git", "must not carry credentials"),
+        ("https://github.com/example/atlas.git#main", "must not carry a query"),
+        ("http://github.com/example/atlas.git", "must be an https:// URL"),
+        ("https://github.com:0/example/atlas.git", "port 0 is outside 1-65535"),
+    ],
+)
+def test_a_mirror_source_carries_no_credentials(tmp_path: Path, source: str, expected: str) -> None:
+    mirror = {"repo": "atlas/atlas", "source": source, "interval": "10m"}
+    message = _load(tmp_path, {"mirrors": [mirror]})
+    assert message.startswith(f"mirrors[0].source: {expected}"), message
+    assert "s3cr3t-token" not in message
+
+
+def test_label_keys_and_secret_keys_that_kubernetes_takes_are_accepted(tmp_path: Path) -> None:
+    values = {
+        "netpol": {"dns": {"podLabels": {"app.kubernetes.io/name": "kube-dns", "k8s-app": ""}}},
+        "derivedSecrets": [_SECRET | {"keys": {"pg.password": "password", "user_name": "u-1"}}],
+    }
+    site = load_site(write_values(tmp_path / "site.yaml", **_dotted(values)), env={})
+    assert site.derived_secrets[0].keys == {"pg.password": "password", "user_name": "u-1"}
+
+
+def _dotted(values: dict[str, object]) -> dict[str, object]:
+    return {
+        "netpol.dns.podLabels": values["netpol"]["dns"]["podLabels"],  # type: ignore[index]
+        "derivedSecrets": values["derivedSecrets"],
+    }

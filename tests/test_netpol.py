@@ -10,7 +10,7 @@ import pytest
 
 from fabrique.render import render_tree, write_tree
 from fabrique.site.config import load_site
-from fabrique.site.errors import RenderError
+from fabrique.site.errors import ConfigError, RenderError
 from fabrique.validate import validate_tree
 from netpol.policies import check_no_wide_nets
 
@@ -129,6 +129,72 @@ def test_a_wide_net_in_the_values_file_is_refused(
     assert "must not be a /0: no wide nets" in result.stderr
     assert f"{field.split('.')[1]}[" in result.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        (
+            "netpol.egressCidrs",
+            ["0.0.0.0/1", "128.0.0.0/1"],
+            "netpol.egressCidrs[0]: 0.0.0.0/1 is wider than /8",
+        ),
+        ("netpol.egressCidrs", ["::/1", "8000::/1"], "netpol.egressCidrs[0]: ::/1 is wider"),
+        (
+            "netpol.egressCidrs",
+            ["::ffff:0.0.0.0/96"],
+            "netpol.egressCidrs[0]: ::ffff:0:0/96 reaches 0.0.0.0/0, wider than /8",
+        ),
+        (
+            "netpol.egressCidrs",
+            ["64:ff9b::/96"],
+            "netpol.egressCidrs[0]: 64:ff9b::/96 reaches 0.0.0.0/0, wider than /8",
+        ),
+        (
+            "netpol.egressCidrs",
+            ["10.0.0.0/8", "11.0.0.0/8"],
+            "netpol.egressCidrs: the entries together open 10.0.0.0/7, wider than /8",
+        ),
+        ("netpol.apiServerCidrs", ["10.0.0.0/7"], "netpol.apiServerCidrs[0]: 10.0.0.0/7 is"),
+        ("mirrorSync.githubCidrs", ["2001:db8::/31"], "mirrorSync.githubCidrs[0]: 2001:db8::/31"),
+    ],
+)
+def test_an_allowlist_wider_than_the_bound_is_refused(
+    tmp_path: Path, field: str, value: list[str], expected: str
+) -> None:
+    values = write_values(tmp_path / "site.yaml", **{field: value})
+    out = tmp_path / "m"
+    result = run_cli("--values", str(values), "render", "--out", str(out))
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: {expected}"), result.stderr
+    assert not out.exists()
+
+
+def test_the_bound_is_the_sites_and_whole_spaces_stay_refused(tmp_path: Path) -> None:
+    wider = {"netpol.widestPrefix": {"ipv4": 1, "ipv6": 1}}
+    site = load_site(
+        write_values(tmp_path / "a.yaml", **wider, **{"netpol.egressCidrs": ["10.0.0.0/7"]}),
+        env={},
+    )
+    assert site.netpol.egress_cidrs == ["10.0.0.0/7"]
+    covering = {"netpol.egressCidrs": ["0.0.0.0/1", "128.0.0.0/1"]}
+    with pytest.raises(ConfigError, match=r"together cover the whole IPv4 space \(0\.0\.0\.0/0\)"):
+        load_site(write_values(tmp_path / "b.yaml", **wider, **covering), env={})
+
+
+def test_the_render_guard_refuses_cidrs_that_add_up_to_a_wide_net() -> None:
+    halves = [{"ipBlock": {"cidr": "0.0.0.0/1"}}, {"ipBlock": {"cidr": "128.0.0.0/1"}}]
+    policy = {
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "x"},
+        "spec": {"egress": [{"to": halves}]},
+    }
+    with pytest.raises(RenderError, match=r"egress\[0\]\.to: the entries together cover the whole"):
+        check_no_wide_nets([policy], "netpol/x.yaml", widest_ipv4=1)
+    with pytest.raises(
+        RenderError, match=r"egress\[0\]\.to\[0\]\.ipBlock\.cidr: 0\.0\.0\.0/1 is wider"
+    ):
+        check_no_wide_nets([policy], "netpol/x.yaml")
 
 
 @pytest.mark.parametrize(

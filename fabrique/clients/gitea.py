@@ -111,7 +111,7 @@ class GiteaClient(JsonApi):
         what = f"branch {branch!r} of {repo}"
         data = self._json("GET", f"/repos/{repo}/branches/{_seg(branch)}", what)
         head = _get(data, "commit", "id")
-        if not isinstance(head, str) or not REVISION_RE.match(head):
+        if not isinstance(head, str) or not REVISION_RE.fullmatch(head):
             raise GiteaError(f"{what}: Gitea answered without a valid commit.id")
         return head
 
@@ -153,7 +153,7 @@ class GiteaClient(JsonApi):
         if response.status_code in (404, 422):
             return None
         sha = _get(self._check(response, f"commit {ref} of {repo}"), "sha")
-        if not isinstance(sha, str) or not REVISION_RE.match(sha):
+        if not isinstance(sha, str) or not REVISION_RE.fullmatch(sha):
             raise GiteaError(f"commit {ref} of {repo}: Gitea answered without a valid sha")
         return sha
 
@@ -197,7 +197,7 @@ class GiteaClient(JsonApi):
                 raise GiteaError(f"{what}: Gitea answered something that is not a list")
             for commit in commits:
                 sha = _get(commit, "sha")
-                if not isinstance(sha, str) or not REVISION_RE.match(sha):
+                if not isinstance(sha, str) or not REVISION_RE.fullmatch(sha):
                     raise GiteaError(f"{what}: a commit without a valid sha")
                 names = [_get(f, "filename") for f in _get(commit, "files") or []]
                 yield (
@@ -424,7 +424,7 @@ class GiteaClient(JsonApi):
             raise GiteaError(f"{what}: repository is locked (archived or being migrated)")
         data = self._check(response, what, expect=(200, 201))
         commit = _get(data, "commit", "sha")
-        if not isinstance(commit, str) or not REVISION_RE.match(commit):
+        if not isinstance(commit, str) or not REVISION_RE.fullmatch(commit):
             raise GiteaError(f"{what}: Gitea answered without commit.sha; the write is unconfirmed")
         return commit
 

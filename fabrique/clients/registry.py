@@ -104,7 +104,7 @@ class RegistryClient(JsonApi):
             digest = "sha256:" + hashlib.sha256(response.content).hexdigest()
         else:
             digest = response.headers["Docker-Content-Digest"]
-        if not DIGEST_RE.match(digest):
+        if not DIGEST_RE.fullmatch(digest):
             raise RegistryError(
                 f"{shown}: registry answered a malformed digest {digest[:80]!r} "
                 "(expected sha256:<64 hex>)"

@@ -48,12 +48,12 @@ def read_build_metadata(path: Path) -> BuildMetadata:
 
 def compare(expected_ref: str, built: BuildMetadata, pushed_digest: str) -> str:
     """The verified digest, or DigestMismatch saying which side is wrong."""
-    if not DIGEST_RE.match(built.digest):
+    if not DIGEST_RE.fullmatch(built.digest):
         raise DigestMismatch(
             f"{expected_ref}: build metadata digest {built.digest[:80]!r} is malformed "
             "(expected sha256:<64 hex>); nothing is written back"
         )
-    if not DIGEST_RE.match(pushed_digest):
+    if not DIGEST_RE.fullmatch(pushed_digest):
         raise DigestMismatch(
             f"{expected_ref}: registry digest {pushed_digest[:80]!r} is malformed; "
             "nothing is written back"

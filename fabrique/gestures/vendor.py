@@ -120,7 +120,7 @@ def load_lock(root: Path) -> dict[str, Component]:
         for ref, image in (entry.get("images") or {}).items():
             image = image or {}
             digest = image.get("digest")
-            if digest is not None and not DIGEST_RE.match(digest):
+            if digest is not None and not DIGEST_RE.fullmatch(digest):
                 raise VendorError(f"{where}.images.{ref}.digest: must be sha256:<64 hex>")
             images[ref] = Image(digest, image.get("singleArch"))
         out[name] = Component(

@@ -30,9 +30,11 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
+from .allowlist import too_wide
 from .errors import ConfigError, InputError
 from .names import (
     DNS_LABEL_RE,
+    DNS_SUBDOMAIN_RE,
     MAX_APP_NAME_LEN,
     REPOSITORY_RE,
     ImageRef,
@@ -56,7 +58,7 @@ ENV_RESERVED = frozenset(
 
 
 def _dns_label(value: str) -> str:
-    if len(value) > 63 or not DNS_LABEL_RE.match(value):
+    if len(value) > 63 or not DNS_LABEL_RE.fullmatch(value):
         raise ValueError("must be a DNS-1123 label (lowercase letters, digits, '-', at most 63)")
     return value
 
@@ -105,9 +107,16 @@ def _branch(value: str) -> str:
     return value
 
 
+def _port(port: str | None) -> None:
+    if port is not None and not 1 <= int(port) <= 65535:
+        raise ValueError(f"port {port} is outside 1-65535")
+
+
 def _url(value: str) -> str:
-    if not re.fullmatch(r"https?://[^\s/?#@]+(?::\d+)?(/[^\s?#]*)?", value):
+    match = re.fullmatch(r"https?://[^\s/?#@:]+(?::(\d+))?(/[^\s?#]*)?", value)
+    if not match:
         raise ValueError("must be an http:// or https:// URL without credentials")
+    _port(match[1])
     return value.rstrip("/")
 
 
@@ -136,8 +145,10 @@ def _git_url(value: str) -> str:
 
 
 def _registry_host(value: str) -> str:
-    if not re.fullmatch(r"[A-Za-z0-9.-]+(:\d{1,5})?|\[[0-9a-fA-F:]+\](:\d{1,5})?", value):
+    match = re.fullmatch(r"(?:[A-Za-z0-9.-]+|\[[0-9a-fA-F:]+\])(?::(\d{1,5}))?", value)
+    if not match:
         raise ValueError("must be host or host:port, without a scheme")
+    _port(match[1])
     return value
 
 
@@ -152,7 +163,7 @@ def _image_ref(value: str) -> str:
 
 
 def _repository(value: str) -> str:
-    if not REPOSITORY_RE.match(value):
+    if not REPOSITORY_RE.fullmatch(value):
         raise ValueError("must be a registry repository name such as citation-dagster")
     return value
 
@@ -169,6 +180,66 @@ def _build_args(value: dict[str, str]) -> dict[str, str]:
             raise ValueError(f"key {key!r} must be a build-arg name ([A-Za-z_][A-Za-z0-9_]*)")
         if "\n" in arg or "\r" in arg:
             raise ValueError(f"value of {key} must be a single line")
+    return value
+
+
+_LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+
+
+def _labels(value: dict[str, str]) -> dict[str, str]:
+    """Kubernetes label keys (``[prefix/]name``) and values, as the API server checks them."""
+    for key, label in value.items():
+        prefix, _, name = key.rpartition("/")
+        if (
+            not re.fullmatch(_LABEL_NAME, name)
+            or len(prefix) > 253
+            or (prefix and not DNS_SUBDOMAIN_RE.fullmatch(prefix))
+        ):
+            raise ValueError(
+                f"label key {key!r} must be [prefix/]name: a name of at most 63 letters, "
+                "digits, '-', '_' or '.', a prefix a DNS subdomain"
+            )
+        if label and not re.fullmatch(_LABEL_NAME, label):
+            raise ValueError(f"label {key}: value {label!r} is not a valid label value")
+    return value
+
+
+def _secret_key(value: str) -> str:
+    """A key of a Secret's data: it becomes a file name when the Secret is mounted."""
+    if not re.fullmatch(r"[-._a-zA-Z0-9]{1,253}", value) or value.startswith(".."):
+        raise ValueError(
+            f"key {value!r} must be letters, digits, '-', '_' or '.', and not start with '..'"
+        )
+    if value == ".":
+        raise ValueError("key '.' is not a Secret key")
+    return value
+
+
+def _secret_keys(value: dict[str, str]) -> dict[str, str]:
+    for target, source in value.items():
+        _secret_key(target)
+        _secret_key(source)
+    return value
+
+
+def _mirror_source(value: str) -> str:
+    """An upstream repository's https:// URL, without credentials: a Gitea mirror keeps
+    its address, and shows it to everyone who can read the repository."""
+    parts = urlsplit(value)
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError("must be an https:// URL with a valid port") from None
+    if parts.scheme != "https" or not parts.hostname or re.search(r"\s", value):
+        raise ValueError("must be an https:// URL such as https://github.com/org/repo.git")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError("must not carry credentials (user:token@); Gitea would show them")
+    if parts.query or parts.fragment:
+        raise ValueError("must not carry a query or a fragment (a ?token= is a credential)")
+    if port is not None:
+        _port(str(port))
+    if parts.path.strip("/") == "":
+        raise ValueError("must name a repository (https://host/owner/name)")
     return value
 
 
@@ -198,7 +269,7 @@ class SecretKeyRef(_Model):
     """A key in a Kubernetes Secret of the namespace that uses it."""
 
     name: DnsLabel
-    key: Annotated[str, Field(pattern=r"^[-._a-zA-Z0-9]+$")]
+    key: Annotated[str, AfterValidator(_secret_key)]
 
 
 class GiteaConfig(_Model):
@@ -337,14 +408,23 @@ class PeerSelector(_Model):
     """Pods reached in-cluster: a namespace and pod labels, on one port."""
 
     namespace: DnsLabel
-    pod_labels: Annotated[dict[str, str], Field(min_length=1)]
+    pod_labels: Annotated[dict[str, str], Field(min_length=1), AfterValidator(_labels)]
     port: Annotated[int, Field(ge=1, le=65535)]
 
 
+class WidestPrefix(_Model):
+    """The widest block an allowlist of CIDRs may open (``netpol.widestPrefix``)."""
+
+    ipv4: Annotated[int, Field(ge=1, le=32)] = 8
+    ipv6: Annotated[int, Field(ge=1, le=128)] = 32
+
+
 class NetpolConfig(_Model):
-    """The NetworkPolicies (``netpol``). No wide net can be asked for: a /0 is refused."""
+    """The NetworkPolicies (``netpol``). No wide net can be asked for: a /0 is refused,
+    and so is any allowlist that opens a block wider than ``widestPrefix``."""
 
     flavor: Literal["kubernetes", "cilium"]
+    widest_prefix: WidestPrefix = Field(default_factory=WidestPrefix)
     dns: PeerSelector
     gitea: PeerSelector  # namespace: the Gitea namespace
     registry: PeerSelector
@@ -375,14 +455,15 @@ class DerivedSecret(_Model):
     app: Annotated[str, AfterValidator(_app_name)] | None = None  # seeded with this app
     from_: Annotated[ObjectRef, Field(alias="from")]
     to: ObjectRef
-    keys: Annotated[dict[str, str], Field(min_length=1)]  # target key: source key
+    # target key: source key
+    keys: Annotated[dict[str, str], Field(min_length=1), AfterValidator(_secret_keys)]
 
 
 class Mirror(_Model):
     """A Gitea pull mirror of an upstream repository (``mirrors[]``)."""
 
     repo: RepoSlug
-    source: Annotated[str, Field(pattern=r"^https://[^\s@/]+/[^\s@]+$")]
+    source: Annotated[str, AfterValidator(_mirror_source)]
     interval: Annotated[str, Field(pattern=r"^[1-9][0-9]*(m|h)$")]
 
 
@@ -391,7 +472,7 @@ class MirrorSync(_Model):
 
     schedule: Annotated[str, Field(pattern=r"^\S+ \S+ \S+ \S+ \S+$")]
     github_cidrs: Annotated[list[Cidr], Field(min_length=1)]
-    gitea_pod_labels: Annotated[dict[str, str], Field(min_length=1)]
+    gitea_pod_labels: Annotated[dict[str, str], Field(min_length=1), AfterValidator(_labels)]
 
 
 class ApplicationConfig(_Model):
@@ -468,6 +549,20 @@ class Site(_Model):
                     f"apps[{index}].writeback.create: only a kustomize-images target can be "
                     "created; an Argo CD Application needs a source and a destination"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _narrow_allowlists(self) -> Site:
+        bound = self.netpol.widest_prefix
+        for field, cidrs in (
+            ("netpol.apiServerCidrs", self.netpol.api_server_cidrs),
+            ("netpol.egressCidrs", self.netpol.egress_cidrs),
+            ("mirrorSync.githubCidrs", self.mirror_sync.github_cidrs),
+        ):
+            wide = too_wide(cidrs, bound.ipv4, bound.ipv6)
+            if wide:
+                index, why = wide
+                raise ValueError(f"{field}{'' if index is None else f'[{index}]'}: {why}")
         return self
 
     @model_validator(mode="after")
