@@ -28,6 +28,7 @@ from fabrique.site.names import (
     EVENT_BUS,
     EVENT_NAME,
     EVENT_SOURCE,
+    REVISION_RE,
     SENSOR,
     SENSOR_SERVICE_ACCOUNT,
     SHORT_SHA_LEN,
@@ -37,7 +38,7 @@ from fabrique.site.names import (
 from ._common import document, dump, restricted_container, restricted_pod
 
 UNRESOLVED = "unresolved"  # what the resource says until the event fills it in
-NON_ZERO_SHA = "^[0-9a-f]*[1-9a-f][0-9a-f]*$"  # a deleted branch pushes after = 0{40}
+NON_ZERO_SHA = "^[0-9a-f]*[1-9a-f][0-9a-f]*$"  # a deleted branch pushes after = 0{40|64}
 
 
 def anchored(text: str) -> str:
@@ -63,7 +64,8 @@ def push_filters(site: Site) -> list[DataFilter]:
         DataFilter(
             path="body.repository.full_name", type="string", value=[anchored(site.gitea.code_repo)]
         ),
-        DataFilter(path="body.after", type="string", value=["^[0-9a-f]{40}$"]),
+        # 40 hex, or 64 in a SHA-256 repository; Go's $ is the end of the text
+        DataFilter(path="body.after", type="string", value=[REVISION_RE.pattern]),
         DataFilter(path="body.after", type="string", value=[NON_ZERO_SHA]),
     ]
 

@@ -144,7 +144,9 @@ def validate(
 
 @cli.command()
 @click.option("--app", required=True, help="App name from the site config.")
-@click.option("--revision", required=True, help="Full 40-hex commit id.")
+@click.option(
+    "--revision", required=True, help="Full commit id (40 hex, or 64 in a SHA-256 repository)."
+)
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Output directory.")
 @click.option(
     "--force",
@@ -218,7 +220,7 @@ def digest_verify(
 
 @cli.command()
 @click.option("--app", required=True, help="App name from the site config.")
-@click.option("--revision", help="Full 40-hex commit id to build.")
+@click.option("--revision", help="Full commit id (40 hex, or 64 in a SHA-256 repository) to build.")
 @click.option("--head", is_flag=True, help="Build the branch head, resolved through Gitea.")
 @click.option("--force", is_flag=True, help="Build even if the app's context did not change.")
 @click.option("--dry-run", is_flag=True, help="Print the Workflow YAML; create nothing.")
@@ -272,7 +274,11 @@ def submit(
 
 @cli.command()
 @click.option("--app", required=True, help="App name from the site config.")
-@click.option("--revision", required=True, help="Full 40-hex commit id the image was built from.")
+@click.option(
+    "--revision",
+    required=True,
+    help="Full commit id (40 hex, or 64 in a SHA-256 repository) the image was built from.",
+)
 @click.option("--digest", required=True, help="The verified digest, sha256:<64 hex>.")
 @click.option("--workflow", help="Workflow to name in the commit (default fabrique-<app>-<sha12>).")
 @click.option(

@@ -92,7 +92,12 @@ if [ -n "${GITEA_TOKEN:-}" ]; then
 fi
 src="$WORKSPACE/src"
 rm -rf "$src"
-git init -q "$src"
+# a SHA-256 repository (64-hex commit ids) needs a SHA-256 local repository
+if [ "${#REVISION}" -eq 64 ]; then
+  git init -q --object-format=sha256 "$src"
+else
+  git init -q "$src"
+fi
 cd "$src"
 git remote add origin "$REPO_URL"
 git sparse-checkout set --cone -- "$CONTEXT"

@@ -36,17 +36,18 @@ def make_commit(work: Path, files: dict[str, str], message: str) -> str:
 class Repo:
     """A bare repository ``<root>/<owner>/<name>.git`` with a working clone to commit from."""
 
-    def __init__(self, root: Path, slug: str) -> None:
+    def __init__(self, root: Path, slug: str, *, object_format: str = "sha1") -> None:
         self.slug = slug
         self.bare = root / f"{slug}.git"
         self.work = root / "work" / slug
         self.bare.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(self.bare)], check=True)
+        init = ["git", "init", "-q", f"--object-format={object_format}", "-b", "main"]
+        subprocess.run([*init, "--bare", str(self.bare)], check=True)
         # as Gitea serves every repository (partial clone on, since git 2.22): a filtered
         # fetch is honoured, and a missing object can be fetched by its id
         for key in ("uploadpack.allowFilter", "uploadpack.allowAnySHA1InWant"):
             subprocess.run(["git", "-C", str(self.bare), "config", key, "true"], check=True)
-        subprocess.run(["git", "init", "-q", "-b", "main", str(self.work)], check=True)
+        subprocess.run([*init, str(self.work)], check=True)
         subprocess.run(
             ["git", "-C", str(self.work), "remote", "add", "origin", str(self.bare)], check=True
         )

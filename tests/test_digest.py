@@ -190,7 +190,7 @@ def test_bad_revision_is_refused_before_any_request(tmp_path: Path, values: Path
         str(_metadata(tmp_path, "sha256:" + "2" * 64)),
     )
     assert result.exit_code == 2
-    assert "revision 'main': must be a full 40-character" in result.stderr
+    assert "revision 'main': must be a full lowercase hex commit id" in result.stderr
 
 
 def _client(handler) -> RegistryClient:  # type: ignore[no-untyped-def]

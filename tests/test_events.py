@@ -244,6 +244,11 @@ def test_one_dependency_and_trigger_per_app() -> None:
         (payloads.push(after="a" * 40, repo="x-atlas/atlas"), False),
         (payloads.push(after="a" * 40, event="pull_request"), False),
         (payloads.push(after="a" * 40, event="push-like"), False),
+        (payloads.push(after="b" * 64), True),
+        (payloads.push(after="0" * 64), False),
+        (payloads.push(after="a" * 41), False),
+        (payloads.push(after="a" * 63), False),
+        (payloads.push(after="a" * 40 + "\n"), False),
     ],
     ids=[
         "main",
@@ -255,6 +260,11 @@ def test_one_dependency_and_trigger_per_app() -> None:
         "nested",
         "other-event",
         "prefix-event",
+        "sha256-repository",
+        "sha256-deletion",
+        "41-hex",
+        "63-hex",
+        "trailing-newline",
     ],
 )
 def test_sensor_filters_on_realistic_payloads(

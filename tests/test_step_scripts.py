@@ -191,3 +191,19 @@ def test_build_switches(tmp_path: Path, cache: str, attest: str) -> None:
     )
     assert "--export-cache" not in argv and "--import-cache" not in argv
     assert argv[argv.index("attest:provenance=mode=max") - 1] == "--opt"
+
+
+def test_checkout_of_a_sha256_repository(
+    tmp_path: Path, repos_root: Path, git_daemon: GitDaemon
+) -> None:
+    """Gitea serves SHA-256 repositories too: their commit ids are 64 hex."""
+    repo = CodeRepo(repos_root, "atlas/atlas256", object_format="sha256")
+    wanted = repo.commit(
+        {"dataops/citation-dagster/Dockerfile": "FROM scratch\n", "dataops/x/y": "z\n"}, "seed"
+    )
+    assert len(wanted) == 64
+    result = _run_checkout(
+        tmp_path / "w", git_daemon.url("atlas/atlas256.git"), wanted, "dataops/citation-dagster"
+    )
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "w/src/dataops/citation-dagster/Dockerfile").exists()

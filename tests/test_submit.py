@@ -108,11 +108,11 @@ def test_print_argo_line(kube: KubeApiDouble) -> None:
     [
         (
             ["--app", "citation", "--revision", "abc123"],
-            "revision 'abc123': must be a full 40-character",
+            "revision 'abc123': must be a full lowercase hex commit id",
         ),
         (
             ["--app", "citation", "--revision", REV.upper()],
-            "must be a full 40-character lowercase hex",
+            "must be a full lowercase hex commit id",
         ),
         (
             ["--app", "nope", "--revision", REV],
@@ -272,5 +272,8 @@ def test_plan_fails_the_workflow_on_a_bad_revision(tmp_path: Path, revision: str
     out = tmp_path / "plan"
     result = run_cli("plan", "--app", "citation", "--revision", revision, "--out", str(out))
     assert result.exit_code == 2
-    assert "must be a full 40-character lowercase hex commit id" in result.stderr
+    assert (
+        "must be a full lowercase hex commit id (40 characters, or 64 in a SHA-256 repository)"
+        in result.stderr
+    )
     assert not out.exists()

@@ -379,7 +379,7 @@ def test_transient_server_faults_are_retried(
         ),
         (["--digest", "latest"], 2, "must match sha256:<64 lowercase hex>"),
         (["--app", "nope"], 2, "app 'nope': not in the site config"),
-        (["--revision", "abc"], 2, "revision 'abc': must be a full 40-character"),
+        (["--revision", "abc"], 2, "revision 'abc': must be a full lowercase hex commit id"),
     ],
 )
 def test_bad_arguments(
@@ -629,3 +629,36 @@ def test_git_transport_lost_race_never_rolls_back(
     assert f"deployed revision {rival[1]} is not an ancestor of {old}" in outcome.detail
     entry = next(e for e in _images(code_repo) if e["name"] == "image-00")
     assert entry["newTag"] == rival[1][:12] and entry["digest"] == DIGEST_B
+
+
+def test_git_transport_writes_back_in_a_sha256_repository(
+    tmp_path: Path, repos_root: Path, git_daemon: GitDaemon
+) -> None:
+    """The tag stays the sha12; the guard resolves it in the SHA-256 history."""
+    repo = Repo(repos_root, "atlas/atlas256", object_format="sha256")
+    first = repo.commit(
+        {"dataops/citation-dagster/app.txt": "1\n", KUSTOMIZATION: SEED_KUSTOMIZATION}
+    )
+    second = repo.commit({"dataops/citation-dagster/app.txt": "2\n"})
+    values = write_values(
+        tmp_path / "site.yaml",
+        **{
+            "gitea.codeRepo": "atlas/atlas256",
+            "writeback.transport": "git",
+            "writeback.gitUrl": f"git://127.0.0.1:{git_daemon.port}",
+            "apps": [
+                {
+                    "name": "citation",
+                    "image": "citation-dagster",
+                    "context": "dataops/citation-dagster",
+                    "writeback": {"repo": "atlas/atlas256", "path": KUSTOMIZATION},
+                }
+            ],
+        },
+    )
+    assert len(second) == 64
+    assert _writeback(values, second, DIGEST_B).stdout.startswith("changed:")
+    assert _images(repo)[-1]["newTag"] == second[:12]
+    late = _writeback(values, first, DIGEST_A)
+    assert late.exit_code == 0, late.stderr
+    assert late.stdout.startswith(f"superseded: citation deployed revision {second}")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -53,6 +54,7 @@ TRANSIENT = re.compile(
     r"ssh: could not resolve hostname|kex_exchange_identification",
     re.I,
 )
+OBJECT_FORMAT_MISMATCH = re.compile(r"mismatched algorithms: client \w+; server (?P<server>\w+)")
 REJECTED = re.compile(
     r"\[rejected\]|non-fast-forward|fetch first|\[remote rejected\]|cannot lock ref|"
     r"failed to lock|stale info",
@@ -100,8 +102,16 @@ class GitRemote:
             }
         self._history = False
         workdir.mkdir(parents=True, exist_ok=True)
-        self._git("init", "-q", "--bare", ".")
-        self._git("remote", "add", "origin", url)
+        self._init()
+
+    def _init(self, object_format: str | None = None) -> None:
+        """A fresh local repository; SHA-1 unless the server said it is SHA-256."""
+        for stale in self.workdir.iterdir():
+            shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+        formats = [f"--object-format={object_format}"] if object_format else []
+        self._git("init", "-q", "--bare", *formats, ".")
+        self._git("remote", "add", "origin", self.url)
+        self._history = False
 
     @property
     def _ref(self) -> str:
@@ -129,7 +139,7 @@ class GitRemote:
     def remote_head(self) -> str:
         out = self._remote("ls-remote", "origin", f"refs/heads/{self.branch}")
         head = out.split()[0] if out.split() else ""
-        if not REVISION_RE.match(head):
+        if not REVISION_RE.fullmatch(head):
             raise GitError(f"{self._what()}: branch not found on the server")
         return head
 
@@ -266,6 +276,17 @@ class GitRemote:
         return f"git {redact_urls(self.url)} branch {self.branch!r}"
 
     def _remote(self, *args: str, retry_transient: bool = True) -> str:
+        try:
+            return self._remote_attempts(*args, retry_transient=retry_transient)
+        except GitError as exc:
+            mismatch = OBJECT_FORMAT_MISMATCH.search(str(exc))
+            if not mismatch:
+                raise
+        # a SHA-256 server: the local repository must be one too (the first fetch says)
+        self._init(mismatch["server"])
+        return self._remote_attempts(*args, retry_transient=retry_transient)
+
+    def _remote_attempts(self, *args: str, retry_transient: bool) -> str:
         attempts = self.retry.attempts if retry_transient else 1
         for attempt in range(1, attempts + 1):
             try:

@@ -17,7 +17,9 @@ SHORT_SHA_LEN = 12
 MAX_NAME_LEN = 63
 MAX_APP_NAME_LEN = MAX_NAME_LEN - len(WORKFLOW_PREFIX) - 1 - SHORT_SHA_LEN
 
-REVISION_RE = re.compile(r"^[0-9a-f]{40}$")
+# A commit id of a SHA-1 repository (40 hex) or a SHA-256 one (64 hex). Every pattern
+# here is used with fullmatch: ``$`` alone would let a trailing newline through.
+REVISION_RE = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -35,23 +37,25 @@ VERIFIED_OUTPUT = "digest"
 
 
 def check_revision(revision: str) -> str:
-    """Return ``revision`` if it is a full 40-hex commit id, else raise InputError."""
-    if not REVISION_RE.match(revision):
+    """Return ``revision`` if it is a full commit id (40 hex, or 64 in a SHA-256
+    repository), else raise InputError."""
+    if not REVISION_RE.fullmatch(revision):
         raise InputError(
-            f"revision {revision!r}: must be a full 40-character lowercase hex commit id"
+            f"revision {revision!r}: must be a full lowercase hex commit id "
+            "(40 characters, or 64 in a SHA-256 repository)"
         )
     return revision
 
 
 def check_digest(digest: str, *, what: str = "digest") -> str:
     """Return ``digest`` if it is ``sha256:<64 hex>``, else raise InputError."""
-    if not DIGEST_RE.match(digest):
+    if not DIGEST_RE.fullmatch(digest):
         raise InputError(f"{what} {digest!r}: must match sha256:<64 lowercase hex>")
     return digest
 
 
 def short_sha(revision: str) -> str:
-    """The 12-character prefix used in tags and Workflow names."""
+    """The 12-character prefix used in tags and Workflow names, whatever the hash."""
     return check_revision(revision)[:SHORT_SHA_LEN]
 
 
@@ -89,7 +93,7 @@ class ImageRef:
 
     @classmethod
     def parse(cls, text: str) -> ImageRef:
-        match = IMAGE_REF_RE.match(text)
+        match = IMAGE_REF_RE.fullmatch(text)
         if not match:
             raise InputError(
                 f"image reference {text!r}: not of the form [host/]name[:tag][@sha256:…]"

@@ -295,7 +295,8 @@ class GiteaDouble:
 
     def _commit(self, repo: str, ref: str) -> tuple[int, Any]:
         if (
-            not re.fullmatch(r"[0-9a-f]{4,40}", ref)
+            # Gitea's IsValidSHAPattern: a SHA-256 repository's ids are 64 hex
+            not re.fullmatch(r"[0-9a-f]{4,64}", ref)
             and self._resolve(repo, f"refs/heads/{ref}") is None
         ):
             return 422, {"message": "invalid sha", "url": self.url}

@@ -2,7 +2,8 @@
 
 - Data filters: the value at a gjson-like ``path`` of the event (``header.X-Gitea-Event.0``,
   ``body.ref``), a string, must match one of the filter's values as an **unanchored**
-  regex (Go's ``regexp.MatchString``), which is why fabrique anchors every one. Filters are
+  regex (Go's ``regexp.MatchString``), which is why fabrique anchors every one. Go's ``$``
+  is the end of the text (Python's ``\\Z``), not "before a final newline". Filters are
   ANDed (``dataLogicalOperator: and``); a missing path fails the filter.
 - Trigger parameters: ``dataKey`` copies a value, ``dataTemplate`` renders a Go template
   over ``.Input`` (only the ``| substr a b`` pipe fabrique uses), and ``dest`` is an sjson
@@ -39,9 +40,14 @@ def filters_pass(event: dict[str, Any], filters: list[dict[str, Any]]) -> bool:
         value = lookup(event, data_filter["path"])
         if not isinstance(value, str):
             return False
-        if not any(re.search(pattern, value) for pattern in data_filter["value"]):
+        if not any(re.search(_go(pattern), value) for pattern in data_filter["value"]):
             return False
     return True
+
+
+def _go(pattern: str) -> str:
+    """A Go (RE2) pattern as Python reads it: an unescaped ``$`` ends the text."""
+    return re.sub(r"(?<!\\)\$", r"\\Z", pattern)
 
 
 def render_template(template: str, event: dict[str, Any]) -> str:
