@@ -603,7 +603,7 @@ def _reconciler(site: Site, kube_context: str | None) -> Iterator[Reconciler]:
     from fabrique.decisions.writeback import open_transport
 
     kube = KubeClient.for_site(site, kube_context)
-    memory = ConfigMapMemory(kube, site.namespaces.build)
+    memory = ConfigMapMemory(kube, site.namespaces.control)  # beside the reconciler
     with (
         open_transport(site, token_from_env()) as transport,
         RegistryClient.for_site(site) as registry,

@@ -4,12 +4,19 @@
       kustomization.yaml          every unit below
       namespaces/                 the control namespace (restricted), the build namespace
                                   (privileged: rootless BuildKit needs Unconfined profiles)
-      build/                      WorkflowTemplate fabrique-build, its ServiceAccount and
-                                  RBAC, the buildkitd.toml and site ConfigMaps
+      admission/                  the build namespace admits only Workflows that reference
+                                  fabrique-build (a ValidatingAdmissionPolicy and its binding)
+      build/                      WorkflowTemplate fabrique-build, its ServiceAccounts (the
+                                  steps' mounts no token; the executor's reports steps), the
+                                  buildkitd.toml and site ConfigMaps
+      control/                    the site ConfigMap and the executor's account of the
+                                  control namespace, where everything but the build runs
       events/                     EventSource gitea, EventBus default (JetStream), Sensor
                                   fabrique-build and the Sensor's RBAC
-      reconcile/                  CronWorkflow fabrique-reconcile and its RBAC
-      mirror/                     CronWorkflow gitea-mirror-sync and its RBAC
+      reconcile/                  CronWorkflow fabrique-reconcile (control namespace) and its
+                                  RBAC: it creates Workflows in the build namespace
+      mirror/                     CronWorkflow gitea-mirror-sync (control namespace) and its
+                                  ServiceAccount
       netpol/                     default deny, and only what each pod needs (no wide net)
 
 The tree is written whole or not at all: it is rendered into a temporary directory
@@ -71,10 +78,11 @@ def build_unit(site: Site) -> Tree:
         build_template,
         buildkitd_toml,
     )
-    from pipelines.steps import SITE_CONFIGMAP
 
     ns = site.namespaces.build
-    rbac = service_account(SERVICE_ACCOUNT, ns, [EXECUTOR_RULE], role=f"{SERVICE_ACCOUNT}-executor")
+    # the steps' own account holds no right and its token is mounted nowhere; the
+    # executor's account may only report steps
+    rbac = [account(SERVICE_ACCOUNT, ns), *executor_account(ns)]
     configmaps: list[Document] = [
         {
             "apiVersion": "v1",
@@ -82,19 +90,52 @@ def build_unit(site: Site) -> Tree:
             "metadata": object_meta(BUILDKITD_CONFIGMAP, ns),
             "data": {"buildkitd.toml": buildkitd_toml(site)},
         },
-        {
-            # The site as the tools image reads it (FABRIQUE_VALUES). It holds no token.
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": object_meta(SITE_CONFIGMAP, ns),
-            "data": {"site.yaml": dump_documents([site.to_values()], header=False)},
-        },
+        site_configmap(site, ns),
     ]
     return {
         "build/rbac.yaml": rbac,
         "build/configmaps.yaml": configmaps,
         "build/workflowtemplate.yaml": [build_template(site).to_dict()],
     }
+
+
+def account(name: str, namespace: str) -> Document:
+    """A ServiceAccount with no Role: for pods that mount no token of it."""
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": object_meta(name, namespace)}
+
+
+def executor_account(namespace: str) -> list[Document]:
+    """The Argo executor's account of a namespace (``executor.serviceAccountName``)."""
+    from pipelines.steps import EXECUTOR_ACCOUNT
+
+    return service_account(EXECUTOR_ACCOUNT, namespace, [EXECUTOR_RULE])
+
+
+def site_configmap(site: Site, namespace: str) -> Document:
+    """The site as the tools image reads it (FABRIQUE_VALUES). It holds no token."""
+    from pipelines.steps import SITE_CONFIGMAP
+
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": object_meta(SITE_CONFIGMAP, namespace),
+        "data": {"site.yaml": dump_documents([site.to_values()], header=False)},
+    }
+
+
+def control_unit(site: Site) -> Tree:
+    """What the control namespace's CronWorkflows share: the site, the executor's account."""
+    ns = site.namespaces.control
+    return {
+        "control/configmaps.yaml": [site_configmap(site, ns)],
+        "control/rbac.yaml": executor_account(ns),
+    }
+
+
+def admission_unit(site: Site) -> Tree:
+    from pipelines.admission import workflow_admission
+
+    return {"admission/workflows.yaml": workflow_admission(site)}
 
 
 def vendor_root() -> Path:
@@ -141,8 +182,8 @@ def events_unit(site: Site) -> Tree:
 def reconcile_unit(site: Site) -> Tree:
     from pipelines.reconcile_cron import CRON_NAME, SERVICE_ACCOUNT, reconcile_cron
 
-    # get/list/create Workflows and read the template, in the build namespace only; keep
-    # the pass's memory (one ConfigMap: create cannot be narrowed to a name)
+    # it runs in the control namespace; it may get/list/create Workflows and read the
+    # template in the build namespace, and nothing else there
     rules = [
         {
             "apiGroups": ["argoproj.io"],
@@ -150,6 +191,17 @@ def reconcile_unit(site: Site) -> Tree:
             "verbs": ["get", "list", "create"],
         },
         {"apiGroups": ["argoproj.io"], "resources": ["workflowtemplates"], "verbs": ["get"]},
+    ]
+    rbac = service_account(
+        SERVICE_ACCOUNT,
+        site.namespaces.control,
+        rules,
+        role=f"{SERVICE_ACCOUNT}-create-workflows",
+        role_namespace=site.namespaces.build,
+    )
+    # the pass's memory, beside it in the control namespace (one ConfigMap: create cannot
+    # be narrowed to a name)
+    memory = [
         {
             "apiGroups": [""],
             "resources": ["configmaps"],
@@ -157,9 +209,10 @@ def reconcile_unit(site: Site) -> Tree:
             "verbs": ["get", "update"],
         },
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
-        EXECUTOR_RULE,
     ]
-    rbac = service_account(SERVICE_ACCOUNT, site.namespaces.build, rules)
+    rbac += service_account(
+        SERVICE_ACCOUNT, site.namespaces.control, memory, role=f"{SERVICE_ACCOUNT}-memory"
+    )[1:]  # the ServiceAccount is already there
     return {
         "reconcile/rbac.yaml": rbac,
         f"reconcile/cronworkflow-{CRON_NAME}.yaml": [reconcile_cron(site).to_dict()],
@@ -175,15 +228,23 @@ def netpol_unit(site: Site) -> Tree:
 def mirror_unit(site: Site) -> Tree:
     from pipelines.mirror_cron import CRON_NAME, SERVICE_ACCOUNT, mirror_cron
 
-    # the pod calls Gitea only: its account may just report its step
-    rbac = service_account(SERVICE_ACCOUNT, site.namespaces.build, [EXECUTOR_RULE])
+    # the pod calls Gitea only: its account holds no right, and no token of it is mounted
     return {
-        "mirror/rbac.yaml": rbac,
+        "mirror/rbac.yaml": [account(SERVICE_ACCOUNT, site.namespaces.control)],
         f"mirror/cronworkflow-{CRON_NAME}.yaml": [mirror_cron(site).to_dict()],
     }
 
 
-UNITS = (namespaces_unit, build_unit, events_unit, reconcile_unit, mirror_unit, netpol_unit)
+UNITS = (
+    namespaces_unit,
+    admission_unit,
+    build_unit,
+    control_unit,
+    events_unit,
+    reconcile_unit,
+    mirror_unit,
+    netpol_unit,
+)
 
 
 def render_tree(site: Site) -> Tree:

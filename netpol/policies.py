@@ -13,13 +13,10 @@ from fabrique.site.objects import object_meta
 
 STEP_LABEL = "fabrique.io/step"
 NATS_CLIENT, NATS_CLUSTER, NATS_MONITOR = 4222, 6222, 8222
-# every fabrique pod but the mirror sync's, which has a narrower policy of its own
-FABRIQUE_PODS = {
-    "matchLabels": {LABEL_PART_OF: "fabrique"},
-    "matchExpressions": [
-        {"key": "fabrique.io/role", "operator": "NotIn", "values": ["mirror-sync"]}
-    ],
-}
+# every pod of a build (the build namespace runs nothing else)
+FABRIQUE_PODS = {"matchLabels": {LABEL_PART_OF: "fabrique"}}
+# the control namespace's Workflow pods: the safety net and the mirror sync
+RECONCILER_POD = {"matchLabels": {"fabrique.io/role": "reconciler"}}
 MIRROR_SYNC_POD = {"matchLabels": {"fabrique.io/role": "mirror-sync"}}
 BUILD_POD = {"matchLabels": {STEP_LABEL: "build"}}
 EVENTSOURCE_POD = {"matchLabels": {"eventsource-name": EVENT_SOURCE}}
@@ -100,15 +97,6 @@ def build_namespace(site: Site) -> list[dict[str, Any]]:
             egress=[_dns(site), _peer(site.netpol.gitea), _peer(site.netpol.registry), _api(site)],
         ),
     ]
-    docs.append(
-        # the mirror sync only calls Gitea's API (and the executor reports to the API)
-        _policy(
-            "mirror-sync-egress",
-            ns,
-            MIRROR_SYNC_POD,
-            egress=[_dns(site), _peer(site.netpol.gitea), _api(site)],
-        )
-    )
     if site.netpol.flavor == "kubernetes" and site.netpol.egress_cidrs:
         docs.append(
             _policy(
@@ -188,6 +176,23 @@ def control_namespace(site: Site) -> list[dict[str, Any]]:
             egress=[_dns(site), to_bus],
         ),
         _policy("sensor", ns, SENSOR_POD, ingress=[], egress=[_dns(site), to_bus, _api(site)]),
+        # the safety net reads Gitea and the registry and creates Workflows through the
+        # API (its executor reports there too); no ingress
+        _policy(
+            "reconciler",
+            ns,
+            RECONCILER_POD,
+            ingress=[],
+            egress=[_dns(site), _peer(site.netpol.gitea), _peer(site.netpol.registry), _api(site)],
+        ),
+        # the mirror sync only calls Gitea's API (and its executor reports to the API)
+        _policy(
+            "mirror-sync",
+            ns,
+            MIRROR_SYNC_POD,
+            ingress=[],
+            egress=[_dns(site), _peer(site.netpol.gitea), _api(site)],
+        ),
         _policy(
             "eventbus",
             ns,
@@ -259,11 +264,20 @@ def check_no_wide_nets(
 def gitea_namespace(site: Site) -> list[dict[str, Any]]:
     """The Gitea pods pull the mirrors: TCP 443 to GitHub's CIDRs is their only Internet.
 
-    Inside the cluster they keep what they had (their database, Argo CD's fetches, the
-    webhooks they send): the policy adds GitHub, it isolates them from everything else
-    outside."""
+    Inside the cluster they reach DNS, their own dependencies (``netpol.giteaPeers``: the
+    database, a cache) and, for webhook #2, the EventSource's pods on its port: nothing
+    else. Argo CD's fetches are ingress to Gitea and are not limited here."""
     ns = site.namespaces.gitea
     pods = {"matchLabels": dict(site.mirror_sync.gitea_pod_labels)}
+    webhook = {
+        "to": [
+            {
+                "namespaceSelector": _ns_selector(site.namespaces.control),
+                "podSelector": EVENTSOURCE_POD,
+            }
+        ],
+        "ports": [{"protocol": "TCP", "port": WEBHOOK_PORT}],
+    }
     return [
         _policy(
             "gitea-egress",
@@ -271,7 +285,8 @@ def gitea_namespace(site: Site) -> list[dict[str, Any]]:
             pods,
             egress=[
                 _dns(site),
-                {"to": [{"namespaceSelector": {}}]},  # any pod of the cluster, no address outside
+                webhook,
+                *(_peer(peer) for peer in site.netpol.gitea_peers),
                 {
                     "to": [{"ipBlock": {"cidr": c}} for c in site.mirror_sync.github_cidrs],
                     "ports": [{"protocol": "TCP", "port": 443}],

@@ -53,6 +53,7 @@ from fabrique.site.names import (
 from . import site_from_env
 from .steps import (
     env,
+    executor,
     inputs,
     pod_security,
     resources,
@@ -204,6 +205,10 @@ def build_template(site: Site) -> WorkflowTemplate:
             Parameter(name="force", value="false"),
         ],
         service_account_name=SERVICE_ACCOUNT,
+        # No step's own container talks to the Kubernetes API: none gets a token (the
+        # build, the least confined, least of all). The executor reports with its own.
+        automount_service_account_token=False,
+        executor=executor(),
         workflow_metadata=m.WorkflowMetadata(
             labels={LABEL_PART_OF: "fabrique"},
             labels_from={
@@ -282,7 +287,12 @@ def build_template(site: Site) -> WorkflowTemplate:
             ),
             volumes=[
                 workspace,
-                EmptyDirVolume(name="buildkit-state", mount_path=BUILDKIT_STATE_DIR),
+                # bounded: a runaway build is evicted instead of filling the node's disk
+                EmptyDirVolume(
+                    name="buildkit-state",
+                    mount_path=BUILDKIT_STATE_DIR,
+                    size_limit=m.Quantity(site.build.state_size),
+                ),
                 ConfigMapVolume(
                     name=BUILDKITD_CONFIGMAP, mount_path=BUILDKIT_CONFIG_DIR, read_only=True
                 ),
@@ -298,7 +308,8 @@ def build_template(site: Site) -> WorkflowTemplate:
                 app_armor_profile=m.AppArmorProfile(type="Unconfined"),
             ),
             affinity=_no_control_plane(),
-            resources=resources("500m", "1Gi", "4Gi"),
+            # the writable layer and the logs; the BuildKit state is the bounded volume
+            resources=resources("500m", "1Gi", "4Gi", ephemeral_limit="2Gi"),
             retry_strategy=retry(site),
         )
         verify = tools_step(

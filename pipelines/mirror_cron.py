@@ -12,7 +12,7 @@ from fabrique.site.config import Site
 from fabrique.site.names import LABEL_MANAGED_BY, LABEL_PART_OF
 
 from . import site_from_env
-from .steps import pod_security, token, tools_step
+from .steps import executor, pod_security, token, tools_step
 
 CRON_NAME = "gitea-mirror-sync"
 SERVICE_ACCOUNT = "fabrique-mirror-sync"
@@ -23,7 +23,7 @@ POD_LABELS = {LABEL_PART_OF: "fabrique", "fabrique.io/role": ROLE}
 def mirror_cron(site: Site) -> CronWorkflow:
     with CronWorkflow(
         name=CRON_NAME,
-        namespace=site.namespaces.build,
+        namespace=site.namespaces.control,
         labels={LABEL_PART_OF: "fabrique", LABEL_MANAGED_BY: "fabrique"},
         annotations={"workflows.argoproj.io/description": "Ask Gitea to pull every mirror now."},
         schedules=[site.mirror_sync.schedule],
@@ -34,6 +34,8 @@ def mirror_cron(site: Site) -> CronWorkflow:
         failed_jobs_history_limit=3,
         entrypoint="main",
         service_account_name=SERVICE_ACCOUNT,
+        automount_service_account_token=False,  # it calls Gitea, never the API
+        executor=executor(),
         security_context=pod_security(),
         active_deadline_seconds=300,
     ) as cron:

@@ -4,6 +4,10 @@ Every period it runs ``fabrique reconcile`` in the tools image: an event lost an
 between Gitea and the Sensor is caught up within one period. ``Forbid`` keeps two passes
 from overlapping; a missed start older than ``startingDeadlineSeconds`` is skipped, not
 queued.
+
+It runs in the control namespace (Pod Security ``restricted``), not beside the builds:
+its account may create Workflows in the build namespace, and the admission policy of
+the build namespace admits only references to ``fabrique-build`` there.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from fabrique.site.config import Site
 from fabrique.site.names import LABEL_MANAGED_BY, LABEL_PART_OF
 
 from . import site_from_env
-from .steps import pod_security, resources, token, tools_step
+from .steps import executor, pod_security, resources, token, tools_step
 
 CRON_NAME = "fabrique-reconcile"
 SERVICE_ACCOUNT = "fabrique-reconciler"
@@ -25,7 +29,7 @@ def reconcile_cron(site: Site) -> CronWorkflow:
     settings = site.reconcile
     with CronWorkflow(
         name=CRON_NAME,
-        namespace=site.namespaces.build,
+        namespace=site.namespaces.control,
         labels={LABEL_PART_OF: "fabrique", LABEL_MANAGED_BY: "fabrique"},
         annotations={
             "workflows.argoproj.io/description": (
@@ -39,7 +43,8 @@ def reconcile_cron(site: Site) -> CronWorkflow:
         successful_jobs_history_limit=3,
         failed_jobs_history_limit=3,
         entrypoint="main",
-        service_account_name=SERVICE_ACCOUNT,
+        service_account_name=SERVICE_ACCOUNT,  # its token creates the Workflows
+        executor=executor(),
         security_context=pod_security(),
         # a pass that hangs must not hold the next one off (concurrencyPolicy Forbid)
         active_deadline_seconds=max(60, _period_seconds(settings.schedule) - 30),

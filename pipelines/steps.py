@@ -27,6 +27,14 @@ from fabrique.site.errors import TRANSIENT_EXIT_CODE
 SITE_CONFIGMAP = "fabrique-site"
 SITE_MOUNT = "/etc/fabrique"
 RUN_AS = 1000
+# The account of the Argo executor (init and wait containers), in each namespace that
+# runs Workflows: it may only report steps (workflowtaskresults). A pod whose main
+# container needs no API mounts no token there; only the executor gets this one.
+EXECUTOR_ACCOUNT = "fabrique-executor"
+
+
+def executor() -> m.ExecutorConfig:
+    return m.ExecutorConfig(service_account_name=EXECUTOR_ACCOUNT)
 
 
 def retry(site: Site) -> RetryStrategy:
@@ -55,10 +63,14 @@ def inputs(*names: str) -> list[Parameter]:
     return [Parameter(name=name) for name in names]
 
 
-def resources(cpu: str, memory: str, memory_limit: str) -> m.ResourceRequirements:
+def resources(
+    cpu: str, memory: str, memory_limit: str, *, ephemeral_limit: str | None = None
+) -> m.ResourceRequirements:
+    limits = {"memory": m.Quantity(memory_limit)}
+    if ephemeral_limit:
+        limits["ephemeral-storage"] = m.Quantity(ephemeral_limit)
     return m.ResourceRequirements(
-        requests={"cpu": m.Quantity(cpu), "memory": m.Quantity(memory)},
-        limits={"memory": m.Quantity(memory_limit)},
+        requests={"cpu": m.Quantity(cpu), "memory": m.Quantity(memory)}, limits=limits
     )
 
 

@@ -23,10 +23,11 @@ def documents(root: Path) -> Iterator[dict[str, Any]]:
         yield from docs
 
 
-def find(root: Path, kind: str, name: str) -> dict[str, Any]:
+def find(root: Path, kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
     for doc in documents(root):
         if doc.get("kind") == kind and doc["metadata"]["name"] == name:
-            return doc
+            if namespace is None or doc["metadata"].get("namespace") == namespace:
+                return doc
     raise AssertionError(f"{kind}/{name} not in {root}")
 
 

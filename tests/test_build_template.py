@@ -67,9 +67,10 @@ def test_build_container_is_rootless_buildkit(template: dict[str, Any]) -> None:
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in build["volumes"]}
     assert volumes[mounts["/home/user/.local/share/buildkit"]] == {
-        "emptyDir": {},
+        "emptyDir": {"sizeLimit": "20Gi"},  # build.stateSize: a runaway build is evicted
         "name": "buildkit-state",
     }
+    assert container["resources"]["limits"]["ephemeral-storage"] == "2Gi"
     assert (
         volumes[mounts["/home/user/.config/buildkit"]]["configMap"]["name"] == "fabrique-buildkitd"
     )
@@ -243,23 +244,41 @@ def test_build_namespace_is_the_only_privileged_one() -> None:
     assert levels == {"fabrique": "restricted", "fabrique-build": "privileged"}
 
 
-def test_build_service_account_may_only_report_task_results() -> None:
-    role = find(TREE, "Role", "fabrique-build-executor")
-    assert role["rules"] == [
-        {
-            "apiGroups": ["argoproj.io"],
-            "resources": ["workflowtaskresults"],
-            "verbs": ["create", "patch"],
-        }
+def test_no_step_of_the_build_holds_a_service_account_token(template: dict[str, Any]) -> None:
+    """The build container (Unconfined, no process sandbox) must not be able to forge
+    another Workflow's outputs: no token is mounted in any step's own container; only the
+    Argo executor (init and wait) gets one, of an account that may only report steps."""
+    spec = template["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["executor"] == {"serviceAccountName": "fabrique-executor"}
+    for name, t in _templates(template).items():
+        assert t.get("automountServiceAccountToken") is not True, name
+        assert "serviceAccountName" not in t, name
+    # the steps' own account holds no right at all
+    assert spec["serviceAccountName"] == "fabrique-build"
+    bindings = [
+        d
+        for d in documents(TREE)
+        if d["kind"] in ("RoleBinding", "ClusterRoleBinding")
+        and any(s["name"] == "fabrique-build" for s in d["subjects"])
     ]
-    binding = find(TREE, "RoleBinding", "fabrique-build-executor")
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "fabrique-build", "namespace": "fabrique-build"}
-    ]
-    assert (
-        find(TREE, "WorkflowTemplate", "fabrique-build")["spec"]["serviceAccountName"]
-        == "fabrique-build"
-    )
+    assert bindings == []
+
+
+def test_the_executor_account_may_only_report_task_results() -> None:
+    for namespace in ("fabrique-build", "fabrique"):
+        role = find(TREE, "Role", "fabrique-executor", namespace)
+        assert role["rules"] == [
+            {
+                "apiGroups": ["argoproj.io"],
+                "resources": ["workflowtaskresults"],
+                "verbs": ["create", "patch"],
+            }
+        ]
+        binding = find(TREE, "RoleBinding", "fabrique-executor", namespace)
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "fabrique-executor", "namespace": namespace}
+        ]
 
 
 def test_tools_image_dockerfile_is_non_root_with_a_base_argument() -> None:

@@ -109,17 +109,18 @@ def test_mirror_cron_and_its_egress() -> None:
     assert cron["spec"]["concurrencyPolicy"] == "Forbid"
     container = cron["spec"]["workflowSpec"]["templates"][0]["container"]
     assert container["args"] == ["mirror", "sync"]
-    sync = find(TREE, "NetworkPolicy", "mirror-sync-egress")
+    assert cron["metadata"]["namespace"] == "fabrique", "not in the privileged namespace"
+    spec = cron["spec"]["workflowSpec"]
+    assert spec["automountServiceAccountToken"] is False, "it calls Gitea, never the API"
+    assert spec["executor"] == {"serviceAccountName": "fabrique-executor"}
+    sync = find(TREE, "NetworkPolicy", "mirror-sync", "fabrique")
     assert sync["spec"]["podSelector"] == {"matchLabels": {"fabrique.io/role": "mirror-sync"}}
+    assert sync["spec"]["ingress"] == []
     targets = [rule["to"][0] for rule in sync["spec"]["egress"]]
     assert [t.get("podSelector", t.get("ipBlock")) for t in targets] == [
         {"matchLabels": {"k8s-app": "kube-dns"}},
         {"matchLabels": {"app.kubernetes.io/name": "gitea"}},
         {"cidr": "192.0.2.1/32"},
-    ]
-    general = find(TREE, "NetworkPolicy", "fabrique-pods-egress")["spec"]["podSelector"]
-    assert general["matchExpressions"] == [
-        {"key": "fabrique.io/role", "operator": "NotIn", "values": ["mirror-sync"]}
     ]
 
 
@@ -141,12 +142,33 @@ def test_gitea_pods_reach_only_github_on_443_outside_the_cluster() -> None:
             "ports": [{"protocol": "TCP", "port": 443}],
         }
     ]
-    inside = [
-        rule for rule in policy["spec"]["egress"] if rule["to"][0] == {"namespaceSelector": {}}
-    ]
-    assert len(inside) == 1, (
-        "pods of the cluster only: a namespaceSelector never matches an outside address"
-    )
+    inside = [rule for rule in policy["spec"]["egress"] if "ipBlock" not in rule["to"][0]]
+    assert all(rule.get("ports") for rule in inside), "no in-cluster rule opens every port"
+    assert all(
+        peer.get("podSelector") and peer.get("namespaceSelector", {}).get("matchLabels")
+        for rule in inside
+        for peer in rule["to"]
+    ), "named pods of named namespaces only: no namespaceSelector {}"
+    webhook = {
+        "to": [
+            {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "fabrique"}},
+                "podSelector": {"matchLabels": {"eventsource-name": "gitea"}},
+            }
+        ],
+        "ports": [{"protocol": "TCP", "port": 12000}],
+    }
+    assert webhook in inside, "webhook #2 reaches the EventSource, on its port only"
+    database = {
+        "to": [
+            {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gitea"}},
+                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "postgresql"}},
+            }
+        ],
+        "ports": [{"protocol": "TCP", "port": 5432}],
+    }
+    assert database in inside, "netpol.giteaPeers: the database"
     assert not [r for r in policy["spec"].get("ingress", [])], (
         "no inbound rule: GitHub never pushes in"
     )

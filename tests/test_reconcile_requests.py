@@ -34,6 +34,7 @@ from .oci import push_image
 from .servers import GitDaemon, Registry
 
 NS = "fabrique-build"
+CONTROL_NS = "fabrique"
 APPS = 20
 FILES = 3
 
@@ -292,7 +293,7 @@ def test_a_merge_in_the_new_commits_is_asked_app_by_app(world: World) -> None:
 def _memory(kube: KubeApiDouble) -> dict[str, Any]:
     import json
 
-    stored = kube.configmaps[(NS, "fabrique-reconcile-memory")]
+    stored = kube.configmaps[(CONTROL_NS, "fabrique-reconcile-memory")]
     return dict(json.loads(stored["data"]["memory.json"]))
 
 

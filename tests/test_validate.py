@@ -59,10 +59,10 @@ def test_misspelled_field_deep_in_a_container_is_caught(tree: Path, specs: Path)
 
 def test_core_kinds_are_checked_strictly(tree: Path, specs: Path) -> None:
     _edit(tree / "build" / "configmaps.yaml", 1, lambda doc: doc.update(datta={"a": "b"}))
-    _edit(tree / "build" / "rbac.yaml", 1, lambda doc: doc["rules"][0].update(verb=["get"]))
+    _edit(tree / "build" / "rbac.yaml", 2, lambda doc: doc["rules"][0].update(verb=["get"]))
     problems = [str(p) for p in validate_tree(tree, specs)]
     assert any("document 1 (ConfigMap/fabrique-site)" in p and "'datta'" in p for p in problems)
-    assert any("document 1 (Role/fabrique-build-executor)" in p and "'verb'" in p for p in problems)
+    assert any("document 2 (Role/fabrique-executor)" in p and "'verb'" in p for p in problems)
 
 
 def test_bad_names_and_missing_kinds_are_caught(tree: Path, specs: Path) -> None:

@@ -84,26 +84,26 @@ def test_a_cron_step_and_an_entrypoint_naming_missing_templates(tree: Path, spec
 def test_a_template_ref_to_a_missing_template(tree: Path, specs: Path) -> None:
     def refer(template: str, name: str = "fabrique-build") -> Callable[[list[Doc]], None]:
         def edit(docs: list[Doc]) -> None:
-            _, steps = _steps_template(docs[0]["spec"]["workflowSpec"])
+            _, steps = _steps_template(docs[0]["spec"])
             step = steps["steps"][0][0]
             del step["template"]
             step["templateRef"] = {"name": name, "template": template}
 
         return edit
 
-    cron = tree / "reconcile" / "cronworkflow-fabrique-reconcile.yaml"
-    original = cron.read_text()
-    _edit(cron, refer("plan"))
+    template = tree / "build" / "workflowtemplate.yaml"
+    original = template.read_text()
+    _edit(template, refer("plan"))
     assert _validate(tree, specs).exit_code == 0, "a template of the tree's WorkflowTemplate"
-    cron.write_text(original)
-    _edit(cron, refer("nope"))
+    template.write_text(original)
+    _edit(template, refer("nope"))
     result = _validate(tree, specs)
     assert result.exit_code == 6
     assert "templateRef.template: WorkflowTemplate 'fabrique-build' has no template 'nope'" in (
         result.stderr
     )
-    cron.write_text(original)
-    _edit(cron, refer("main", name="elsewhere"))
+    template.write_text(original)
+    _edit(template, refer("main", name="elsewhere"))
     result = _validate(tree, specs)
     assert result.exit_code == 6
     assert "WorkflowTemplate 'elsewhere' is not in the tree" in result.stderr
@@ -179,7 +179,9 @@ def test_a_role_binding_to_a_missing_role(tree: Path, specs: Path) -> None:
     result = _validate(tree, specs)
     assert result.exit_code == 6
     (problem,) = _problems(result)
-    assert problem.startswith("reconcile/rbac.yaml: document 2 (RoleBinding/fabrique-reconciler):")
+    assert problem.startswith(
+        "reconcile/rbac.yaml: document 2 (RoleBinding/fabrique-reconciler-create-workflows):"
+    )
     assert problem.endswith(
         "roleRef.name: Role 'fabrique-reconciler-gone' is not in the tree (in namespace "
         "fabrique-build; declare it with --external Role/fabrique-build/fabrique-reconciler-gone)"

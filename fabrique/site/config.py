@@ -333,6 +333,8 @@ class BuildConfig(_Model):
     active_deadline_seconds: Annotated[int, Field(ge=60, le=86400)]
     retries: Annotated[int, Field(ge=0, le=10)]
     workspace_size: Annotated[str, AfterValidator(_quantity)]
+    # the BuildKit state emptyDir's sizeLimit: past it the build pod is evicted
+    state_size: Annotated[str, AfterValidator(_quantity)] = "20Gi"
     storage_class_name: DnsLabel | None = None
 
 
@@ -430,6 +432,9 @@ class NetpolConfig(_Model):
     registry: PeerSelector
     api_server_cidrs: Annotated[list[Cidr], Field(min_length=1)]
     api_server_ports: Annotated[list[Annotated[int, Field(ge=1, le=65535)]], Field(min_length=1)]
+    # what the Gitea pods reach in the cluster besides DNS and the EventSource (their
+    # database, a cache): their egress policy allows nothing else
+    gitea_peers: list[PeerSelector] = Field(default_factory=list)
     egress_cidrs: list[Cidr]  # TCP 443 for the build, flavor kubernetes
     egress_fqdns: list[Fqdn]  # TCP 443 for the build, flavor cilium
 

@@ -1,0 +1,92 @@
+"""The build namespace admits one kind of Workflow: a reference to ``fabrique-build``.
+
+The Sensor's and the reconciler's accounts may create Workflows in the build namespace,
+the only privileged one. Without a check, either could create a Workflow with inline
+templates (any image, any command, Unconfined) or one that references the template but
+overrides its pod fields (``podSpecPatch``, ``serviceAccountName``, ``templates``: a
+referencing Workflow's spec is merged over the template's).
+
+A ``ValidatingAdmissionPolicy`` bound to the build namespace refuses, at CREATE, every
+Workflow whose spec is anything but ``workflowTemplateRef: {name: fabrique-build}`` and
+``arguments.parameters`` among ``app``, ``revision``, ``force``: exactly what the Sensor,
+the reconciler and ``fabrique submit`` create (``fabrique.decisions.workflow``).
+
+Argo's own ``workflowRestrictions.templateReferencing: Strict`` was not chosen: it is a
+setting of the whole controller (every team's Workflows, every namespace), it lets a
+referencing Workflow override the template's fields, and it lives in the controller's
+ConfigMap, which fabrique vendors but does not own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fabrique.site.config import Site
+from fabrique.site.names import TEMPLATE_NAME
+from fabrique.site.objects import object_meta
+
+POLICY = "fabrique-build-workflows"
+PARAMETERS = ("app", "revision", "force")
+
+# One expression per rule, so that a refusal names the rule it broke.
+RULES = (
+    (
+        "object.spec.all(k, k in ['workflowTemplateRef', 'arguments'])",
+        "a Workflow here may hold only spec.workflowTemplateRef and spec.arguments",
+    ),
+    (
+        "has(object.spec.workflowTemplateRef) "
+        "&& object.spec.workflowTemplateRef.all(k, k == 'name') "
+        f"&& object.spec.workflowTemplateRef.name == '{TEMPLATE_NAME}'",
+        f"a Workflow here must reference the WorkflowTemplate {TEMPLATE_NAME} by name",
+    ),
+    (
+        "!has(object.spec.arguments) "
+        "|| (object.spec.arguments.all(k, k == 'parameters') "
+        "&& (!has(object.spec.arguments.parameters) "
+        "|| object.spec.arguments.parameters.all(p, p.all(k, k in ['name', 'value']) "
+        f"&& p.name in {list(PARAMETERS)!r})))",
+        f"a Workflow here may pass only the parameters {', '.join(PARAMETERS)}",
+    ),
+)
+
+
+def workflow_admission(site: Site) -> list[dict[str, Any]]:
+    """The policy and its binding to the build namespace."""
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": object_meta(POLICY),
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": ["argoproj.io"],
+                        "apiVersions": ["*"],
+                        # only CREATE: the controller updates Workflows as they run
+                        "operations": ["CREATE"],
+                        "resources": ["workflows"],
+                    }
+                ]
+            },
+            "validations": [
+                {"expression": expression, "message": message} for expression, message in RULES
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": object_meta(POLICY),
+        "spec": {
+            "policyName": POLICY,
+            "validationActions": ["Deny"],
+            "matchResources": {
+                "namespaceSelector": {
+                    "matchLabels": {"kubernetes.io/metadata.name": site.namespaces.build}
+                }
+            },
+        },
+    }
+    return [policy, binding]

@@ -1,0 +1,166 @@
+"""Least privilege in the rendered tree: only the build runs in the privileged namespace,
+no step of it holds a token, and the build namespace admits only Workflows that
+reference fabrique-build (the admission policy's CEL, evaluated here)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import celpy
+import pytest
+
+from fabrique.decisions.workflow import build_workflow
+from fabrique.site.config import load_site
+
+from . import payloads
+from .conftest import ROOT
+from .doubles.sensor import fire
+from .manifests import documents, find
+
+TREE = ROOT / "manifests"
+SITE = load_site(env={})
+BUILD_NS, CONTROL_NS = "fabrique-build", "fabrique"
+REVISION = "9c1d0f3b2a4e" + "5" * 28
+WORKLOADS = {"CronWorkflow", "Workflow", "WorkflowTemplate", "EventSource", "Sensor", "EventBus"}
+
+
+def test_only_the_build_runs_in_the_privileged_namespace() -> None:
+    in_build = sorted(
+        (d["kind"], d["metadata"]["name"])
+        for d in documents(TREE)
+        if d["kind"] in WORKLOADS and d["metadata"].get("namespace") == BUILD_NS
+    )
+    assert in_build == [("WorkflowTemplate", "fabrique-build")]
+    for name in ("fabrique-reconcile", "gitea-mirror-sync"):
+        assert find(TREE, "CronWorkflow", name)["metadata"]["namespace"] == CONTROL_NS, name
+    # what the control namespace's pods mount is there too
+    assert find(TREE, "ConfigMap", "fabrique-site", CONTROL_NS)["data"]["site.yaml"]
+
+
+def test_the_reconciler_may_create_workflows_in_the_build_namespace_and_nothing_else() -> None:
+    cron = find(TREE, "CronWorkflow", "fabrique-reconcile")["spec"]["workflowSpec"]
+    assert cron["serviceAccountName"] == "fabrique-reconciler"
+    assert cron["executor"] == {"serviceAccountName": "fabrique-executor"}
+    bound = [
+        (d["metadata"]["namespace"], d["roleRef"]["name"])
+        for d in documents(TREE)
+        if d["kind"] == "RoleBinding"
+        and any(s["name"] == "fabrique-reconciler" for s in d["subjects"])
+    ]
+    assert bound == [(BUILD_NS, "fabrique-reconciler-create-workflows")]
+    role = find(TREE, "Role", "fabrique-reconciler-create-workflows", BUILD_NS)
+    assert role["rules"] == [
+        {
+            "apiGroups": ["argoproj.io"],
+            "resources": ["workflows"],
+            "verbs": ["get", "list", "create"],
+        },
+        {"apiGroups": ["argoproj.io"], "resources": ["workflowtemplates"], "verbs": ["get"]},
+    ]
+    policy = find(TREE, "NetworkPolicy", "reconciler", CONTROL_NS)
+    assert policy["spec"]["podSelector"] == {"matchLabels": {"fabrique.io/role": "reconciler"}}
+    reached = [rule["ports"][0]["port"] for rule in policy["spec"]["egress"]]
+    assert reached == [53, 3000, 80, 443], "DNS, Gitea, the registry, the API"
+    assert policy["spec"]["ingress"] == []
+
+
+def test_the_build_namespace_policies_select_build_pods_only() -> None:
+    names = sorted(
+        d["metadata"]["name"]
+        for d in documents(TREE)
+        if d["kind"] == "NetworkPolicy" and d["metadata"]["namespace"] == BUILD_NS
+    )
+    assert "mirror-sync-egress" not in names, "the mirror sync left the build namespace"
+
+
+# --------------------------------------------------------------------- admission
+
+
+@pytest.fixture(scope="module")
+def admission() -> list[tuple[Any, str]]:
+    policy = find(TREE, "ValidatingAdmissionPolicy", "fabrique-build-workflows")
+    binding = find(TREE, "ValidatingAdmissionPolicyBinding", "fabrique-build-workflows")
+    assert binding["spec"]["policyName"] == "fabrique-build-workflows"
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert binding["spec"]["matchResources"]["namespaceSelector"] == {
+        "matchLabels": {"kubernetes.io/metadata.name": BUILD_NS}
+    }
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert policy["spec"]["matchConstraints"]["resourceRules"] == [
+        {
+            "apiGroups": ["argoproj.io"],
+            "apiVersions": ["*"],
+            "operations": ["CREATE"],
+            "resources": ["workflows"],
+        }
+    ]
+    env = celpy.Environment()
+    return [
+        (env.program(env.compile(v["expression"])), v["message"])
+        for v in policy["spec"]["validations"]
+    ]
+
+
+def _refusals(admission: list[tuple[Any, str]], workflow: dict[str, Any]) -> list[str]:
+    """The messages of the rules ``workflow`` breaks (an evaluation error refuses too,
+    as failurePolicy Fail does)."""
+    activation = {"object": celpy.json_to_cel(workflow)}
+    refused = []
+    for program, message in admission:
+        try:
+            result = program.evaluate(activation)
+        except celpy.CELEvalError:
+            result = None
+        if not (isinstance(result, celpy.celtypes.BoolType) and bool(result)):
+            refused.append(message)
+    return refused
+
+
+def _sensor_workflow() -> dict[str, Any]:
+    trigger = find(TREE, "Sensor", "fabrique-build")["spec"]["triggers"][0]
+    return fire(trigger, payloads.push(after=REVISION, files=["dataops/citation-dagster/x"]))
+
+
+def test_what_the_three_callers_create_is_admitted(admission: list[tuple[Any, str]]) -> None:
+    callers = {
+        "sensor": _sensor_workflow(),
+        "reconciler": build_workflow(SITE, "citation", REVISION, submitted_by="reconciler"),
+        "submit": build_workflow(SITE, "citation", REVISION, submitted_by="cli", force=True),
+    }
+    for caller, workflow in callers.items():
+        assert workflow["metadata"]["namespace"] == BUILD_NS, caller
+        assert _refusals(admission, workflow) == [], caller
+
+
+def _inline(spec: dict[str, Any]) -> None:
+    spec.clear()
+    spec |= {"entrypoint": "x", "templates": [{"name": "x", "container": {"image": "evil"}}]}
+
+
+@pytest.mark.parametrize(
+    ("edit", "broken"),
+    [
+        (_inline, "only spec.workflowTemplateRef and spec.arguments"),
+        (lambda s: s.update(podSpecPatch='{"hostPID": true}'), "only spec.workflowTemplateRef"),
+        (lambda s: s.update(serviceAccountName="fabrique-reconciler"), "only spec.workflow"),
+        (lambda s: s.update(templates=[{"name": "main", "script": {}}]), "only spec.workflow"),
+        (lambda s: s.update(workflowTemplateRef={"name": "other"}), "by name"),
+        (lambda s: s["workflowTemplateRef"].update(clusterScope=True), "by name"),
+        (lambda s: s.pop("workflowTemplateRef"), "by name"),
+        (
+            lambda s: s["arguments"]["parameters"].append({"name": "image", "value": "evil"}),
+            "only the parameters app, revision, force",
+        ),
+        (
+            lambda s: s["arguments"]["parameters"][0].update(valueFrom={"configMapKeyRef": {}}),
+            "only the parameters",
+        ),
+        (lambda s: s["arguments"].update(artifacts=[{"name": "a"}]), "only the parameters"),
+    ],
+)
+def test_anything_else_is_refused(admission: list[tuple[Any, str]], edit: Any, broken: str) -> None:
+    workflow = copy.deepcopy(_sensor_workflow())
+    edit(workflow["spec"])
+    refusals = _refusals(admission, workflow)
+    assert any(broken in message for message in refusals), refusals
