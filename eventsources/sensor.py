@@ -54,6 +54,12 @@ def name_template(app: str) -> str:
     return f"{WORKFLOW_PREFIX}{app}-{{{{ .Input.body.after | substr 0 {SHORT_SHA_LEN} }}}}"
 
 
+# The revision through the same Go template as the name, not a dataKey: a dataKey is read
+# with gjson (the first of duplicated keys), a template over the decoded body (the last),
+# so a payload with `after` twice could name one commit and build another.
+REVISION_TEMPLATE = "{{ .Input.body.after }}"
+
+
 def push_filters(site: Site) -> list[DataFilter]:
     """A push of a commit to the site's branch of the code repository."""
     return [
@@ -96,7 +102,9 @@ def sensor(site: Site) -> dict[str, Any]:
             ),
             *(
                 TriggerParameter(
-                    src=TriggerParameterSource(dependency_name=dep, data_key="body.after"),
+                    src=TriggerParameterSource(
+                        dependency_name=dep, data_template=REVISION_TEMPLATE
+                    ),
                     dest=dest,
                 )
                 for dest in REVISION_DESTS

@@ -573,17 +573,18 @@ def rollback(state: _State, app: str, to: str, reason: str, by: str | None, dry_
 
 @cli.command("seed-webhook")
 @click.option("--dry-run", is_flag=True, help="Say what would change; change nothing.")
-@click.option("--rotate", is_flag=True, help="Write the HMAC secret and token again.")
+@click.option("--rotate", is_flag=True, help="Write the bearer token again.")
 @pass_state
 def seed_webhook_command(state: _State, dry_run: bool, rotate: bool) -> None:
     """Make sure the code repository has exactly one webhook #2 to the EventSource.
 
     The bearer token comes from FABRIQUE_WEBHOOK_TOKEN (the value of the Secret the
-    EventSource checks), the HMAC secret from FABRIQUE_WEBHOOK_SECRET, and the Gitea
-    token from FABRIQUE_GITEA_TOKEN. None of them is ever printed.
+    EventSource checks), the Gitea token from FABRIQUE_GITEA_TOKEN. Neither is ever
+    printed. No HMAC secret is set: the EventSource checks the bearer header, and nothing
+    could check X-Gitea-Signature.
     """
     from fabrique.clients.gitea import GiteaClient
-    from fabrique.gestures.webhook import Credentials, seed_webhook
+    from fabrique.gestures.webhook import Credentials, allowed_host_notice, seed_webhook
 
     site = state.site
     credentials = Credentials.from_env()
@@ -591,6 +592,7 @@ def seed_webhook_command(state: _State, dry_run: bool, rotate: bool) -> None:
         actions = seed_webhook(site, gitea, credentials, dry_run=dry_run, rotate=rotate)
     for action in actions:
         click.echo(action.line(dry_run))
+    click.echo(f"notice: {allowed_host_notice(site)}", err=True)
 
 
 @contextmanager
@@ -830,7 +832,7 @@ def seed(
     from fabrique.clients.registry import RegistryClient
     from fabrique.decisions.writeback import open_transport
     from fabrique.gestures.seed import Seeder, check_target, gitea_admin_token
-    from fabrique.gestures.webhook import Credentials
+    from fabrique.gestures.webhook import Credentials, allowed_host_notice
 
     from .validate import Schemas, find_specs
 
@@ -862,11 +864,13 @@ def seed(
         for step in plan:
             click.echo(f"  {step.line()}")
         if dry_run:
+            click.echo(f"notice: {allowed_host_notice(site)}", err=True)
             return
         if any(step.state == "changed" for step in plan) and not yes:
             click.confirm("apply?", abort=True, err=True)
         for step in seeder.run(dry_run=False):
             click.echo(step.line())
+    click.echo(f"notice: {allowed_host_notice(site)}", err=True)
 
 
 @cli.command("derive-secrets")

@@ -177,6 +177,37 @@ def test_sensor_names_the_workflow_as_submit_does(rendered_sensor: dict[str, Any
     assert created == expected
 
 
+def test_the_name_and_the_revision_come_from_the_same_field(
+    rendered_sensor: dict[str, Any],
+) -> None:
+    """A body with `after` twice: gjson (a dataKey, the filters) reads the first, the Go
+    template over the decoded body the last. The Workflow must build the commit it is
+    named after, whichever the Sensor reads."""
+    import json
+
+    named, other = "4e1d9c0b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e2d", "9" * 40
+    event = payloads.push(after=named, files=["dataops/citation-dagster/app.txt"])
+    raw = json.dumps(event["body"]).replace(
+        f'"after": "{named}"', f'"after": "{other}", "after": "{named}"'
+    )
+
+    def first_wins(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            out.setdefault(key, value)
+        return out
+
+    last = {**event, "body": json.loads(raw)}
+    first = {**event, "body": json.loads(raw, object_pairs_hook=first_wins)}
+    assert (first["body"]["after"], last["body"]["after"]) == (other, named)
+    created = fire(rendered_sensor["spec"]["triggers"][0], last, first=first)
+    revision = created["spec"]["arguments"]["parameters"][1]["value"]
+    assert created["metadata"]["name"] == f"fabrique-citation-{revision[:12]}"
+    assert created["metadata"]["labels"]["fabrique.io/revision"] == revision
+    for parameter in rendered_sensor["spec"]["triggers"][0]["template"]["k8s"]["parameters"]:
+        assert "dataKey" not in parameter["src"], parameter["dest"]
+
+
 def test_sensor_rbac_allows_creating_workflows_only() -> None:
     role = find(TREE, "Role", "fabrique-sensor-create-workflows")
     assert role["metadata"]["namespace"] == "fabrique-build"

@@ -11,12 +11,7 @@ from .doubles.gitea import GiteaDouble
 
 URL = "http://gitea-eventsource-svc.fabrique.svc.cluster.local:12000/push"
 WEBHOOK_TOKEN = "bearer-7f3a9c"
-WEBHOOK_SECRET = "hmac-4b2e81"
-ENV = {
-    "FABRIQUE_GITEA_TOKEN": GITEA_TOKEN,
-    "FABRIQUE_WEBHOOK_TOKEN": WEBHOOK_TOKEN,
-    "FABRIQUE_WEBHOOK_SECRET": WEBHOOK_SECRET,
-}
+ENV = {"FABRIQUE_GITEA_TOKEN": GITEA_TOKEN, "FABRIQUE_WEBHOOK_TOKEN": WEBHOOK_TOKEN}
 
 
 @pytest.fixture()
@@ -26,7 +21,7 @@ def values(tmp_path: Path, gitea: GiteaDouble) -> Path:
 
 def _seed(values: Path, *args: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
     result = run_cli("--values", str(values), "seed-webhook", *args, env=env or ENV)
-    for secret in (WEBHOOK_TOKEN, WEBHOOK_SECRET, GITEA_TOKEN):
+    for secret in (WEBHOOK_TOKEN, GITEA_TOKEN):
         assert secret not in result.stdout + result.stderr
     return result
 
@@ -40,7 +35,8 @@ def test_creates_then_unchanged(values: Path, gitea: GiteaDouble) -> None:
     assert hook["config"] == {"url": URL, "content_type": "json", "http_method": "post"}
     assert hook["events"] == ["push"] and hook["branch_filter"] == "main" and hook["active"] is True
     assert hook["authorization_header"] == f"Bearer {WEBHOOK_TOKEN}"
-    assert gitea.hook_secrets[("atlas/atlas", 1)] == WEBHOOK_SECRET
+    # no HMAC secret: the EventSource checks the bearer header, nothing checks a signature
+    assert gitea.hook_secrets[("atlas/atlas", 1)] == ""
 
     again = _seed(values)
     assert again.stdout.strip() == "unchanged: webhook #1"
@@ -75,11 +71,28 @@ def test_removes_duplicates_and_leaves_other_hooks(values: Path, gitea: GiteaDou
     assert sorted(gitea.hooks["atlas/atlas"]) == [1, 3]
 
 
-def test_rotate_rewrites_the_secret(values: Path, gitea: GiteaDouble) -> None:
+def test_rotate_rewrites_the_token(values: Path, gitea: GiteaDouble) -> None:
     _seed(values)
-    rotated = _seed(values, "--rotate", env={**ENV, "FABRIQUE_WEBHOOK_SECRET": "hmac-new-0c1d"})
-    assert rotated.stdout.strip() == "repaired: webhook #1 (secret and token rotated)"
-    assert gitea.hook_secrets[("atlas/atlas", 1)] == "hmac-new-0c1d"
+    rotated = _seed(values, "--rotate", env={**ENV, "FABRIQUE_WEBHOOK_TOKEN": "bearer-new-0c1d"})
+    assert rotated.stdout.strip() == "repaired: webhook #1 (authorization_header, token rotated)"
+    assert gitea.hooks["atlas/atlas"][1]["authorization_header"] == "Bearer bearer-new-0c1d"
+
+
+def test_a_secret_an_earlier_seeding_set_is_cleared(values: Path, gitea: GiteaDouble) -> None:
+    _seed(values)
+    gitea.hook_secrets[("atlas/atlas", 1)] = "hmac-from-before"
+    assert _seed(values, "--rotate").exit_code == 0
+    assert gitea.hook_secrets[("atlas/atlas", 1)] == ""
+
+
+def test_seeding_states_what_gitea_needs_to_deliver_in_cluster(
+    values: Path, gitea: GiteaDouble
+) -> None:
+    for args in ((), ("--dry-run",)):
+        result = _seed(values, *args)
+        host = "gitea-eventsource-svc.fabrique.svc.cluster.local"
+        assert "notice: Gitea delivers webhooks only to the hosts its [webhook] " in result.stderr
+        assert f"set ALLOWED_HOST_LIST = {host} in app.ini" in result.stderr
 
 
 def test_dry_run_changes_nothing(values: Path, gitea: GiteaDouble) -> None:
@@ -95,9 +108,7 @@ def test_missing_credentials_are_named(values: Path, gitea: GiteaDouble) -> None
         "--values", str(values), "seed-webhook", env={"FABRIQUE_GITEA_TOKEN": GITEA_TOKEN}
     )
     assert result.exit_code == 2
-    assert result.stderr.startswith(
-        "error: FABRIQUE_WEBHOOK_TOKEN and FABRIQUE_WEBHOOK_SECRET: not set"
-    )
+    assert result.stderr.startswith("error: FABRIQUE_WEBHOOK_TOKEN: not set")
     assert gitea.hooks["atlas/atlas"] == {}
 
 

@@ -2,7 +2,7 @@
 # Scenario 34, build-gitops-digest: the whole chain on a real (one-node is enough) cluster.
 #
 #   KUBE_CONTEXT=bench FABRIQUE_VALUES=site.yaml GITEA_URL=http://localhost:3000 \
-#   FABRIQUE_GITEA_TOKEN=… FABRIQUE_WEBHOOK_TOKEN=… FABRIQUE_WEBHOOK_SECRET=… \
+#   FABRIQUE_GITEA_TOKEN=… FABRIQUE_WEBHOOK_TOKEN=… \
 #   bash bench/scenarios/build-gitops-digest.sh
 #
 # No reachable cluster or chain: prints "SKIP: <reason>" and exits 0 (1 with STRICT=1).

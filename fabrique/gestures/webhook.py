@@ -2,12 +2,14 @@
 
 ``fabrique seed-webhook`` makes sure ``atlas/atlas`` has exactly one webhook pointing at
 the EventSource's Service: type ``gitea``, JSON, ``push`` events only, the branch filter,
-``Authorization: Bearer <token>`` (what the EventSource's authSecret checks) and an HMAC
-secret, active. It creates it when missing, repairs it when it differs, removes
-duplicates, and changes nothing when all is right.
+``Authorization: Bearer <token>`` (what the EventSource's authSecret checks), active. It
+creates it when missing, repairs it when it differs, removes duplicates, and changes
+nothing when all is right. ``--rotate`` writes the token again. It is never printed.
 
-Gitea never returns the HMAC secret, so a changed secret alone cannot be seen: pass
-``--rotate`` to write the secret and token again. Neither is ever printed.
+No HMAC secret is set: Gitea would sign each delivery (``X-Gitea-Signature``), but the
+webhook EventSource checks only the bearer header and nothing else on the path could
+check a signature; a secret nobody verifies would only look like protection. The empty
+secret also clears one an earlier seeding set.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from fabrique.clients.gitea import GiteaClient
 from fabrique.site.config import Site
@@ -23,25 +26,22 @@ from fabrique.site.errors import InputError
 from fabrique.site.names import webhook_service_url
 
 TOKEN_ENV = "FABRIQUE_WEBHOOK_TOKEN"
-SECRET_ENV = "FABRIQUE_WEBHOOK_SECRET"
 HOOK_NAME = "fabrique-eventsource"
 
 
 @dataclass(frozen=True)
 class Credentials:
     token: str = field(repr=False)
-    secret: str = field(repr=False)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Credentials:
         env = os.environ if env is None else env
-        missing = [name for name in (TOKEN_ENV, SECRET_ENV) if not env.get(name)]
-        if missing:
+        if not env.get(TOKEN_ENV):
             raise InputError(
-                f"{' and '.join(missing)}: not set; the webhook's bearer token (the value of "
-                "the Secret the EventSource checks) and its HMAC secret come from there"
+                f"{TOKEN_ENV}: not set; the webhook's bearer token (the value of the Secret "
+                "the EventSource checks) comes from there"
             )
-        return cls(env[TOKEN_ENV], env[SECRET_ENV])
+        return cls(env[TOKEN_ENV])
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,20 @@ class Action:
         return f"{prefix}{self.verb}: {hook}" + (f" ({self.detail})" if self.detail else "")
 
 
+def allowed_host_notice(site: Site) -> str:
+    """What Gitea needs before webhook #2 delivers anything, said where it is seeded.
+
+    Gitea refuses to deliver to a host its ``[webhook] ALLOWED_HOST_LIST`` does not allow,
+    and the default (``external``) excludes every cluster-internal address, so the hook
+    would exist and no push would ever reach the EventSource. No API shows the setting."""
+    host = urlsplit(webhook_service_url(site.namespaces.control)).hostname
+    return (
+        "Gitea delivers webhooks only to the hosts its [webhook] ALLOWED_HOST_LIST allows, "
+        f"and its default (external) refuses {host}: set ALLOWED_HOST_LIST = {host} in "
+        "app.ini (or GITEA__webhook__ALLOWED_HOST_LIST), then check the hook's deliveries"
+    )
+
+
 def desired(site: Site, credentials: Credentials) -> dict[str, Any]:
     """The CreateHookOption body of webhook #2."""
     return {
@@ -65,7 +79,7 @@ def desired(site: Site, credentials: Credentials) -> dict[str, Any]:
             "url": webhook_service_url(site.namespaces.control),
             "content_type": "json",
             "http_method": "post",
-            "secret": credentials.secret,
+            "secret": "",  # no signature: nothing on the path checks one (see above)
         },
         "events": ["push"],
         "branch_filter": site.gitea.branch,
@@ -114,7 +128,7 @@ def seed_webhook(
     hook_id = int(keep["id"])
     changed = differences(keep, want)
     if rotate:
-        changed.append("secret and token rotated")
+        changed.append("token rotated")
     if changed:
         if not dry_run:
             edit = {k: v for k, v in want.items() if k != "type"}

@@ -76,8 +76,14 @@ def set_path(resource: dict[str, Any], dest: str, value: Any) -> None:
         node[last] = value
 
 
-def fire(trigger: dict[str, Any], event: dict[str, Any]) -> dict[str, Any]:
-    """The object a k8s ``create`` trigger would send for ``event``."""
+def fire(
+    trigger: dict[str, Any], event: dict[str, Any], *, first: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The object a k8s ``create`` trigger would send for ``event``.
+
+    ``event`` is the payload as Go's json decodes it (of duplicated keys, the last);
+    ``first`` as gjson reads it (the first), which is what a ``dataKey`` and the data
+    filters see. Without duplicates they are the same."""
     k8s = trigger["template"]["k8s"]
     resource = copy.deepcopy(k8s["source"]["resource"])
     for parameter in k8s["parameters"]:
@@ -85,6 +91,6 @@ def fire(trigger: dict[str, Any], event: dict[str, Any]) -> dict[str, Any]:
         if "dataTemplate" in source:
             value = render_template(source["dataTemplate"], event)
         else:
-            value = lookup(event, source["dataKey"])
+            value = lookup(first if first is not None else event, source["dataKey"])
         set_path(resource, parameter["dest"], value)
     return resource
