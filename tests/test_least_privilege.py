@@ -48,7 +48,12 @@ def test_the_reconciler_may_create_workflows_in_the_build_namespace_and_nothing_
         if d["kind"] == "RoleBinding"
         and any(s["name"] == "fabrique-reconciler" for s in d["subjects"])
     ]
-    assert bound == [(BUILD_NS, "fabrique-reconciler-create-workflows")]
+    assert bound == [
+        (BUILD_NS, "fabrique-reconciler-create-workflows"),
+        (CONTROL_NS, "fabrique-reconciler-memory"),
+    ]
+    memory = find(TREE, "Role", "fabrique-reconciler-memory", CONTROL_NS)
+    assert {r["resources"][0] for r in memory["rules"]} == {"configmaps"}, "its memory only"
     role = find(TREE, "Role", "fabrique-reconciler-create-workflows", BUILD_NS)
     assert role["rules"] == [
         {
