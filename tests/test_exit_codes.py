@@ -60,6 +60,42 @@ def test_an_ssh_failure_keeps_the_cause_git_prints_first(tmp_path: Path) -> None
     assert "the repository exists" not in last
 
 
+def test_the_operators_ssh_command_reaches_git(tmp_path: Path) -> None:
+    """GIT_SSH_COMMAND is how an operator picks a key or known_hosts: git must see it,
+    while git's other variables (GIT_DIR and the like) stay out."""
+    seen = tmp_path / "ssh-called"
+    ssh = tmp_path / "ssh"
+    ssh.write_text(f'#!/bin/sh\necho "$@" > {seen}\necho "ssh: stand-in refused" >&2\nexit 255\n')
+    ssh.chmod(0o755)
+    values = write_values(
+        tmp_path / "site.yaml",
+        **{
+            "writeback.transport": "git",
+            "writeback.gitUrl": "ssh://git@127.0.0.1:1/atlas/atlas.git",
+        },
+    )
+    result = run_cli(
+        "--values",
+        str(values),
+        "writeback",
+        "--app",
+        "citation",
+        "--revision",
+        REV,
+        "--digest",
+        DIGEST,
+        env={
+            "FABRIQUE_GITEA_TOKEN": "t",
+            "GIT_SSH_COMMAND": str(ssh),
+            "GIT_DIR": str(tmp_path / "elsewhere"),
+        },
+    )
+    assert result.exit_code != 0
+    assert "127.0.0.1" in seen.read_text()
+    assert "ssh: stand-in refused" in result.stderr
+    assert not (tmp_path / "elsewhere").exists()
+
+
 def test_git_error_lines_are_taken_whole() -> None:
     from fabrique.clients.git import first_error, is_transient
 

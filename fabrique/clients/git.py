@@ -33,6 +33,7 @@ from fabrique.site.retry import RetryPolicy
 
 from .gitea import Commit
 
+SSH_VARIABLES = frozenset({"GIT_SSH_COMMAND", "GIT_SSH", "GIT_SSH_VARIANT"})
 log = logging.getLogger("fabrique.git")
 
 # git exits 128 on a fatal error; among those, these messages of git itself, of curl
@@ -89,7 +90,13 @@ class GitRemote:
         self.retry = retry or RetryPolicy()
         self._sleep = sleep
         self._env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("GIT_")},
+            # git's own variables could point it at another repository or config; only
+            # the operator's choice of ssh command passes (the README documents it)
+            **{
+                k: v
+                for k, v in os.environ.items()
+                if not k.startswith("GIT_") or k in SSH_VARIABLES
+            },
             "GIT_TERMINAL_PROMPT": "0",
             "GIT_CONFIG_NOSYSTEM": "1",
             "LC_ALL": "C",
