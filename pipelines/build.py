@@ -20,11 +20,24 @@
 
 The tools steps retry only transient failures (exit 75): a wrong answer is not retried.
 
+Every run says on its commit in Gitea how it went (``fabrique status-report``, context
+``fabrique/<app>``): ``report-pending`` beside the checkout, ``report-success`` after the
+write-back, ``report-skipped`` when the plan skips, and the exit handler's
+``report-failure`` (``onExit``, so that a deadline, an OOM or a failed step still
+reports) when the Workflow did not succeed. Each path posts exactly one terminal status.
+The report steps never fail the build (``continueOn``): the reconciler repairs a status
+that could not be posted.
+
+Template metrics (``metrics.prometheus``, prefixed ``argo_workflows_`` by the
+controller): the build step's duration per app, and the write-back outcomes per app.
+
 Step values reach the shell scripts as environment variables, never spliced into the
 script text, so a parameter cannot inject shell.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from hera.workflows import (
     ConfigMapVolume,
@@ -52,6 +65,7 @@ from fabrique.site.names import (
 
 from . import site_from_env
 from .steps import (
+    LOG_TAIL_ON_ERROR,
     env,
     executor,
     inputs,
@@ -76,6 +90,10 @@ PLAN_OUTPUTS = (
     *("build", "reason"),
 )
 DIGEST_FILE = "/tmp/fabrique/digest"
+WRITEBACK_DIR = "/tmp/fabrique/writeback"
+WRITEBACK_OUTPUTS = ("outcome", "commit")
+EXIT_HANDLER = "exit-handler"
+BUILD_SECONDS_BUCKETS = (30, 60, 120, 300, 600, 900, 1800, 3600)
 BUILDER_UID = 1000
 CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 
@@ -223,6 +241,7 @@ def build_template(site: Site) -> WorkflowTemplate:
         ttl_strategy=m.TTLStrategy(seconds_after_success=86400, seconds_after_failure=604800),
         volume_claim_gc=m.VolumeClaimGC(strategy="OnWorkflowCompletion"),
         security_context=pod_security(),
+        on_exit=EXIT_HANDLER,
     ) as template:
         plan = tools_step(
             site,
@@ -265,6 +284,7 @@ def build_template(site: Site) -> WorkflowTemplate:
             security_context=restricted(),
             resources=resources("100m", "128Mi", "1Gi"),
             retry_strategy=retry(site),
+            termination_message_policy=LOG_TAIL_ON_ERROR,
         )
         build = Container(
             name="build",
@@ -311,6 +331,8 @@ def build_template(site: Site) -> WorkflowTemplate:
             # the writable layer and the logs; the BuildKit state is the bounded volume
             resources=resources("500m", "1Gi", "4Gi", ephemeral_limit="2Gi"),
             retry_strategy=retry(site),
+            termination_message_policy=LOG_TAIL_ON_ERROR,
+            metrics=_build_metrics(),
         )
         verify = tools_step(
             site,
@@ -330,26 +352,56 @@ def build_template(site: Site) -> WorkflowTemplate:
             [
                 *("writeback", "--app", APP, "--revision", REVISION),
                 *("--digest", "{{inputs.parameters.digest}}", "--workflow", "{{workflow.name}}"),
+                *("--out", WRITEBACK_DIR),
             ],
             labels=POD_LABELS,
             extra_env=[token(site)],
             inputs=inputs("digest"),
             retry_strategy=transient_retry(site),
+            outputs=[
+                Parameter(name=name, value_from=m.ValueFrom(path=f"{WRITEBACK_DIR}/{name}"))
+                for name in WRITEBACK_OUTPUTS
+            ],
+            metrics=_writeback_metrics(),
+        )
+        report_pending = _report_step(site, "report-pending", "pending")
+        report_skipped = _report_step(site, "report-skipped", "skipped")
+        report_success = _report_step(
+            site,
+            "report-success",
+            "success",
+            *("--digest", "{{inputs.parameters.digest}}"),
+            *("--outcome", "{{inputs.parameters.outcome}}"),
+            *("--commit", "{{inputs.parameters.commit}}"),
+            inputs=inputs("digest", "outcome", "commit"),
+        )
+        # The exit handler reads Argo's own account of the run: {{workflow.status}} is
+        # Succeeded, Failed or Error; {{workflow.failures}} the JSON list of failed nodes.
+        report_failure = _report_step(
+            site,
+            "report-failure",
+            "failure",
+            *("--workflow-status", "{{workflow.status}}"),
+            *("--failures", "{{workflow.failures}}"),
         )
 
-        with Steps(name="main"):
+        with Steps(name="main") as main:
             planned = plan()
             assert isinstance(planned, Step)
             # nothing under the app's context changed: the Workflow succeeds having
             # built and written nothing
-            changed = f"{planned.get_parameter('build').value} == true"
-            checkout(
-                arguments={
-                    name: planned.get_parameter(name).value
-                    for name in ("repo-url", "context", "dockerfile")
-                },
-                when=changed,
-            )
+            built = planned.get_parameter("build").value
+            changed, unchanged = f"{built} == true", f"{built} == false"
+            with main.parallel():
+                report_skipped(when=unchanged, continue_on=CONTINUE)
+                report_pending(when=changed, continue_on=CONTINUE)
+                checkout(
+                    arguments={
+                        name: planned.get_parameter(name).value
+                        for name in ("repo-url", "context", "dockerfile")
+                    },
+                    when=changed,
+                )
             build(
                 arguments={
                     name: planned.get_parameter(name).value
@@ -359,11 +411,82 @@ def build_template(site: Site) -> WorkflowTemplate:
             )
             verified = verify(when=changed)
             assert isinstance(verified, Step)
-            write_back(
-                arguments={"digest": verified.get_parameter(VERIFIED_OUTPUT).value},
+            digest = verified.get_parameter(VERIFIED_OUTPUT).value
+            written = write_back(arguments={"digest": digest}, when=changed)
+            assert isinstance(written, Step)
+            report_success(
+                arguments={"digest": digest}
+                | {name: written.get_parameter(name).value for name in WRITEBACK_OUTPUTS},
                 when=changed,
+                continue_on=CONTINUE,
             )
+
+        with Steps(name=EXIT_HANDLER):
+            report_failure(when="{{workflow.status}} != Succeeded", continue_on=CONTINUE)
     return template
+
+
+# a report that cannot be made never fails the build: the reconciler repairs the status
+CONTINUE = m.ContinueOn(failed=True, error=True)
+
+
+def _report_step(site: Site, name: str, kind: str, *args: str, **extra: Any) -> Container:
+    """A step that posts the commit status of this run (``fabrique status-report``)."""
+    return tools_step(
+        site,
+        name,
+        [
+            *("status-report", kind, "--app", APP, "--revision", REVISION),
+            *("--workflow", "{{workflow.name}}", *args),
+        ],
+        labels=POD_LABELS,
+        extra_env=[token(site)],
+        retry_strategy=retry(site),
+        **extra,
+    )
+
+
+def _label(key: str, value: str) -> m.MetricLabel:
+    return m.MetricLabel(key=key, value=value)
+
+
+def _build_metrics() -> m.Metrics:
+    return m.Metrics(
+        prometheus=[
+            m.Prometheus(
+                name="fabrique_build_duration_seconds",
+                help="Duration of the rootless BuildKit build step, per app and step status.",
+                labels=[_label("app", APP), _label("status", "{{status}}")],
+                histogram=m.Histogram(
+                    buckets=[m.Amount(b) for b in BUILD_SECONDS_BUCKETS], value="{{duration}}"
+                ),
+            )
+        ]
+    )
+
+
+def _writeback_metrics() -> m.Metrics:
+    # one series per outcome; a failed write-back has no outcome output, hence two entries
+    # of the same metric (same name, help and labels, as Prometheus requires)
+    help_text = "Write-back outcomes per app: changed, unchanged, superseded or failed."
+    return m.Metrics(
+        prometheus=[
+            m.Prometheus(
+                name="fabrique_writeback_total",
+                help=help_text,
+                labels=[_label("app", APP), _label("outcome", "{{outputs.parameters.outcome}}")],
+                when="{{status}} == Succeeded",
+                counter=m.Counter(value="1"),
+            ),
+            m.Prometheus(
+                name="fabrique_writeback_total",
+                help=help_text,
+                labels=[_label("app", APP), _label("outcome", "failed")],
+                when="{{status}} != Succeeded",
+                counter=m.Counter(value="1"),
+            ),
+        ]
+    )
 
 
 # `hera generate yaml pipelines/` finds this object; `fabrique render` calls

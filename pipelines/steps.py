@@ -25,6 +25,9 @@ from fabrique.site.config import Site
 from fabrique.site.errors import TRANSIENT_EXIT_CODE
 
 SITE_CONFIGMAP = "fabrique-site"
+# A failed container's last log lines become its termination message, which Argo puts
+# on the node: the exit handler's report then says why (fabrique's `error: …` line).
+LOG_TAIL_ON_ERROR = "FallbackToLogsOnError"
 SITE_MOUNT = "/etc/fabrique"
 RUN_AS = 1000
 # The account of the Argo executor (init and wait containers), in each namespace that
@@ -117,6 +120,7 @@ def tools_step(
         ],
         security_context=restricted(),
         resources=sizing or resources("50m", "64Mi", "256Mi"),
+        termination_message_policy=LOG_TAIL_ON_ERROR,
         **extra,
     )
 

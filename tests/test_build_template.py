@@ -27,18 +27,24 @@ def _templates(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {t["name"]: t for t in template["spec"]["templates"]}
 
 
+def _pods(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The templates that run a pod (not the steps templates main and exit-handler)."""
+    return {name: t for name, t in _templates(template).items() if "steps" not in t}
+
+
 def _env(container: dict[str, Any]) -> dict[str, Any]:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
 
 
 def test_steps_run_in_order(template: dict[str, Any]) -> None:
     main = _templates(template)["main"]
-    assert [step[0]["name"] for step in main["steps"]] == [
-        "plan",
-        "checkout",
-        "build",
-        "verify-digest",
-        "write-back",
+    assert [[step["name"] for step in group] for group in main["steps"]] == [
+        ["plan"],
+        ["report-skipped", "report-pending", "checkout"],
+        ["build"],
+        ["verify-digest"],
+        ["write-back"],
+        ["report-success"],
     ]
     assert template["spec"]["entrypoint"] == "main"
     assert template["spec"]["arguments"]["parameters"] == [
@@ -46,8 +52,12 @@ def test_steps_run_in_order(template: dict[str, Any]) -> None:
         {"name": "revision"},
         {"name": "force", "value": "false"},
     ]
-    for step in main["steps"][1:]:
-        assert step[0]["when"] == "{{steps.plan.outputs.parameters.build}} == true", step[0]["name"]
+    for group in main["steps"][1:]:
+        for step in group:
+            expected = "false" if step["name"] == "report-skipped" else "true"
+            assert step["when"] == f"{{{{steps.plan.outputs.parameters.build}}}} == {expected}", (
+                step["name"]
+            )
 
 
 def test_build_container_is_rootless_buildkit(template: dict[str, Any]) -> None:
@@ -85,8 +95,8 @@ def test_only_the_build_container_is_unconfined(template: dict[str, Any]) -> Non
     ]
     assert unconfined == ["build"]
     assert template["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-    for name, t in _templates(template).items():
-        if name in ("build", "main"):
+    for name, t in _pods(template).items():
+        if name == "build":
             continue
         context = t["container"]["securityContext"]
         assert context["allowPrivilegeEscalation"] is False, name
@@ -168,12 +178,9 @@ def test_labels_mutex_and_lifecycle(template: dict[str, Any]) -> None:
         LABEL_APP: {"expression": "workflow.parameters.app"},
         LABEL_REVISION: {"expression": "workflow.parameters.revision"},
     }
-    for name, t in _templates(template).items():
-        if name != "main":
-            assert t["metadata"]["labels"][LABEL_APP] == "{{workflow.parameters.app}}", name
-            assert t["metadata"]["labels"][LABEL_REVISION] == "{{workflow.parameters.revision}}", (
-                name
-            )
+    for name, t in _pods(template).items():
+        assert t["metadata"]["labels"][LABEL_APP] == "{{workflow.parameters.app}}", name
+        assert t["metadata"]["labels"][LABEL_REVISION] == "{{workflow.parameters.revision}}", name
     assert spec["activeDeadlineSeconds"] == 3600
     assert spec["podGC"]["strategy"] == "OnPodSuccess"
     assert spec["ttlStrategy"]["secondsAfterFailure"] >= spec["ttlStrategy"]["secondsAfterSuccess"]
@@ -193,7 +200,7 @@ def test_network_steps_retry_with_backoff(template: dict[str, Any]) -> None:
 
 def test_write_back_takes_the_verified_digest(template: dict[str, Any]) -> None:
     main = _templates(template)["main"]
-    step = main["steps"][-1][0]
+    step = main["steps"][-2][0]
     assert step["arguments"]["parameters"] == [
         {"name": "digest", "value": "{{steps.verify-digest.outputs.parameters.digest}}"}
     ]
@@ -202,6 +209,7 @@ def test_write_back_takes_the_verified_digest(template: dict[str, Any]) -> None:
         *("writeback", "--app", "{{workflow.parameters.app}}"),
         *("--revision", "{{workflow.parameters.revision}}"),
         *("--digest", "{{inputs.parameters.digest}}", "--workflow", "{{workflow.name}}"),
+        *("--out", "/tmp/fabrique/writeback"),
     ]
     assert _env(container)["FABRIQUE_GITEA_TOKEN"] == {
         "secretKeyRef": {"key": "token", "name": "fabrique-gitea"}

@@ -344,3 +344,24 @@ def test_the_site_config_takes_an_argo_ui_url() -> None:
     site = load_site(env={"FABRIQUE_ARGO_SERVER__URL": "http://argo:2746"})
     assert site.argo_server.workflow_url("ns", "wf") == "http://argo:2746/workflows/ns/wf"
     assert load_site(env={}).argo_server.workflow_url("ns", "wf") is None
+
+
+def test_the_reconcilers_reason_is_the_telling_line_of_a_log_tail() -> None:
+    from fabrique.clients.kube import workflow_state
+
+    body = {
+        "spec": {"arguments": {"parameters": [{"name": "revision", "value": "a" * 40}]}},
+        "status": {
+            "phase": "Failed",
+            "nodes": {
+                "n1": {
+                    "type": "Pod",
+                    "phase": "Failed",
+                    "displayName": "write-back",
+                    "templateName": "write-back",
+                    "message": "INFO fabrique: reading\nerror: x.yaml: not valid YAML\n",
+                }
+            },
+        },
+    }
+    assert workflow_state("wf", body).reason == "write-back: x.yaml: not valid YAML"

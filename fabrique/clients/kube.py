@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from fabrique.site.config import Site
-from fabrique.site.errors import ConfigError, KubeError
+from fabrique.site.errors import ConfigError, KubeError, reason_line
 from fabrique.site.names import DIGEST_RE, VERIFIED_OUTPUT, VERIFY_STEP
 from fabrique.site.retry import RetryPolicy
 
@@ -65,7 +65,8 @@ def workflow_state(name: str, body: dict[str, Any]) -> WorkflowState:
             )
         if node.get("type") == "Pod" and node.get("phase") in ("Failed", "Error"):
             step = node.get("displayName", node.get("name"))
-            reasons.append(f"{step}: {node.get('message', '')}")
+            # its message may be a log tail (FallbackToLogsOnError): keep the telling line
+            reasons.append(f"{step}: {reason_line(str(node.get('message', '')))}")
     # A retried step records its output on the retry node and on the pod node; anything
     # but one well-formed digest is no verified record.
     verified = digests.pop() if len(digests) == 1 else None

@@ -42,7 +42,7 @@ from typing import Any
 
 from fabrique.clients.gitea import CommitStatus, GiteaClient
 from fabrique.site.config import AppConfig, Site
-from fabrique.site.errors import RemoteError
+from fabrique.site.errors import RemoteError, reason_line
 from fabrique.site.names import short_sha
 
 log = logging.getLogger("fabrique.status")
@@ -151,13 +151,6 @@ def _go_unquote(text: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _reason(message: str) -> str:
-    """The line of a node message that says why: fabrique's ``error:`` line, else the last."""
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
-    for line in reversed(lines):
-        if line.startswith("error: "):
-            return line.removeprefix("error: ")
-    return lines[-1] if lines else "failed"
 
 
 def failing_step(failures: list[dict[str, Any]], workflow: str) -> tuple[str, str, str] | None:
@@ -187,7 +180,7 @@ def failing_step(failures: list[dict[str, Any]], workflow: str) -> tuple[str, st
     if not steps:
         return None
     _, _, _, step, message, phase = max(steps)
-    return step, _reason(message), phase
+    return step, reason_line(message) or "failed", phase
 
 
 def failed(workflow_status: str, failures: str | None, workflow: str) -> Report | None:

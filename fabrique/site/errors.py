@@ -124,3 +124,17 @@ class ValidationFailed(FabriqueError):
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems
         super().__init__(f"{len(problems)} validation error(s)")
+
+
+def reason_line(message: str) -> str:
+    """The line of a failed step's message that says why.
+
+    A build container's termination message is the tail of its log
+    (``FallbackToLogsOnError``): fabrique's own one-line ``error: …`` when there is one,
+    else the last line (buildctl's error, Argo's ``Error (exit code 1)``).
+    """
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if line.startswith("error: "):
+            return line.removeprefix("error: ")
+    return lines[-1] if lines else ""
