@@ -597,20 +597,24 @@ def seed_webhook_command(state: _State, dry_run: bool, rotate: bool) -> None:
 
 @contextmanager
 def _reconciler(site: Site, kube_context: str | None) -> Iterator[Reconciler]:
-    from fabrique.clients.gitea import token_from_env
+    from fabrique.clients.gitea import GiteaClient, token_from_env
     from fabrique.clients.kube import KubeClient
     from fabrique.clients.registry import RegistryClient
     from fabrique.decisions.memory import ConfigMapMemory
     from fabrique.decisions.reconcile import Reconciler
+    from fabrique.decisions.status import StatusReporter
     from fabrique.decisions.writeback import open_transport
 
     kube = KubeClient.for_site(site, kube_context)
     memory = ConfigMapMemory(kube, site.namespaces.control)  # beside the reconciler
+    token = token_from_env()
     with (
-        open_transport(site, token_from_env()) as transport,
+        open_transport(site, token) as transport,
         RegistryClient.for_site(site) as registry,
+        GiteaClient.for_site(site, token) as gitea,
     ):
-        yield Reconciler(site, transport, registry, kube, memory)
+        statuses = StatusReporter(site, gitea, token)
+        yield Reconciler(site, transport, registry, kube, memory, statuses)
 
 
 @cli.command()

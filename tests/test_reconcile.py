@@ -405,7 +405,7 @@ def test_status_table_and_json_are_read_only(
     table = run_cli("--values", str(values), "status", env=env)
     assert table.exit_code == 0, table.stderr
     lines = table.stdout.splitlines()
-    assert lines[0].split() == ["APP", "STATE", "WANT", "DEPLOYED", "BUILT", "WORKFLOW"]
+    assert lines[0].split() == ["APP", "STATE", "WANT", "DEPLOYED", "BUILT", "WORKFLOW", "GITEA"]
     assert lines[1].split()[:3] == ["citation", "not-built", revision[:12]]
     assert lines[0].index("STATE") == lines[1].index("not-built"), "columns are aligned"
 

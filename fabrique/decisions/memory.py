@@ -57,6 +57,8 @@ class Memory:
     branch: str
     head: str
     apps: dict[str, Remembered] = field(default_factory=dict)
+    # app -> the want whose commit status was seen as success: not read again until it moves
+    reported: dict[str, str] = field(default_factory=dict)
 
     def dumps(self) -> str:
         return json.dumps(
@@ -74,6 +76,7 @@ class Memory:
                     }
                     for name, r in sorted(self.apps.items())
                 },
+                "reported": dict(sorted(self.reported.items())),
             },
             separators=(",", ":"),
         )
@@ -95,10 +98,11 @@ class Memory:
                     _pair(entry.get("current")),
                     _pair(entry.get("behind")),
                 )
+            reported = {str(k): _sha(v) for k, v in (data.get("reported") or {}).items()}
         except (ValueError, KeyError, TypeError, AttributeError):
             log.warning("the reconcile memory is unreadable; asking every app again")
             return None
-        return cls(repo, branch, head, apps)
+        return cls(repo, branch, head, apps, reported)
 
 
 def _pair(value: Any) -> tuple[str, str] | None:

@@ -29,6 +29,12 @@ while the registry still holds it. Then exactly one action (``decide``, a pure f
 
 A failed Workflow is resubmitted once it is gone: deleted by an operator, or by its TTL
 (``ttlStrategy.secondsAfterFailure`` of fabrique-build, 7 days): that is the back-off.
+
+The pass also reads the wanted commit's status ``fabrique/<app>`` in Gitea, and repairs
+it when the build's own report was lost or the net did the write-back itself
+(``status.repair``): for every app that is not current, and for a current app until its
+success has been seen once for that want (the memory keeps it), so that a pass where
+nothing changed asks Gitea nothing more.
 One app's failure does not stop the others; the pass exits non-zero only when a check
 itself failed (Gitea, the registry or the Kubernetes API).
 """
@@ -38,9 +44,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
+from fabrique.clients.gitea import CommitStatus
 from fabrique.clients.kube import KubeClient, WorkflowState
 from fabrique.clients.registry import RegistryClient
 from fabrique.site.config import AppConfig, Site
@@ -49,6 +56,7 @@ from fabrique.site.names import short_sha, workflow_name
 
 from .holds import Hold
 from .memory import Memory, MemoryStore, NoMemory
+from .status import StatusReporter, repair
 from .survey import PassTransport, Seen, survey
 from .workflow import build_workflow
 from .writeback import Deploy, Transport, write_back_file
@@ -85,6 +93,8 @@ class Facts:
     verified_held: bool = False  # the registry still holds <image>@<verified_digest>
     reason: str = ""  # why the Workflow failed, from its failed step
     hold: Hold | None = None  # an operator's hold on the target (fabrique hold, rollback)
+    status: CommitStatus | None = None  # the wanted commit's fabrique/<app> status in Gitea
+    status_known: bool = False  # False: not read (current and reported, no Gitea, a failure)
 
 
 @dataclass(frozen=True)
@@ -163,16 +173,19 @@ class Reconciler:
         registry: RegistryClient,
         kube: KubeClient,
         memory: MemoryStore | None = None,
+        statuses: StatusReporter | None = None,
     ) -> None:
         self.site = site
         self.transport = transport
         self.registry = registry
         self.kube = kube
         self.memory = memory or NoMemory()
+        self.statuses = statuses
 
-    def facts(self, app: AppConfig, seen: Seen) -> Facts:
+    def facts(self, app: AppConfig, seen: Seen, *, status: bool = True) -> Facts:
         """``seen`` (what Git says), completed by the registry and the Kubernetes API when
-        the app is not current."""
+        the app is not current, and by the wanted commit's status in Gitea when it is not
+        current or ``status`` says to read it."""
         site = self.site
         want, deployed = seen.want, seen.deployed
         built = name = None
@@ -200,7 +213,18 @@ class Reconciler:
             verified_held=held,
             reason=state.reason if state else "",
             hold=seen.hold,
+            **self._status(app, want, read=status or not seen.current),
         )
+
+    def _status(self, app: AppConfig, want: str | None, *, read: bool) -> dict[str, Any]:
+        """The wanted commit's status; a Gitea that fails here fails no decision."""
+        if want is None or self.statuses is None or not read:
+            return {}
+        try:
+            return {"status": self.statuses.current(app.name, want), "status_known": True}
+        except RemoteError as err:
+            log.warning("%s: the commit status of %s is unknown: %s", app.name, want[:12], err)
+            return {}
 
     def _digest(self, image: str, reference: str) -> str | None:
         try:
@@ -208,17 +232,19 @@ class Reconciler:
         except ImageNotFound:
             return None
 
-    def one(self, app: AppConfig, mode: Mode, seen: Seen | FabriqueError) -> AppResult | _Pending:
+    def one(
+        self, app: AppConfig, mode: Mode, seen: Seen | FabriqueError, *, status: bool = True
+    ) -> AppResult | _Pending:
         """Gather and decide for ``app``: its result, or (in ``act`` mode) the action to do."""
         try:
             if isinstance(seen, FabriqueError):
                 raise seen
-            facts = self.facts(app, seen)
+            facts = self.facts(app, seen, status=status or mode == "status")
             action, detail = decide(facts)
             if mode == "status":
                 return AppResult(app.name, STATUS[action], detail, facts)
             if action not in DONE:
-                return AppResult(app.name, action, detail, facts)
+                return self._repair(AppResult(app.name, action, detail, facts), mode)
             if mode == "dry-run":
                 return AppResult(app.name, f"would-{action}", detail, facts)
             return _Pending(app, action, detail, facts)
@@ -235,9 +261,10 @@ class Reconciler:
             return _error(app.name, err)
         if not created.created:  # the Sensor got there first: same name, same build
             return AppResult(app.name, "in-flight", f"{created.name} already exists", facts)
-        return AppResult(
+        submitted = AppResult(
             app.name, DONE[todo.action], f"{todo.detail}; created {created.name}", facts
         )
+        return self._repair(submitted, "act")
 
     def _write_back(self, transport: Transport, todos: Sequence[_Pending]) -> list[AppResult]:
         """The write-backs of one target file, in one commit."""
@@ -255,12 +282,53 @@ class Reconciler:
             return [_error(todo.app.name, err) for todo in todos]
         results = []
         for todo, outcome in zip(todos, outcomes, strict=True):
-            if outcome.state in ("superseded", "held"):  # it moved since the facts were read
+            if outcome.state == "held":  # it moved since the facts were read
                 results.append(AppResult(todo.app.name, outcome.state, outcome.detail, todo.facts))
+                continue
+            if outcome.state == "superseded":  # it moved since the facts were read
+                result = AppResult(todo.app.name, outcome.state, outcome.detail, todo.facts)
             else:
                 detail = f"{todo.detail}; {outcome.state}"
-                results.append(AppResult(todo.app.name, DONE[todo.action], detail, todo.facts))
+                result = AppResult(todo.app.name, DONE[todo.action], detail, todo.facts)
+            digest = todo.facts.verified_digest
+            assert digest is not None
+            results.append(self._repair(result, "act", (outcome.state, digest, outcome.commit)))
         return results
+
+    def _repair(
+        self, result: AppResult, mode: Mode, wrote: tuple[str, str, str | None] | None = None
+    ) -> AppResult:
+        """Post the wanted commit's status when the build's own report is missing or wrong;
+        the result's facts then hold the status posted."""
+        facts = result.facts
+        if mode != "act" or self.statuses is None or facts is None or facts.want is None:
+            return result
+        if not facts.status_known:
+            return result  # not read (or Gitea failed the read): a later pass repairs
+        report = repair(
+            result.state,
+            facts.status,
+            deployed_is_want=facts.deployed_revision == facts.want,
+            deployed_digest=facts.deployed_digest,
+            workflow=facts.workflow,
+            phase=facts.phase,
+            reason=facts.reason,
+            wrote=wrote,
+        )
+        if report is None:
+            return result
+        url = facts.workflow if facts.phase else None
+        posted = self.statuses.post(
+            result.app, facts.want, report, workflow=url, known=True, current=facts.status
+        )
+        if posted != "posted":
+            return result
+        status = CommitStatus(facts.status.context if facts.status else "", report.state)
+        return replace(
+            result,
+            detail=f"{result.detail}; status {report.state} posted",
+            facts=replace(facts, status=status),
+        )
 
     def run(
         self, apps: Sequence[AppConfig], mode: Mode, *, concurrency: int | None = None
@@ -275,7 +343,20 @@ class Reconciler:
                 seen, memory = survey(site, transport, apps, remembered, pool)
             except FabriqueError as err:
                 return [_error(app.name, err) for app in apps]
-            decided = list(pool.map(lambda app: self.one(app, mode, seen[app.name]), apps))
+            # a current app's status is read until its success was seen for that want
+            reported = remembered.reported if remembered else {}
+            unreported = {
+                app.name
+                for app in apps
+                if not isinstance(seen[app.name], Seen)
+                or reported.get(app.name) != getattr(seen[app.name], "want", None)
+            }
+            decided = list(
+                pool.map(
+                    lambda app: self.one(app, mode, seen[app.name], status=app.name in unreported),
+                    apps,
+                )
+            )
             results: dict[str, AppResult] = {r.app: r for r in decided if isinstance(r, AppResult)}
             pending = [r for r in decided if isinstance(r, _Pending)]
             by_file: dict[tuple[str, str, str], list[_Pending]] = {}
@@ -291,6 +372,7 @@ class Reconciler:
             ):
                 results |= {r.app: r for r in group}
             results |= {r.app: r for r in pool.map(self._submit, submits)}
+        memory.reported = _reported(reported, [results[app.name] for app in apps])
         if mode == "act" and memory.dumps() != text:  # a pass that learnt nothing writes nothing
             self.memory.save(memory.dumps())
         return [results[app.name] for app in apps]
@@ -304,6 +386,25 @@ class _Pending:
     action: Action
     detail: str
     facts: Facts
+
+
+def _reported(before: dict[str, str], results: Sequence[AppResult]) -> dict[str, str]:
+    """Apps whose wanted commit's status needs no more reading: it shows success (read or
+    posted in this pass), or the deployed commit descends from it (nothing to post), or it
+    was not read since a pass that found so for the same want."""
+    reported = {}
+    for result in results:
+        facts = result.facts
+        if facts is None or facts.want is None:
+            continue
+        if facts.status_known:
+            success = facts.status is not None and facts.status.state == "success"
+            newer = result.state == "ok" and facts.deployed_revision != facts.want
+            if success or newer:
+                reported[result.app] = facts.want
+        elif before.get(result.app) == facts.want:
+            reported[result.app] = facts.want
+    return reported
 
 
 def _error(app: str, err: FabriqueError) -> AppResult:

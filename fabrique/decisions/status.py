@@ -151,8 +151,6 @@ def _go_unquote(text: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-
-
 def failing_step(failures: list[dict[str, Any]], workflow: str) -> tuple[str, str, str] | None:
     """(step, reason, node phase) of the step that failed, or None if no step did.
 
@@ -206,35 +204,34 @@ def repair(
     *,
     deployed_is_want: bool,
     deployed_digest: str | None,
-    built_digest: str | None,
     workflow: str | None,
     phase: str | None,
-    commit: str | None = None,
+    reason: str = "",
+    wrote: tuple[str, str, str | None] | None = None,
 ) -> Report | None:
     """What the reconciler posts on the wanted commit after its action, if anything.
 
     ``result`` is the pass's line for the app (ok, in-flight, written-back, superseded,
-    submitted, failed, error). A status the Workflow posted is left alone unless it is
-    wrong or lost:
+    submitted, failed, error); ``wrote`` the net's own write-back (outcome, digest,
+    commit). A status the Workflow posted is left alone unless it is wrong or lost:
 
     - the net wrote back: success with its digest and outcome;
     - the wanted commit is deployed but its status is not success (the report was lost):
       success;
-    - the Workflow failed and the status still says pending: failure (error for an
-      Error phase, or a success that pushed no image);
+    - the Workflow failed and the status is missing or pending (the exit handler's
+      report was lost): failure for a Failed phase, else error, with the step's reason;
     - the status says pending and the Workflow no longer exists (the net resubmits it):
       error.
     """
     state = current.state if current else None
-    if result in ("written-back", "superseded") and built_digest:
-        outcome = "superseded" if result == "superseded" else ("changed" if commit else "unchanged")
-        return written(outcome, built_digest, commit, by_net=True)
+    if wrote is not None:
+        outcome, digest, commit = wrote
+        return written(outcome, digest, commit, by_net=True)
     if result == "ok" and deployed_is_want and deployed_digest and state != "success":
         return Report("success", f"{SAFETY_NET}{deployed_digest} deployed")
-    if result == "failed" and state in (None, "pending") and workflow:
-        if phase == "Failed":
-            return Report("failure", f"{SAFETY_NET}{workflow} Failed; see its logs")
-        return Report("error", f"{SAFETY_NET}{workflow} {phase} without an image; see its logs")
+    if result == "failed" and state in (None, "pending") and workflow and phase:
+        why = reason or f"{workflow} {phase}"
+        return Report("failure" if phase == "Failed" else "error", f"{SAFETY_NET}{why}")
     if result == "submitted" and state == "pending" and workflow:
         return Report("error", f"{SAFETY_NET}{workflow} no longer exists; resubmitted")
     return None

@@ -1,0 +1,206 @@
+"""The safety net repairs commit statuses, and `fabrique status` shows them.
+
+Against the Gitea double (statuses checked against the swagger), the loopback registry
+and the Kubernetes API double, with `fabrique reconcile` and `fabrique status` run
+in-process.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from fabrique.clients.gitea import CommitStatus, GiteaClient
+
+from .conftest import GITEA_TOKEN, Repo, run_cli
+from .doubles.gitea import GiteaDouble
+from .doubles.kube import KubeApiDouble
+from .oci import push_image
+from .servers import Registry
+from .test_reconcile import _line, _phase, _posts, _reconcile, env, values  # noqa: F401
+
+REPO = "atlas/atlas"
+CONTEXT = "fabrique/citation"
+
+
+def _history(gitea: GiteaDouble, revision: str) -> list[tuple[str, str]]:
+    return [
+        (s["status"], s["description"])
+        for s in gitea.statuses.get((REPO, revision), [])
+        if s["context"] == CONTEXT
+    ]
+
+
+def _post(gitea: GiteaDouble, revision: str, state: str, description: str) -> None:
+    with GiteaClient(gitea.url, GITEA_TOKEN) as client:
+        client.create_status(REPO, revision, CommitStatus(CONTEXT, state, description))
+
+
+def _change(code_repo: Repo) -> str:
+    return code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+
+
+def test_the_nets_write_back_reports_success_on_the_commit(
+    code_repo: Repo,
+    values: Path,  # noqa: F811
+    env: dict[str, str],  # noqa: F811
+    kube: KubeApiDouble,
+    registry: Registry,
+    gitea: GiteaDouble,
+) -> None:
+    revision = _change(code_repo)
+    digest = push_image(registry.url, "citation-dagster", revision[:12])
+    _phase(kube, revision, "Succeeded", verified=digest)
+    _post(gitea, revision, "pending", "building")  # the Workflow's report-success was lost
+    result = _reconcile(values, env)
+    assert result.exit_code == 0, result.stderr
+    assert _line(result).endswith("; changed; status success posted")
+    commit = code_repo.head()
+    assert _history(gitea, revision)[-1] == (
+        "success",
+        f"safety net: deployed {digest}; changed, commit {commit[:12]}",
+    )
+    # the next pass finds the commit deployed and its status right: it posts nothing
+    before = len(gitea.statuses[(REPO, revision)])
+    again = _reconcile(values, env)
+    assert _line(again).startswith("citation: ok: ")
+    assert len(gitea.statuses[(REPO, revision)]) == before
+
+
+def test_a_deployed_commit_whose_status_was_lost_is_set_to_success(
+    code_repo: Repo,
+    values: Path,  # noqa: F811
+    env: dict[str, str],  # noqa: F811
+    kube: KubeApiDouble,
+    registry: Registry,
+    gitea: GiteaDouble,
+) -> None:
+    revision = _change(code_repo)
+    digest = push_image(registry.url, "citation-dagster", revision[:12])
+    _phase(kube, revision, "Succeeded", verified=digest)
+    _reconcile(values, env)
+    _post(gitea, revision, "pending", "building")  # a late, stale report
+    result = _reconcile(values, env)
+    assert _line(result).startswith("citation: ok: ")
+    assert _line(result).endswith("; status success posted")
+    assert _history(gitea, revision)[-1] == ("success", f"safety net: {digest} deployed")
+
+
+def test_a_failed_workflow_whose_report_was_lost_is_set_to_failure(
+    code_repo: Repo,
+    values: Path,  # noqa: F811
+    env: dict[str, str],  # noqa: F811
+    kube: KubeApiDouble,
+    gitea: GiteaDouble,
+) -> None:
+    revision = _change(code_repo)
+    _phase(kube, revision, "Failed", failed_step="build", message="error: failed to solve")
+    _post(gitea, revision, "pending", "building")
+    for _ in range(2):  # a replayed pass adds nothing
+        result = _reconcile(values, env)
+        assert result.exit_code == 0, result.stderr
+    assert _history(gitea, revision) == [
+        ("pending", "building"),
+        ("failure", "safety net: build(0): failed to solve"),
+    ]
+    assert _posts(kube) == 0
+
+
+def test_a_failure_the_exit_handler_reported_is_left_alone(
+    code_repo: Repo,
+    values: Path,  # noqa: F811
+    env: dict[str, str],  # noqa: F811
+    kube: KubeApiDouble,
+    gitea: GiteaDouble,
+) -> None:
+    revision = _change(code_repo)
+    _phase(kube, revision, "Failed", failed_step="build", message="Error (exit code 1)")
+    _post(gitea, revision, "failure", "build: failed to solve")
+    _reconcile(values, env)
+    assert _history(gitea, revision) == [("failure", "build: failed to solve")]
+
+
+def test_a_pending_status_whose_workflow_is_gone_is_set_to_error(
+    code_repo: Repo,
+    values: Path,  # noqa: F811
+    env: dict[str, str],  # noqa: F811
+    kube: KubeApiDouble,
+    gitea: GiteaDouble,
+) -> None:
+    revision = _change(code_repo)
+    _post(gitea, revision, "pending", "building")  # and then the Workflow was deleted
+    result = _reconcile(values, env)
+    assert _line(result).startswith("citation: submitted: ")
+    assert _line(result).endswith("; status error posted")
+    name = f"fabrique-citation-{revision[:12]}"
+    assert _history(gitea, revision)[-1] == (
+        "error",
+        f"safety net: {name} no longer exists; resubmitted",
+    )
+    assert (("fabrique-build", name)) in kube.objects
+
+
+def test_dry_run_and_status_post_nothing(
+    code_repo: Repo,
+    values: Path,  # noqa: F811
+    env: dict[str, str],  # noqa: F811
+    gitea: GiteaDouble,
+) -> None:
+    revision = _change(code_repo)
+    _post(gitea, revision, "pending", "building")
+    _reconcile(values, env, "--dry-run")
+    run_cli("--values", str(values), "status", env=env)
+    assert _history(gitea, revision) == [("pending", "building")]
+
+
+def test_status_shows_the_gitea_status_of_the_wanted_commit(
+    code_repo: Repo,
+    values: Path,  # noqa: F811
+    env: dict[str, str],  # noqa: F811
+    gitea: GiteaDouble,
+) -> None:
+    revision = _change(code_repo)
+    table = run_cli("--values", str(values), "status", env=env)
+    header, row = table.stdout.splitlines()[:2]
+    assert header.split()[-1] == "GITEA" and row.split()[-1] == "none"
+    _post(gitea, revision, "pending", f"building citation-dagster:{revision[:12]}")
+    table = run_cli("--values", str(values), "status", env=env)
+    header, row = table.stdout.splitlines()[:2]
+    assert row.split()[-1] == "pending"
+    assert header.index("GITEA") == row.index("pending"), "columns are aligned"
+    (entry,) = json.loads(run_cli("--values", str(values), "status", "-o", "json", env=env).stdout)
+    assert entry["facts"]["status"] == {
+        "context": CONTEXT,
+        "state": "pending",
+        "description": f"building citation-dagster:{revision[:12]}",
+        "target_url": "",
+    }
+
+
+def test_a_gitea_that_fails_the_status_read_fails_no_decision(
+    code_repo: Repo,
+    values: Path,  # noqa: F811
+    env: dict[str, str],  # noqa: F811
+    kube: KubeApiDouble,
+    gitea: GiteaDouble,
+) -> None:
+    revision = _change(code_repo)
+    original = gitea.server.handle
+
+    def status_down(request: Any) -> Any:  # only the status reads fail, every attempt
+        if request.path.endswith("/status"):
+            return 503, {"message": "injected", "url": gitea.url}
+        return original(request)
+
+    gitea.server.handle = status_down
+    try:
+        result = _reconcile(values, env)
+        table = run_cli("--values", str(values), "status", env=env)
+    finally:
+        gitea.server.handle = original
+    assert result.exit_code == 0, result.stderr
+    assert _line(result).startswith("citation: submitted: ")
+    assert "the commit status of" in result.stderr and "is unknown" in result.stderr
+    assert table.stdout.splitlines()[1].split()[-1] == "?"
+    assert _history(gitea, revision) == []
