@@ -620,15 +620,23 @@ def _reconciler(site: Site, kube_context: str | None) -> Iterator[Reconciler]:
 @cli.command()
 @click.option("--app", help="Only this app (default: every app of the site).")
 @click.option("--dry-run", is_flag=True, help="Decide and say; take no action.")
+@click.option(
+    "--counts",
+    type=click.Path(path_type=Path),
+    help="Also write how many apps got each decision here, one file per decision.",
+)
 @kube_context_option
 @pass_state
-def reconcile(state: _State, app: str | None, dry_run: bool, kube_context: str | None) -> None:
+def reconcile(
+    state: _State, app: str | None, dry_run: bool, counts: Path | None, kube_context: str | None
+) -> None:
     """Converge every app on the image of the last commit that changed it (the safety net).
 
-    One line per app (ok, in-flight, written-back, submitted, failed, error), then a
-    summary. Exits non-zero only when a check itself failed.
+    One line per app (ok, held, in-flight, written-back, submitted, failed, error), then
+    a summary. Exits non-zero only when a check itself failed.
     """
-    from fabrique.decisions.reconcile import raise_for_errors, selected, summary
+    from fabrique.decisions.plan import write_atomic
+    from fabrique.decisions.reconcile import decision_counts, raise_for_errors, selected, summary
 
     site = state.site
     apps = selected(site, app)
@@ -637,6 +645,13 @@ def reconcile(state: _State, app: str | None, dry_run: bool, kube_context: str |
     for result in results:
         click.echo(f"{result.app}: {result.state}: {result.detail}")
     click.echo(summary(results))
+    if counts is not None:  # before raising: a pass with errors is counted too
+        try:
+            counts.mkdir(parents=True, exist_ok=True)
+            for decision, count in decision_counts(results).items():
+                write_atomic(counts / decision, str(count))
+        except OSError as exc:
+            raise InputError(f"--counts {counts}: {exc.strerror}") from None
     raise_for_errors(results)
 
 

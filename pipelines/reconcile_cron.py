@@ -8,12 +8,18 @@ queued.
 It runs in the control namespace (Pod Security ``restricted``), not beside the builds:
 its account may create Workflows in the build namespace, and the admission policy of
 the build namespace admits only references to ``fabrique-build`` there.
+
+Its template metric ``fabrique_reconcile_decisions_total`` (``argo_workflows_`` prefixed
+by the controller) counts the decisions of every pass, by decision: the pass writes its
+counts (``fabrique reconcile --counts``) as the step's outputs.
 """
 
 from __future__ import annotations
 
-from hera.workflows import CronWorkflow, Steps
+from hera.workflows import CronWorkflow, Parameter, Steps
+from hera.workflows import models as m
 
+from fabrique.decisions.reconcile import DECISIONS
 from fabrique.site.config import Site
 from fabrique.site.names import LABEL_MANAGED_BY, LABEL_PART_OF
 
@@ -23,6 +29,7 @@ from .steps import executor, pod_security, resources, token, tools_step
 CRON_NAME = "fabrique-reconcile"
 SERVICE_ACCOUNT = "fabrique-reconciler"
 POD_LABELS = {LABEL_PART_OF: "fabrique", "fabrique.io/role": "reconciler"}
+COUNTS_DIR = "/tmp/fabrique/decisions"
 
 
 def reconcile_cron(site: Site) -> CronWorkflow:
@@ -52,14 +59,37 @@ def reconcile_cron(site: Site) -> CronWorkflow:
         run = tools_step(
             site,
             "reconcile",
-            ["reconcile"],
+            ["reconcile", "--counts", COUNTS_DIR],
             labels=POD_LABELS,
             extra_env=[token(site)],
             sizing=resources("100m", "128Mi", "512Mi"),
+            outputs=[
+                # "0" when the pass died before counting: the metric still reads a number
+                Parameter(
+                    name=name, value_from=m.ValueFrom(path=f"{COUNTS_DIR}/{name}", default="0")
+                )
+                for name in DECISIONS
+            ],
+            metrics=_decision_metrics(),
         )
         with Steps(name="main"):
             run()
     return cron
+
+
+def _decision_metrics() -> m.Metrics:
+    """``fabrique_reconcile_decisions_total{decision}``: every pass adds its counts."""
+    return m.Metrics(
+        prometheus=[
+            m.Prometheus(
+                name="fabrique_reconcile_decisions_total",
+                help="Reconcile decisions, one per app and pass, by decision.",
+                labels=[m.MetricLabel(key="decision", value=decision)],
+                counter=m.Counter(value=f"{{{{outputs.parameters.{decision}}}}}"),
+            )
+            for decision in DECISIONS
+        ]
+    )
 
 
 def _period_seconds(schedule: str) -> int:

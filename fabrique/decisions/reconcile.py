@@ -413,6 +413,21 @@ def _error(app: str, err: FabriqueError) -> AppResult:
     return AppResult(app, "error", str(err), transient=transient)
 
 
+# every state a pass gives an app; the reconcile CronWorkflow counts each one (a metric)
+DECISIONS = (
+    *("ok", "held", "in-flight", "written-back", "superseded", "submitted", "failed", "error"),
+)
+
+
+def decision_counts(results: Sequence[AppResult]) -> dict[str, int]:
+    """How many apps got each decision of DECISIONS (dry-run's would-… are not counted)."""
+    counts = dict.fromkeys(DECISIONS, 0)
+    for result in results:
+        if result.state in counts:
+            counts[result.state] += 1
+    return counts
+
+
 def summary(results: Sequence[AppResult]) -> str:
     counts: dict[str, int] = {}
     for result in results:
