@@ -4,11 +4,13 @@
 own and deployed at it. The counts are the design's (fabrique/decisions/survey.py):
 
 - a pass with no memory: the branch head, one listing per app, one read per file; the
-  memory ConfigMap looked for and created;
+  memory ConfigMap looked for and created; each deployed commit's status read and, since
+  none says so yet, its success posted (once: the memory keeps it);
 - a pass where nothing changed: the branch head and one read per file; the memory read;
-- one app changed: that, plus one listing of the new commits, the registry and the
-  Workflow of that app, its submission, the memory written;
-- its build verified: the write-back's requests on top of the nothing-changed count.
+- one app changed: that, plus one listing of the new commits, the registry, the
+  Workflow and the commit status of that app, its submission, the memory written;
+- its build verified: the write-back's requests and its commit status (read, posted) on
+  top of the nothing-changed count.
 """
 
 from __future__ import annotations
@@ -158,8 +160,9 @@ def _all(state: str) -> dict[str, str]:
 def test_requests_grow_with_the_files_not_the_apps(world: World) -> None:
     states, first = world.reconcile()
     assert states == _all("ok")
-    # no memory yet: head, 20 listings by path, 3 reads | memory: looked for, created
-    assert first == (1 + APPS + FILES, 2, 0)
+    # no memory yet: head, 20 listings by path, 3 reads, each app's commit status read and
+    # its success posted | memory: looked for, created
+    assert first == (1 + APPS + FILES + 2 * APPS, 2, 0)
 
     states, again = world.reconcile()
     assert states == _all("ok")
@@ -176,19 +179,21 @@ def test_one_app_changed_costs_its_own_questions_and_its_write_back(world: World
     revision = world.code_repo.commit({"apps/app-05/src.txt": "v2\n"})
     states, counts = world.reconcile()
     assert states == _all("ok") | {"app-05": "submitted"}
-    # + one listing of the new commits | + its Workflow read and created, memory written
-    # | + its tag asked of the registry
-    assert counts == (nothing_changed[0] + 1, nothing_changed[1] + 3, 1)
+    # + one listing of the new commits, its commit status | + its Workflow read and
+    # created, memory written | + its tag asked of the registry
+    assert counts == (nothing_changed[0] + 2, nothing_changed[1] + 3, 1)
     assert (NS, f"fabrique-app-05-{revision[:12]}") in world.kube.objects
 
     digest = world.verified("app-05", revision)
     head = world.code_repo.head()
     states, counts = world.reconcile()
     assert states == _all("ok") | {"app-05": "written-back"}
-    # the write-back: the deployed tag resolved, compared with the new one, the file PUT
-    write_back = 3
-    # | its Workflow read | its tag and its verified digest asked of the registry
-    assert counts == (nothing_changed[0] + write_back, nothing_changed[1] + 1, 2)
+    # the write-back: the deployed tag resolved, compared with the new one, the file PUT;
+    # its commit status read, and its success posted
+    write_back = 3 + 2
+    # | its Workflow read, the memory written (it keeps the success seen) | its tag and
+    # its verified digest asked of the registry
+    assert counts == (nothing_changed[0] + write_back, nothing_changed[1] + 2, 2)
     assert world.code_repo.git("rev-list", "--count", f"{head}..main").strip() == "1"
     pins = yaml.safe_load(world.code_repo.show(_target(5)))["images"]
     assert next(p for p in pins if p["name"] == "app-05")["digest"] == digest
@@ -247,7 +252,8 @@ def test_a_branch_that_went_back_is_asked_app_by_app(world: World) -> None:
     _rewind(world.code_repo, before)  # the commit that moved app-07 is gone
     states, counts = world.reconcile()
     assert states == _all("ok"), "app-07 wants its old commit again, which is deployed"
-    assert counts[0] == 1 + 1 + APPS + FILES  # head, the listing, then each app by path
+    # head, the listing, then each app by path; app-07's status, not seen since it moved
+    assert counts[0] == 1 + 1 + APPS + FILES + 1
     assert revision not in world.code_repo.git("rev-list", "main")
 
 
@@ -285,8 +291,9 @@ def test_a_merge_in_the_new_commits_is_asked_app_by_app(world: World) -> None:
     git("push", "-q", "origin", "main")
     states, counts = world.reconcile()
     # head, the listing, each app by path, reads; the two changed apps' deployed tags
-    # resolved and compared with their wants, as nothing is remembered of them
-    assert counts[0] == 1 + 1 + APPS + FILES + 2 * 2
+    # resolved and compared with their wants, as nothing is remembered of them; their
+    # commit statuses
+    assert counts[0] == 1 + 1 + APPS + FILES + 2 * 2 + 2
     assert states == _all("ok") | {"app-02": "submitted", "app-09": "submitted"}
 
 
@@ -320,7 +327,7 @@ def test_the_git_transport_moves_the_memory_with_one_log(
     revision = world.code_repo.commit({"apps/app-05/src.txt": "v2\n"})
     states, counts = world.reconcile()
     assert states == _all("ok") | {"app-05": "submitted"}
-    assert counts[0] == 0, "git, not the Gitea API"
+    assert counts[0] == 1, "git, not the Gitea API, but for the changed app's commit status"
     assert _memory(world.kube)["head"] == revision
     assert _memory(world.kube)["apps"]["app-05"]["want"] == revision
 

@@ -451,8 +451,9 @@ def selected(site: Site, app: str | None) -> list[AppConfig]:
 
 
 def table(results: Sequence[AppResult], short: Callable[[str | None], str]) -> list[str]:
-    """An aligned table for people: app, state, want, deployed, built, workflow."""
-    header = ("APP", "STATE", "WANT", "DEPLOYED", "BUILT", "WORKFLOW")
+    """An aligned table for people: app, state, want, deployed, built, workflow, and the
+    wanted commit's status in Gitea (``?`` when it could not be read)."""
+    header = ("APP", "STATE", "WANT", "DEPLOYED", "BUILT", "WORKFLOW", "GITEA")
     rows = [header]
     for r in results:
         f = r.facts
@@ -464,6 +465,7 @@ def table(results: Sequence[AppResult], short: Callable[[str | None], str]) -> l
                 (f.deployed_tag or "-") if f else "-",
                 short(f.verified_digest or f.built_digest) if f else "-",
                 f"{f.workflow} ({f.phase})" if f and f.workflow and f.phase else "-",
+                _status_cell(f),
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -472,3 +474,11 @@ def table(results: Sequence[AppResult], short: Callable[[str | None], str]) -> l
     ]
     lines += [f"{r.app}: {r.detail}" for r in results if r.state in ("error", "failed", "held")]
     return lines
+
+
+def _status_cell(facts: Facts | None) -> str:
+    if facts is None or facts.want is None:
+        return "-"
+    if not facts.status_known:
+        return "?"
+    return facts.status.state if facts.status else "none"
