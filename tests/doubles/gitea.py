@@ -554,7 +554,7 @@ class GiteaDouble:
     # ----------------------------------------------------------------- statuses
 
     def _create_status(self, repo: str, sha: str, body: dict[str, Any]) -> tuple[int, Any]:
-        commit = self._resolve(repo, sha) if re.fullmatch(r"[0-9a-f]{4,40}", sha) else None
+        commit = self._resolve(repo, sha) if re.fullmatch(r"[0-9a-f]{4,64}", sha) else None
         if commit is None:  # Gitea: GetCommit fails with ErrNotExist, answered as 404
             return 404, NOT_FOUND
         with self._write_lock:
