@@ -218,3 +218,98 @@ def test_bad_targets_are_refused_with_one_line(text: str, kind: str, expected: s
 def test_parse_argocd_image(value: str, image: str, tag: str | None, digest: str | None) -> None:
     parsed = parse_argocd_image(value)
     assert (parsed.image, parsed.tag, parsed.digest) == (image, tag, digest)
+
+
+# ------------------------------------------------------------ odd target files
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "kind: Kustomization\nimages:\n",
+            r"^k: images has no value \(null\); write the list under it or remove the key$",
+        ),
+        (
+            "kind: Kustomization\nimages:\n- &base {newName: x}\n- <<: *base\n  name: y\n",
+            r"^k: uses a YAML merge key \(<<: \*anchor\)",
+        ),
+        (
+            "base: &b {kind: Kustomization}\n<<: *b\nimages:\n- name: citation-dagster\n",
+            r"^k: uses a YAML merge key",
+        ),
+        (
+            "images:\n- name: citation-dagster\n  newTag: a\n- name: citation-dagster\n",
+            r"^k: 2 entries name the image citation-dagster: images\[0\] \(citation-dagster\), "
+            r"images\[1\] \(citation-dagster\); kustomize would apply only one of them",
+        ),
+        (
+            # the registry name after the plain one: kustomize keeps applying the other
+            "images:\n- name: citation-dagster\n- name: registry:80/citation-dagster\n  newTag: b\n",
+            r"^k: 2 entries name the image citation-dagster: images\[0\] \(citation-dagster\), "
+            r"images\[1\] \(registry:80/citation-dagster\)",
+        ),
+    ],
+    ids=["null-images", "merge-in-entry", "merge-at-top", "listed-twice", "registry-name-shadow"],
+)
+def test_odd_kustomizations_are_refused_not_half_edited(text: str, expected: str) -> None:
+    for read_or_write in (read_pin, apply_pin):
+        with pytest.raises(TargetError, match=expected) as caught:
+            read_or_write(text, "kustomize-images", PIN, where="k")
+        assert "\n" not in str(caught.value)
+
+
+def test_a_crlf_file_keeps_its_line_endings() -> None:
+    before = "kind: Kustomization\r\nimages:\r\n- name: postgres\r\n  newTag: '16'\r\n"
+    after = apply_pin(before, "kustomize-images", PIN, where="k")
+    assert after.startswith(before)
+    assert after.count("\r\n") == after.count("\n") == 8, repr(after)
+    entry = apply_pin(
+        "images:\r\n- name: citation-dagster\r\n  newTag: old\r\n",
+        "kustomize-images",
+        PIN,
+        where="k",
+    )
+    assert entry == (
+        "images:\r\n- name: citation-dagster\r\n  newName: registry:80/citation-dagster\r\n"
+        f"  newTag: abcdefabcdef\r\n  digest: {DIGEST}\r\n"
+    )
+    unterminated = apply_pin(
+        "kind: Kustomization\r\nresources: []", "kustomize-images", PIN, where="k"
+    )
+    assert unterminated.count("\r\n") == unterminated.count("\n") and not unterminated.endswith(
+        "\n"
+    )
+
+
+def test_a_tag_is_read_as_its_source_text() -> None:
+    text = "images:\n- name: citation-dagster\n  newTag: 1.10\n  digest: null\n"
+    assert read_pin(text, "kustomize-images", PIN, where="k") == ImagePin(
+        "citation-dagster", "citation-dagster", "1.10", None
+    )
+    same = ImagePin("citation-dagster", "citation-dagster", "1.10", DIGEST)
+    text = (
+        "images:\n- name: citation-dagster\n  newName: citation-dagster\n  newTag: 1.10\n"
+        f"  digest: {DIGEST}\n"
+    )
+    assert apply_pin(text, "kustomize-images", same, where="k") == text, "1.10 is the tag already"
+
+
+def test_inserted_keys_come_in_kustomizes_order() -> None:
+    after = apply_pin("images:\n- name: citation-dagster\n", "kustomize-images", PIN, where="k")
+    assert after == (
+        "images:\n- name: citation-dagster\n  newName: registry:80/citation-dagster\n"
+        f"  newTag: abcdefabcdef\n  digest: {DIGEST}\n"
+    )
+    with_digest = apply_pin(
+        "images:\n- name: citation-dagster\n  digest: sha256:" + "1" * 64 + "\n",
+        "kustomize-images",
+        PIN,
+        where="k",
+    )
+    assert [line.split(":")[0].strip(" -") for line in with_digest.splitlines()[1:]] == [
+        "name",
+        "newName",
+        "newTag",
+        "digest",
+    ]

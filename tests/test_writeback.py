@@ -421,6 +421,32 @@ def test_a_target_that_is_not_yaml(code_repo: Repo, values: Path) -> None:
     assert code_repo.head() == head
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("kind: Kustomization\nimages:\n", "images has no value (null)"),
+        (
+            "x: &pin {newTag: old}\nimages:\n- <<: *pin\n  name: citation-dagster\n",
+            "uses a YAML merge key",
+        ),
+        (
+            "images:\n- name: citation-dagster\n- name: registry:80/citation-dagster\n",
+            "2 entries name the image citation-dagster",
+        ),
+    ],
+)
+def test_an_odd_target_exits_2_on_one_line_and_writes_nothing(
+    code_repo: Repo, values: Path, text: str, expected: str
+) -> None:
+    revision = code_repo.commit({KUSTOMIZATION: text})
+    head = code_repo.head()
+    result = _writeback(values, revision, DIGEST_A)
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr.startswith(f"error: atlas/atlas@main:{KUSTOMIZATION}: {expected}")
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert code_repo.head() == head
+
+
 @pytest.mark.parametrize("token", ["wrong-token-5e2b", ""])
 def test_a_wrong_token_is_refused_and_never_shown(
     code_repo: Repo, values: Path, token: str

@@ -13,6 +13,13 @@ style elsewhere, other images and the final newline. ruamel.yaml round-trip loca
 nodes (line and column) and the edit is spliced into the original text there; the result
 is parsed again and must equal the original document with exactly the intended change.
 These are pure functions of the file's text.
+
+Values are read as their source text (``newTag: 1.10`` is the tag ``1.10``, not the
+number 1.1), inserted lines keep the file's line ending (CRLF stays CRLF) and come in
+kustomize's natural order (``name, newName, newTag, digest``). A file that would not
+deploy what fabrique reports is refused, not edited: two entries for the same image
+(under its plain name and its registry name, say: kustomize would keep applying the
+other one), ``images:`` with no list, YAML merge keys (``<<``).
 """
 
 from __future__ import annotations
@@ -69,12 +76,17 @@ def read_pin(
         found = _kustomize_entry(_kustomize_images(data, where), pin_for, where)
         if found is None:
             return None
-        entry = found[1]
+        index, entry = found
+        raw = _source_texts(text)["images"][index]
+
+        def field(name: str) -> str | None:
+            return None if entry.get(name) is None else str(raw[name])
+
         return ImagePin(
-            str(entry.get("name")),
-            str(entry.get("newName") or entry.get("name")),
-            _str_or_none(entry.get("newTag")),
-            _str_or_none(entry.get("digest")),
+            str(field("name")),
+            str(field("newName") or field("name")),
+            field("newTag"),
+            field("digest"),
         )
     _, source = _pick_source(data, pin_for, where, source_index)
     for value in _source_images(source, where) or []:
@@ -90,17 +102,22 @@ def apply_pin(
     """The file's text with ``pin`` written in, and nothing else changed."""
     data = _load(text, where)
     splicer = _Splicer(text, where)
-    expected = _plain(data)
     if kind == "kustomize-images":
-        _pin_kustomize(splicer, data, pin, where)
+        # kustomize reads every field as a string: compare the documents as source text
+        raw = _source_texts(text)
+        _pin_kustomize(splicer, data, raw, pin, where)
+        expected = copy.deepcopy(raw)
         _expect_kustomize(expected, pin)
     else:
+        expected = _plain(data)
         index, source = _pick_source(data, pin, where, source_index)
         _pin_application(splicer, source, pin, where)
         spec = expected["spec"]
         _expect_application(spec["sources"][index] if index is not None else spec["source"], pin)
     result = splicer.result()
-    if _plain(_load(result, where)) != expected:
+    reread = _load(result, where)
+    got = _source_texts(result) if kind == "kustomize-images" else _plain(reread)
+    if got != expected:
         raise TargetError(
             f"{where}: the in-place edit did not give the intended document (an unusual "
             "layout around the images?); nothing was written"
@@ -149,6 +166,7 @@ def _load(text: str, where: str) -> CommentedMap:
         raise TargetError(f"{where}: holds {len(documents)} YAML documents; expected exactly one")
     if not isinstance(documents[0], CommentedMap):
         raise TargetError(f"{where}: the document must be a mapping")
+    _refuse_merge_keys(documents[0], where)
     return documents[0]
 
 
@@ -157,6 +175,29 @@ def _load_shared(text: str, where: str) -> CommentedMap:
     """``_load`` for readers only: a file that many apps pin their image in (a reconcile
     pass reads one pin per app) is parsed once. Never to be edited."""
     return _load(text, where)
+
+
+def _refuse_merge_keys(node: Any, where: str) -> None:
+    """A merged key has no line of its own to edit, and the edit would change every
+    mapping that merges the same anchor."""
+    if isinstance(node, CommentedMap):
+        if getattr(node, "merge", None):
+            raise TargetError(
+                f"{where}: uses a YAML merge key (<<: *anchor); write the keys out to let "
+                "fabrique edit it"
+            )
+        for value in node.values():
+            _refuse_merge_keys(value, where)
+    elif isinstance(node, CommentedSeq):
+        for value in node:
+            _refuse_merge_keys(value, where)
+
+
+@functools.lru_cache(maxsize=128)
+def _source_texts(text: str) -> Any:
+    """The document with every scalar as its source text (``1.10`` stays ``'1.10'``).
+    Shared between readers, as ``_load_shared``: never to be edited."""
+    return YAML(typ="base", pure=True).load(text)
 
 
 def _plain(node: Any) -> Any:
@@ -179,6 +220,10 @@ def _kustomize_images(data: CommentedMap, where: str) -> CommentedSeq | None:
     if kind is not None and kind not in ("Kustomization", "Component"):
         raise TargetError(f"{where}: kind is {kind!r}, not a Kustomization")
     images = data.get("images")
+    if "images" in data and images is None:
+        raise TargetError(
+            f"{where}: images has no value (null); write the list under it or remove the key"
+        )
     if images is not None and not isinstance(images, list):
         raise TargetError(f"{where}: images must be a list")
     return images  # type: ignore[return-value]
@@ -187,12 +232,23 @@ def _kustomize_images(data: CommentedMap, where: str) -> CommentedSeq | None:
 def _kustomize_entry(
     images: CommentedSeq | None, pin: ImagePin, where: str
 ) -> tuple[int, CommentedMap] | None:
+    """The one entry for ``pin.image`` (by its plain or its registry name), or None.
+
+    Two entries are refused: kustomize would apply one of them whatever fabrique
+    writes into the other, and nothing new would deploy."""
+    found = []
     for index, entry in enumerate(images or []):
         if not isinstance(entry, dict):
             raise TargetError(f"{where}: images[{index}] must be a mapping")
         if entry.get("name") in pin.names():
-            return index, entry  # type: ignore[return-value]
-    return None
+            found.append((index, entry))
+    if len(found) > 1:
+        listed = ", ".join(f"images[{index}] ({entry['name']})" for index, entry in found)
+        raise TargetError(
+            f"{where}: {len(found)} entries name the image {pin.image}: {listed}; "
+            "kustomize would apply only one of them, so keep exactly one"
+        )
+    return found[0] if found else None  # type: ignore[return-value]
 
 
 def _pick_source(
@@ -303,9 +359,11 @@ class _Splicer:
 
     def __init__(self, text: str, where: str) -> None:
         self.lines = text.splitlines(keepends=True)
+        # inserted lines end as the file's lines do
+        self.newline = "\r\n" if self.lines and self.lines[0].endswith("\r\n") else "\n"
         if self.lines and not self.lines[-1].endswith("\n"):
             self.final_newline = False
-            self.lines[-1] += "\n"
+            self.lines[-1] += self.newline
         else:
             self.final_newline = True
         self.where = where
@@ -325,7 +383,14 @@ class _Splicer:
 
     def result(self) -> str:
         lines = list(self.lines)
-        for line, _, op, payload in sorted(self._edits, key=lambda e: (e[0], e[1]), reverse=True):
+        # what is inserted after one line goes there in the order it was asked for
+        inserts: dict[int, str] = {}
+        for line, _, op, payload in self._edits:
+            if op == "insert":
+                inserts[line] = inserts.get(line, "") + payload.replace("\n", self.newline)
+        edits = [e for e in self._edits if e[2] != "insert"]
+        edits += [(line, 1, "insert", payload) for line, payload in inserts.items()]
+        for line, _, op, payload in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
             if op == "replace":
                 col, value = payload
                 lines[line] = self._replace(lines[line], col, value)
@@ -334,7 +399,7 @@ class _Splicer:
             else:
                 del lines[line]
         text = "".join(lines)
-        return text if self.final_newline else text[:-1]
+        return text if self.final_newline else text[: -len(self.newline)]
 
     def _replace(self, line: str, col: int, value: str) -> str:
         rest = line[col:]
@@ -411,7 +476,9 @@ def _dash_col(splicer: _Splicer, seq: CommentedSeq) -> int:
     return dash
 
 
-def _pin_kustomize(splicer: _Splicer, data: CommentedMap, pin: ImagePin, where: str) -> None:
+def _pin_kustomize(
+    splicer: _Splicer, data: CommentedMap, raw: Any, pin: ImagePin, where: str
+) -> None:
     images = _kustomize_images(data, where)
     if images is None:
         splicer.append("images:\n" + _kustomize_entry_lines(pin, dash_col=0))
@@ -426,7 +493,8 @@ def _pin_kustomize(splicer: _Splicer, data: CommentedMap, pin: ImagePin, where: 
         line = _last_line(images, images.lc.item(len(images) - 1)[0])
         splicer.insert_after(line, _kustomize_entry_lines(pin, _dash_col(splicer, images)))
         return
-    _, entry = found
+    index, entry = found
+    raw_entry = raw["images"][index]
     _require_block(entry, where, f"the images entry for {pin.image}")
     key_col = entry.lc.key(next(iter(entry)))[1]
     wanted = {"newName": pin.new_name, "newTag": pin.tag, "digest": pin.digest}
@@ -436,7 +504,7 @@ def _pin_kustomize(splicer: _Splicer, data: CommentedMap, pin: ImagePin, where: 
         if field in entry:
             if isinstance(entry[field], (dict, list)):
                 raise TargetError(f"{where}: images entry {pin.image}.{field} must be a string")
-            if str(entry[field]) != value:
+            if entry[field] is None or str(raw_entry[field]) != value:
                 line, col = entry.lc.value(field)
                 splicer.replace_scalar(line, col, value)
             continue
