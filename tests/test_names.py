@@ -40,3 +40,19 @@ def test_a_digest_with_a_final_newline_is_refused() -> None:
 def test_an_image_reference_with_a_final_newline_is_refused(text: str) -> None:
     with pytest.raises(InputError, match="not of the form"):
         ImageRef.parse(text)
+
+
+def test_the_shared_patterns_are_only_ever_fullmatched() -> None:
+    """Their ``$`` also matches before a final newline: ``.match`` would let one through."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    offenders = [
+        f"{path.relative_to(root)}:{number}"
+        for package in ("fabrique", "pipelines", "eventsources", "netpol")
+        for path in sorted((root / package).rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"\b[A-Z_]+_RE\.(match|search)\(", line)
+    ]
+    assert offenders == []

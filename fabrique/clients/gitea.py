@@ -231,9 +231,9 @@ class GiteaClient(JsonApi):
                 sha = _get(commit, "sha")
                 parents = [_get(p, "sha") for p in _get(commit, "parents") or []]
                 names = [_get(f, "filename") for f in _get(commit, "files") or []]
-                if not isinstance(sha, str) or not REVISION_RE.match(sha):
+                if not isinstance(sha, str) or not REVISION_RE.fullmatch(sha):
                     raise GiteaError(f"{what}: a commit without a valid sha")
-                if not all(isinstance(p, str) and REVISION_RE.match(p) for p in parents):
+                if not all(isinstance(p, str) and REVISION_RE.fullmatch(p) for p in parents):
                     raise GiteaError(f"{what}: commit {sha[:12]} has a parent without a valid sha")
                 found.append(
                     Commit(sha, tuple(parents), tuple(n for n in names if isinstance(n, str)))

@@ -143,7 +143,7 @@ class RegistryClient(JsonApi):
     def blob(self, repository: str, digest: str, *, limit: int = MAX_BLOB) -> bytes:
         """The blob ``digest`` of ``repository``, checked against its digest."""
         shown = f"{self.host}/{repository}@{digest}"
-        if not DIGEST_RE.match(digest):
+        if not DIGEST_RE.fullmatch(digest):
             raise RegistryError(f"{shown}: not a sha256 digest")
         # Distribution redirects a blob GET when its storage is elsewhere (S3 and the like)
         response = self._get(

@@ -113,7 +113,7 @@ def _pair(value: Any) -> tuple[str, str] | None:
 
 
 def _sha(value: Any) -> str:
-    if not isinstance(value, str) or not REVISION_RE.match(value):
+    if not isinstance(value, str) or not REVISION_RE.fullmatch(value):
         raise ValueError(f"not a commit id: {value!r}")
     return value
 
