@@ -249,7 +249,7 @@ def test_pending_then_failure_from_the_exit_handler(
     assert result.exit_code == 0, result.stderr
     assert _history(gitea, revision)[-1] == (
         "failure",
-        "checkout: checkout: dataops/citation-dagster/Dockerfile not found at x",
+        "checkout: dataops/citation-dagster/Dockerfile not found at x",
     )
     assert _combined(gitea, revision)["state"] == "failure"
 

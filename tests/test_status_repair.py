@@ -109,7 +109,7 @@ def test_a_failed_workflow_whose_report_was_lost_is_set_to_failure(
         assert result.exit_code == 0, result.stderr
     assert _history(gitea, revision) == [
         ("pending", "building"),
-        ("failure", "safety net: build(0): failed to solve"),
+        ("failure", "safety net: build: failed to solve"),
     ]
     assert _posts(kube) == 0
 

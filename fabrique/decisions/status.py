@@ -192,7 +192,9 @@ def failed(workflow_status: str, failures: str | None, workflow: str) -> Report 
     infrastructure = (
         workflow_status != "Failed" or phase == "Error" or bool(_INFRASTRUCTURE.search(reason))
     )
-    return Report("error" if infrastructure else "failure", f"{step}: {reason}")
+    # a step that names itself (the checkout script says "checkout: …") is named once
+    said = reason if reason.startswith(f"{step}: ") else f"{step}: {reason}"
+    return Report("error" if infrastructure else "failure", said)
 
 
 # ------------------------------------------------------------ the safety net's repair
@@ -230,7 +232,8 @@ def repair(
     if result == "ok" and deployed_is_want and deployed_digest and state != "success":
         return Report("success", f"{SAFETY_NET}{deployed_digest} deployed")
     if result == "failed" and state in (None, "pending") and workflow and phase:
-        why = reason or f"{workflow} {phase}"
+        # the reconciler names the attempt's node (build(0)): name the step, as Argo's UI does
+        why = re.sub(r"^([A-Za-z0-9.-]+)\(\d+\): ", r"\1: ", reason) or f"{workflow} {phase}"
         return Report("failure" if phase == "Failed" else "error", f"{SAFETY_NET}{why}")
     if result == "submitted" and state == "pending" and workflow:
         return Report("error", f"{SAFETY_NET}{workflow} no longer exists; resubmitted")
