@@ -200,7 +200,10 @@ def digest() -> None:
 def digest_verify(
     state: _State, app: str, revision: str, metadata: Path, output: Path | None
 ) -> None:
-    """Check that the pushed tag's registry digest equals the build's; print it."""
+    """Check that the pushed tag's registry digest equals the build's; print it.
+
+    With build.attestations, the index must also carry provenance that names the
+    revision and the repository (and an SBOM with build.sbom)."""
     from fabrique.clients.registry import RegistryClient
     from fabrique.decisions.digest import verify_pushed
     from fabrique.decisions.plan import write_atomic
@@ -211,6 +214,12 @@ def digest_verify(
     tag = short_sha(revision)
     with RegistryClient.for_site(site) as client:
         verified = verify_pushed(client, app_config.image, tag, metadata)
+        if site.build.attestations:
+            from fabrique.decisions.provenance import check_attestations, expected
+
+            want = expected(site, app_config, revision, verified)
+            check_attestations(client, want, sbom=site.build.sbom)
+            log.info("provenance of %s names %s and %s", verified, revision, want.source)
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(output, verified)

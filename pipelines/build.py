@@ -145,7 +145,17 @@ def _build_script(site: Site) -> str:
     )
     # Off by default: with attestations BuildKit pushes an index, and the index digest
     # is what gets deployed. An empty "attest:provenance=" would turn provenance ON.
-    attest = '  --opt "attest:provenance=mode=max" \\\n' if site.build.attestations else ""
+    # The context is a local directory, so BuildKit cannot tell its commit: vcs:* puts the
+    # revision and the repository into the provenance, where verify-digest checks them.
+    attest = (
+        '  --opt "attest:provenance=mode=max" \\\n'
+        '  --opt "vcs:source=$SOURCE_URL" --opt "vcs:revision=$REVISION" \\\n'
+        if site.build.attestations
+        else ""
+    )
+    if site.build.sbom:
+        # the scanner image runs inside BuildKit: it must come from the internal registry
+        attest += '  --opt "attest:sbom=generator=$SBOM_GENERATOR" \\\n'
     return (
         "set -eu\n"
         'src="$WORKSPACE/src/$CONTEXT"\n'
@@ -304,6 +314,7 @@ def build_template(site: Site) -> WorkflowTemplate:
                 CONTEXT="{{inputs.parameters.context}}",
                 DOCKERFILE="{{inputs.parameters.dockerfile}}",
                 BUILD_OPTS="{{inputs.parameters.build-opts}}",
+                **({"SBOM_GENERATOR": site.images.sbom_scanner or ""} if site.build.sbom else {}),
             ),
             volumes=[
                 workspace,

@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import tarfile
+from collections.abc import Callable
 
 import httpx
 
@@ -138,3 +139,141 @@ def built_labels(revision: str, gitea_url: str) -> dict[str, str]:
         "org.opencontainers.image.revision": revision,
         "org.opencontainers.image.source": f"{gitea_url}/atlas/atlas.git",
     }
+
+
+IN_TOTO = "application/vnd.in-toto+json"
+SLSA_V02 = "https://slsa.dev/provenance/v0.2"
+SLSA_V1 = "https://slsa.dev/provenance/v1"
+SPDX = "https://spdx.dev/Document"
+
+
+def _descriptor(media_type: str, body: bytes, **extra: object) -> dict[str, object]:
+    return {"mediaType": media_type, "digest": sha256(body), "size": len(body), **extra}
+
+
+def provenance(
+    subject: str, revision: str, source: str, *, version: str = SLSA_V02
+) -> dict[str, object]:
+    """An in-toto statement as BuildKit writes it for an image built with vcs:* opts."""
+    vcs = {"revision": revision, "source": source}
+    if version == SLSA_V02:
+        predicate: dict[str, object] = {
+            "builder": {"id": ""},
+            "buildType": "https://mobyproject.org/buildkit@v1",
+            "invocation": {"parameters": {"frontend": "dockerfile.v0"}},
+            "metadata": {"https://mobyproject.org/buildkit@v1#metadata": {"vcs": vcs}},
+        }
+    else:
+        predicate = {
+            "buildDefinition": {
+                "buildType": "https://github.com/moby/buildkit/blob/master/docs/attestations/slsa-definitions.md"
+            },
+            "runDetails": {"metadata": {"buildkit_metadata": {"vcs": vcs}}},
+        }
+    return {
+        "_type": "https://in-toto.io/Statement/v0.1",
+        "predicateType": version,
+        "subject": [
+            {
+                "name": "pkg:docker/citation-dagster?platform=linux%2Famd64",
+                "digest": {"sha256": subject.removeprefix("sha256:")},
+            }
+        ],
+        "predicate": predicate,
+    }
+
+
+def push_attested_index(
+    base_url: str,
+    repo: str,
+    tag: str,
+    revision: str,
+    source: str,
+    *,
+    attest: bool = True,
+    sbom: bool = False,
+    statement: Callable[[str], dict[str, object]] | None = None,
+    refers_to: str | None = None,
+) -> tuple[str, str]:
+    """Push what BuildKit pushes with attestations on: an OCI index holding the image and
+    an attestation manifest (provenance, and an SPDX SBOM with ``sbom``) that refers to
+    it. ``attest=False`` strips the attestation; ``statement`` makes the provenance from the
+    image's digest, ``refers_to`` replaces the image the attestation says it is about. Returns (index, image) digests."""
+    with httpx.Client(base_url=base_url, timeout=10) as client:
+        image = push_image(
+            base_url,
+            repo,
+            f"{tag}-image",
+            {"app.txt": f"{revision}\n".encode()},
+            labels={
+                "org.opencontainers.image.revision": revision,
+                "org.opencontainers.image.source": source,
+            },
+        )
+        image_body = client.get(
+            f"/v2/{repo}/manifests/{image}", headers={"Accept": OCI_MANIFEST}
+        ).content
+        entries: list[dict[str, object]] = [
+            _descriptor(OCI_MANIFEST, image_body, platform={"architecture": "amd64", "os": "linux"})
+        ]
+        if attest:
+            layers = []
+            document = statement(image) if statement else provenance(image, revision, source)
+            documents = [(str(document.get("predicateType") or SLSA_V02), document)]
+            if sbom:
+                documents.append(
+                    (
+                        SPDX,
+                        {
+                            "_type": "https://in-toto.io/Statement/v0.1",
+                            "predicateType": SPDX,
+                            "subject": [
+                                {"name": "_", "digest": {"sha256": image.removeprefix("sha256:")}}
+                            ],
+                            "predicate": {"SPDXID": "SPDXRef-DOCUMENT", "spdxVersion": "SPDX-2.3"},
+                        },
+                    )
+                )
+            for predicate_type, document in documents:
+                blob = json.dumps(document, sort_keys=True).encode()
+                _upload_blob(client, repo, blob)
+                layers.append(
+                    _descriptor(
+                        IN_TOTO, blob, annotations={"in-toto.io/predicate-type": predicate_type}
+                    )
+                )
+            config = json.dumps(
+                {
+                    "architecture": "unknown",
+                    "os": "unknown",
+                    "config": {},
+                    "rootfs": {"type": "layers", "diff_ids": [layer["digest"] for layer in layers]},
+                },
+                sort_keys=True,
+            ).encode()
+            _upload_blob(client, repo, config)
+            attestation = json.dumps(
+                {
+                    "schemaVersion": 2,
+                    "mediaType": OCI_MANIFEST,
+                    "config": _descriptor("application/vnd.oci.image.config.v1+json", config),
+                    "layers": layers,
+                }
+            ).encode()
+            digest = _put_manifest(client, repo, sha256(attestation), attestation, OCI_MANIFEST)
+            entries.append(
+                _descriptor(
+                    OCI_MANIFEST,
+                    attestation,
+                    annotations={
+                        "vnd.docker.reference.digest": refers_to or image,
+                        "vnd.docker.reference.type": "attestation-manifest",
+                    },
+                    platform={"architecture": "unknown", "os": "unknown"},
+                )
+            )
+            assert digest == sha256(attestation)
+        index = json.dumps(
+            {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries}
+        ).encode()
+        return _put_manifest(client, repo, tag, index, OCI_INDEX), image

@@ -167,6 +167,28 @@ def test_attestations_switch_turns_provenance_on() -> None:
     assert not re.search(r"attest:[a-z]+=[\"\s]", script), (
         "an empty attest value enables it silently"
     )
+    # a local context has no commit BuildKit could see: the build names it for the provenance
+    assert '--opt "vcs:source=$SOURCE_URL" --opt "vcs:revision=$REVISION"' in script
+    assert "sbom" not in script
+    assert "SBOM_GENERATOR" not in {e["name"] for e in build["container"]["env"]}
+
+
+def test_sbom_switch_uses_the_mirrored_scanner_through_the_environment() -> None:
+    scanner = "registry:80/buildkit-syft-scanner:1.4.0"
+    site = load_site(
+        env={
+            "FABRIQUE_BUILD__ATTESTATIONS": "true",
+            "FABRIQUE_BUILD__SBOM": "true",
+            "FABRIQUE_IMAGES__SBOM_SCANNER": scanner,
+        }
+    )
+    build = next(
+        t for t in build_template(site).to_dict()["spec"]["templates"] if t["name"] == "build"
+    )
+    script = build["container"]["command"][-1]
+    assert '--opt "attest:sbom=generator=$SBOM_GENERATOR"' in script
+    assert scanner not in script, "values reach the script through the environment"
+    assert {"name": "SBOM_GENERATOR", "value": scanner} in build["container"]["env"]
 
 
 def test_labels_mutex_and_lifecycle(template: dict[str, Any]) -> None:

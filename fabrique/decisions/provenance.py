@@ -93,6 +93,105 @@ def check_labels(registry: RegistryClient, want: Expected) -> None:
                 )
 
 
+def check_attestations(registry: RegistryClient, want: Expected, *, sbom: bool) -> None:
+    """The index under the digest carries, for each of its images, an attestation
+    manifest whose provenance is about that image and names the revision and the
+    repository (and an SPDX SBOM when ``sbom``). ProvenanceError says what is missing."""
+    top = registry.manifest(want.image, want.digest)
+    if not top.is_index:
+        raise ProvenanceError(
+            f"{top.reference}: a single manifest, without attestations (the build must run "
+            "with build.attestations: true, which pushes an index); nothing is written back"
+        )
+    entries = list(_entries(top))
+    attestations: dict[str, str] = {}
+    platforms: list[str] = []
+    for entry in entries:
+        annotations = entry.get("annotations") or {}
+        if annotations.get(REFERENCE_TYPE) == ATTESTATION_MANIFEST:
+            attestations[str(annotations.get(REFERENCE_DIGEST))] = _digest_of(entry, top)
+        else:
+            platforms.append(_digest_of(entry, top))
+    if not platforms:
+        raise ProvenanceError(f"{top.reference}: the index holds no image")
+    for image in platforms:
+        if image not in attestations:
+            raise ProvenanceError(
+                f"{top.reference}: no attestation manifest for its image {image}; "
+                "nothing is written back"
+            )
+        manifest = registry.manifest(want.image, attestations[image])
+        layers = {
+            str((layer.get("annotations") or {}).get(PREDICATE_TYPE)): layer
+            for layer in manifest.data.get("layers") or []
+            if isinstance(layer, dict) and layer.get("mediaType") == IN_TOTO_LAYER
+        }
+        provenance = next((layers[t] for t in SLSA_PROVENANCE if t in layers), None)
+        if provenance is None:
+            raise ProvenanceError(
+                f"{manifest.reference}: no SLSA provenance for {image}; nothing is written back"
+            )
+        if sbom and SPDX not in layers:
+            raise ProvenanceError(
+                f"{manifest.reference}: no SPDX SBOM for {image} (build.sbom is on); "
+                "nothing is written back"
+            )
+        statement = _statement(registry, want, manifest, provenance)
+        _check_statement(statement, image, want, manifest.reference)
+
+
+def _statement(
+    registry: RegistryClient, want: Expected, manifest: Manifest, layer: dict[str, Any]
+) -> dict[str, Any]:
+    digest = layer.get("digest")
+    if not isinstance(digest, str):
+        raise ProvenanceError(f"{manifest.reference}: the provenance layer has no digest")
+    try:
+        statement = json.loads(registry.blob(want.image, digest))
+    except ValueError:
+        raise ProvenanceError(f"{manifest.reference}: the provenance is not JSON") from None
+    if not isinstance(statement, dict):
+        raise ProvenanceError(f"{manifest.reference}: the provenance is not an in-toto statement")
+    return statement
+
+
+def _check_statement(statement: dict[str, Any], image: str, want: Expected, where: str) -> None:
+    subjects = statement.get("subject") or []
+    hexes = {(s.get("digest") or {}).get("sha256") for s in subjects if isinstance(s, dict)}
+    if image.removeprefix("sha256:") not in hexes:
+        raise ProvenanceError(
+            f"{where}: the provenance is about {sorted(h for h in hexes if h)}, not {image}; "
+            "nothing is written back"
+        )
+    vcs = _vcs(statement)
+    for field, value in (("revision", want.revision), ("source", want.source)):
+        if vcs.get(field) != value:
+            raise ProvenanceError(
+                f"{where}: the provenance names {field} {vcs.get(field)!r}, not {value!r}; "
+                "nothing is written back"
+            )
+
+
+def _vcs(statement: dict[str, Any]) -> dict[str, Any]:
+    """BuildKit's ``vcs`` metadata (from the build's vcs:source and vcs:revision), where
+    SLSA v0.2 (``metadata``) or v1 (``runDetails.metadata``) keeps it."""
+    predicate = _mapping(statement.get("predicate"))
+    for found in (
+        _mapping(_mapping(predicate.get("metadata")).get(BUILDKIT_METADATA)),
+        _mapping(
+            _mapping(_mapping(predicate.get("runDetails")).get("metadata")).get("buildkit_metadata")
+        ),
+    ):
+        vcs = _mapping(found.get("vcs"))
+        if vcs:
+            return vcs
+    return {}
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _entries(index: Manifest) -> Iterator[dict[str, Any]]:
     manifests = index.data.get("manifests")
     if not isinstance(manifests, list):

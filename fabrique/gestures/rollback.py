@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from fabrique.clients.registry import RegistryClient
 from fabrique.decisions.holds import Hold
-from fabrique.decisions.provenance import check_labels, expected
+from fabrique.decisions.provenance import check_attestations, check_labels, expected
 from fabrique.decisions.writeback import Outcome, Transport, write_back
 from fabrique.site.config import Site
 from fabrique.site.errors import ImageNotFound, InputError
@@ -60,7 +60,10 @@ def roll_back(
             f"--to {to}: {revision[:12]} was never built: the registry holds no "
             f"{site.registry.host}/{app.image}:{tag}; nothing written"
         ) from None
-    check_labels(registry, expected(site, app, revision, digest))
+    want = expected(site, app, revision, digest)
+    check_labels(registry, want)
+    if site.build.attestations:
+        check_attestations(registry, want, sbom=site.build.sbom)
     return write_back(
         site,
         transport,

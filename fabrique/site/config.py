@@ -316,6 +316,7 @@ class Images(_Model):
     buildkit: ImageReference
     git: ImageReference
     tools: ImageReference
+    sbom_scanner: ImageReference | None = None  # BuildKit's SBOM generator (build.sbom)
 
     @model_validator(mode="after")
     def _rootless(self) -> Images:
@@ -329,6 +330,7 @@ class Images(_Model):
 
 class BuildConfig(_Model):
     attestations: bool
+    sbom: bool = False
     cache: bool
     active_deadline_seconds: Annotated[int, Field(ge=60, le=86400)]
     retries: Annotated[int, Field(ge=0, le=10)]
@@ -568,6 +570,19 @@ class Site(_Model):
             if wide:
                 index, why = wide
                 raise ValueError(f"{field}{'' if index is None else f'[{index}]'}: {why}")
+        return self
+
+    @model_validator(mode="after")
+    def _sbom(self) -> Site:
+        if self.build.sbom and not self.build.attestations:
+            raise ValueError(
+                "build.sbom: needs build.attestations: true (the SBOM is an attestation)"
+            )
+        if self.build.sbom and self.images.sbom_scanner is None:
+            raise ValueError(
+                "images.sbomScanner: required with build.sbom (the factory is air-gapped: "
+                "mirror docker/buildkit-syft-scanner and name it here)"
+            )
         return self
 
     @model_validator(mode="after")
