@@ -1,7 +1,12 @@
-# The tools image: fabrique's CLI, run by the plan, verify-digest and write-back steps.
-#   docker build --build-arg BASE_IMAGE=python:3.11-slim -t registry:80/fabrique-tools:0.1.0 .
+# The tools image: fabrique's CLI, run by the plan, verify-digest, sign and write-back steps.
+#   docker build --build-arg BASE_IMAGE=python:3.11-slim@sha256:… \
+#     --build-arg COSIGN_IMAGE=ghcr.io/sigstore/cosign/cosign:v2.4.1@sha256:… \
+#     -t registry:80/fabrique-tools:0.1.0 .
 # Pin BASE_IMAGE by digest for a reproducible image (python:3.11-slim@sha256:…).
+# COSIGN_IMAGE is the upstream cosign image (v2: its key-based signatures are the
+# simple-signing ".sig" tags the write-back verifies); it must be pinned by digest.
 ARG BASE_IMAGE=python:3.11-slim
+ARG COSIGN_IMAGE=ghcr.io/sigstore/cosign/cosign:v2.4.1
 
 FROM ${BASE_IMAGE} AS wheel
 WORKDIR /src
@@ -12,7 +17,13 @@ COPY eventsources ./eventsources
 COPY netpol ./netpol
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
+FROM ${COSIGN_IMAGE} AS cosign
+
 FROM ${BASE_IMAGE}
+ARG COSIGN_IMAGE
+# cosign, pinned: refuse to build from a tag alone
+RUN case "${COSIGN_IMAGE}" in *@sha256:*) ;; *) echo "COSIGN_IMAGE must be pinned by digest (…@sha256:…)" >&2; exit 1;; esac
+COPY --from=cosign /ko-app/cosign /usr/local/bin/cosign
 # git: the write-back's plain-git transport clones and pushes with it.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends git ca-certificates \

@@ -229,6 +229,32 @@ def digest_verify(
 
 @cli.command()
 @click.option("--app", required=True, help="App name from the site config.")
+@click.option("--digest", required=True, help="The verified digest, sha256:<64 hex>.")
+@click.option(
+    "--key",
+    "key_path",
+    default="/etc/fabrique/signing/cosign.key",
+    show_default=True,
+    help="The cosign private key (mounted from signing.keySecret).",
+)
+@pass_state
+def sign(state: _State, app: str, digest: str, key_path: str) -> None:
+    """Sign the verified digest with cosign (the password from COSIGN_PASSWORD), then
+    check the signature as the write-back will. A step of fabrique-build with signing."""
+    from fabrique.clients.registry import RegistryClient
+    from fabrique.decisions.signature import sign as cosign_sign
+    from fabrique.site.names import check_digest
+
+    site = state.site
+    image = site.app(app).image
+    check_digest(digest)
+    with RegistryClient.for_site(site) as registry:
+        cosign_sign(site, registry, image, digest, key_path=key_path)
+    click.echo(f"signed: {site.registry.host}/{image}@{digest}")
+
+
+@cli.command()
+@click.option("--app", required=True, help="App name from the site config.")
 @click.option("--revision", help="Full commit id (40 hex, or 64 in a SHA-256 repository) to build.")
 @click.option("--head", is_flag=True, help="Build the branch head, resolved through Gitea.")
 @click.option("--force", is_flag=True, help="Build even if the app's context did not change.")
@@ -318,9 +344,18 @@ def writeback(
     site.app(app)
     check_revision(revision)
     check_digest(digest)
-    with open_transport(site, token_from_env()) as transport:
+    from fabrique.clients.registry import RegistryClient
+    from fabrique.decisions.signature import signature_gate
+
+    with (
+        open_transport(site, token_from_env()) as transport,
+        RegistryClient.for_site(site) as registry,  # only asked when the site signs
+    ):
         outcome = write_back(
-            site, transport, app, revision, digest, workflow=workflow, dry_run=dry_run
+            *(site, transport, app, revision, digest),
+            workflow=workflow,
+            dry_run=dry_run,
+            gate=signature_gate(site, registry),
         )
     if outcome.diff:
         click.echo(outcome.diff, nl=False)
@@ -556,6 +591,7 @@ def rollback(state: _State, app: str, to: str, reason: str, by: str | None, dry_
     from fabrique.clients.gitea import token_from_env
     from fabrique.clients.registry import RegistryClient
     from fabrique.decisions.holds import Hold, check_text
+    from fabrique.decisions.signature import signature_gate
     from fabrique.decisions.writeback import open_transport
     from fabrique.gestures.rollback import roll_back
 
@@ -566,7 +602,11 @@ def rollback(state: _State, app: str, to: str, reason: str, by: str | None, dry_
         open_transport(site, token_from_env()) as transport,
         RegistryClient.for_site(site) as registry,
     ):
-        outcome = roll_back(site, transport, registry, app, to, wanted, dry_run=dry_run)
+        outcome = roll_back(
+            *(site, transport, registry, app, to, wanted),
+            dry_run=dry_run,
+            gate=signature_gate(site, registry),
+        )
     if outcome.diff:
         click.echo(outcome.diff, nl=False)
     if outcome.state == "changed":

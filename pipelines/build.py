@@ -15,8 +15,11 @@
   and it never lands on a control-plane node.
 - ``verify-digest`` (``fabrique digest verify``) compares buildctl's metadata with the
   registry and outputs the digest.
+- ``sign`` (``fabrique sign``, only with ``signing``) signs the digest with cosign, the
+  key mounted from its Secret in this step alone.
 - ``write-back`` (``fabrique writeback``) writes that digest into the app's target in
-  Git: changed, unchanged (a replay) or superseded (never a rollback).
+  Git: changed, unchanged (a replay), superseded (never a rollback) or held; with
+  ``signing`` it refuses a digest whose signature does not verify.
 
 The tools steps retry only transient failures (exit 75): a wrong answer is not retried.
 
@@ -45,6 +48,7 @@ from hera.workflows import (
     EmptyDirVolume,
     Parameter,
     SecretEnv,
+    SecretVolume,
     Step,
     Steps,
     Volume,
@@ -52,6 +56,7 @@ from hera.workflows import (
 )
 from hera.workflows import models as m
 
+from fabrique.decisions.signature import KEY_FILE, SIGNING_MOUNT
 from fabrique.site.config import Site
 from fabrique.site.names import (
     LABEL_APP,
@@ -206,6 +211,46 @@ def _no_control_plane() -> m.Affinity:
     )
 
 
+def _sign_step(site: Site) -> Container:
+    """``fabrique sign``: cosign with the key of ``signing.keySecret``, mounted in this
+    step alone (never in the build, which runs the app's own Dockerfile)."""
+    secret = site.signing.key_secret
+    assert secret is not None
+    password = (
+        [
+            SecretEnv(
+                name="COSIGN_PASSWORD",
+                secret_name=secret.name,
+                secret_key=site.signing.password_key,
+            )
+        ]
+        if site.signing.password_key
+        else []
+    )
+    return tools_step(
+        site,
+        "sign",
+        [
+            *("sign", "--app", APP, "--digest", "{{inputs.parameters.digest}}"),
+            *("--key", f"{SIGNING_MOUNT}/{KEY_FILE}"),
+        ],
+        labels=POD_LABELS,
+        extra_env=password,
+        extra_volumes=[
+            SecretVolume(
+                name="signing-key",
+                secret_name=secret.name,
+                mount_path=SIGNING_MOUNT,
+                items=[m.KeyToPath(key=secret.key, path=KEY_FILE)],
+                default_mode=0o400,
+                read_only=True,
+            )
+        ],
+        inputs=inputs("digest"),
+        retry_strategy=transient_retry(site),
+    )
+
+
 def build_template(site: Site) -> WorkflowTemplate:
     """The ``fabrique-build`` WorkflowTemplate for ``site``."""
     workspace = Volume(
@@ -357,6 +402,7 @@ def build_template(site: Site) -> WorkflowTemplate:
             retry_strategy=transient_retry(site),
             outputs=[Parameter(name=VERIFIED_OUTPUT, value_from=m.ValueFrom(path=DIGEST_FILE))],
         )
+        sign = _sign_step(site) if site.signing.enabled else None
         write_back = tools_step(
             site,
             "write-back",
@@ -423,6 +469,8 @@ def build_template(site: Site) -> WorkflowTemplate:
             verified = verify(when=changed)
             assert isinstance(verified, Step)
             digest = verified.get_parameter(VERIFIED_OUTPUT).value
+            if sign is not None:
+                sign(arguments={"digest": digest}, when=changed)
             written = write_back(arguments={"digest": digest}, when=changed)
             assert isinstance(written, Step)
             report_success(

@@ -103,6 +103,7 @@ def tools_step(
     *,
     labels: dict[str, str],
     extra_env: list[Any] | None = None,
+    extra_volumes: list[Any] | None = None,
     sizing: m.ResourceRequirements | None = None,
     **extra: Any,
 ) -> Container:
@@ -117,6 +118,7 @@ def tools_step(
         volumes=[
             EmptyDirVolume(name="tmp", mount_path="/tmp"),
             ConfigMapVolume(name=SITE_CONFIGMAP, mount_path=SITE_MOUNT, read_only=True),
+            *(extra_volumes or []),
         ],
         security_context=restricted(),
         resources=sizing or resources("50m", "64Mi", "256Mi"),

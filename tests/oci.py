@@ -12,7 +12,7 @@ import hashlib
 import io
 import json
 import tarfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import httpx
 
@@ -277,3 +277,53 @@ def push_attested_index(
             {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries}
         ).encode()
         return _put_manifest(client, repo, tag, index, OCI_INDEX), image
+
+
+SIMPLE_SIGNING = "application/vnd.dev.cosign.simplesigning.v1+json"
+
+
+def push_signature(
+    base_url: str,
+    repo: str,
+    digest: str,
+    sign: Callable[[bytes], bytes],
+    payload: bytes,
+    *,
+    extra_layers: Sequence[tuple[bytes, str]] = (),
+) -> str:
+    """Push what ``cosign sign`` (v2, a key, no tlog) pushes: under ``sha256-<hex>.sig``,
+    a manifest whose layers are simple signing payloads, each with its base64 signature
+    in ``dev.cosignproject.cosign/signature``. ``sign`` signs the payload's bytes."""
+    import base64
+
+    with httpx.Client(base_url=base_url, timeout=10) as client:
+        layers = []
+        for body, signature in [(payload, base64.b64encode(sign(payload)).decode()), *extra_layers]:
+            _upload_blob(client, repo, body)
+            layers.append(
+                _descriptor(
+                    SIMPLE_SIGNING,
+                    body,
+                    annotations={"dev.cosignproject.cosign/signature": signature},
+                )
+            )
+        config = json.dumps(
+            {
+                "architecture": "",
+                "os": "",
+                "config": {},
+                "rootfs": {"type": "layers", "diff_ids": [layer["digest"] for layer in layers]},
+            },
+            sort_keys=True,
+        ).encode()
+        _upload_blob(client, repo, config)
+        manifest = json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": OCI_MANIFEST,
+                "config": _descriptor("application/vnd.oci.image.config.v1+json", config),
+                "layers": layers,
+            }
+        ).encode()
+        tag = digest.replace(":", "-") + ".sig"
+        return _put_manifest(client, repo, tag, manifest, OCI_MANIFEST)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -318,6 +319,18 @@ def test_tools_image_dockerfile_is_non_root_with_a_base_argument() -> None:
     assert lines[first_from].startswith("FROM ${BASE_IMAGE}")
     users = [line for line in lines if line.startswith("USER ")]
     assert users and users[-1].split()[1].split(":")[0] not in ("root", "0")
+
+
+def test_tools_image_carries_cosign_pinned_by_digest() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    assert "COPY --from=cosign /ko-app/cosign /usr/local/bin/cosign" in text
+    check = next(line for line in text.splitlines() if "COSIGN_IMAGE must be pinned" in line)
+    for image, ok in (
+        ("ghcr.io/sigstore/cosign/cosign:v2.4.1", False),
+        ("x:1@sha256:" + "a" * 64, True),
+    ):
+        script = check.removeprefix("RUN ").replace("${COSIGN_IMAGE}", image)
+        assert (subprocess.run(["sh", "-c", script], capture_output=True).returncode == 0) is ok
 
 
 def test_template_file_is_in_the_tree() -> None:

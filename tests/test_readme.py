@@ -87,12 +87,14 @@ def _is_values_example(data: object) -> bool:
     return isinstance(data, dict) and bool(data) and set(data) <= fields
 
 
-def _values_example() -> str:
-    found = [
-        b.text
-        for b in _blocks()
-        if b.language == "yaml" and _is_values_example(yaml.safe_load(b.text))
+def _values_examples() -> list[Block]:
+    return [
+        b for b in _blocks() if b.language == "yaml" and _is_values_example(yaml.safe_load(b.text))
     ]
+
+
+def _values_example() -> str:
+    found = [b.text for b in _values_examples() if b.text.startswith("# site.yaml")]
     assert len(found) == 1, "the README shows one site values example (site.yaml)"
     return found[0]
 
@@ -126,6 +128,21 @@ def test_the_site_example_renders_and_validates_as_pasted(workdir: Path) -> None
     assert checked.exit_code == 0, checked.stderr
     shown = run_cli("--values", "site.yaml", "config", "show")
     assert yaml.safe_load(shown.stdout)["images"]["tools"] == site.images.tools
+
+
+def test_every_other_values_example_renders_and_validates(tmp_path: Path) -> None:
+    """The sections' own values fragments (provenance, signing…) work as pasted too."""
+    fragments = [b for b in _values_examples() if not b.text.startswith("# site.yaml")]
+    assert fragments, "the sections show their switches as values fragments"
+    (tmp_path / "vendor").symlink_to(ROOT / "vendor")
+    for block in fragments:
+        (tmp_path / "fragment.yaml").write_text(block.text)
+        out = tmp_path / f"out-{block.line}"
+        args = ("--values", str(tmp_path / "fragment.yaml"), "render", "--out", str(out))
+        rendered = run_cli(*args)
+        assert rendered.exit_code == 0, f"{block.where}: {rendered.stderr}"
+        checked = run_cli("validate", str(out))
+        assert checked.exit_code == 0, f"{block.where}: {checked.stdout}{checked.stderr}"
 
 
 def test_the_argo_cd_application_example_lints(workdir: Path) -> None:

@@ -56,6 +56,7 @@ from fabrique.site.names import short_sha, workflow_name
 
 from .holds import Hold
 from .memory import Memory, MemoryStore, NoMemory
+from .signature import signature_gate
 from .status import StatusReporter, repair
 from .survey import PassTransport, Seen, survey
 from .workflow import build_workflow
@@ -277,7 +278,8 @@ class Reconciler:
                 Deploy(todo.app.name, facts.want, facts.verified_digest, "fabrique-reconcile")
             )
         try:
-            outcomes = write_back_file(self.site, transport, deploys)
+            gate = signature_gate(self.site, self.registry)
+            outcomes = write_back_file(self.site, transport, deploys, gate=gate)
         except FabriqueError as err:
             return [_error(todo.app.name, err) for todo in todos]
         results = []

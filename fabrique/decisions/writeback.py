@@ -37,7 +37,7 @@ from typing import Literal, Protocol, TypeVar
 from fabrique.clients.git import Author, GitRemote
 from fabrique.clients.gitea import Commit, FileContent, GiteaClient, Identity
 from fabrique.site.config import AppConfig, Site
-from fabrique.site.errors import StaleWrite, TargetError
+from fabrique.site.errors import ProvenanceError, StaleWrite, TargetError
 from fabrique.site.names import check_digest, check_revision, short_sha, workflow_name
 
 from .holds import Hold, apply_hold, read_hold
@@ -164,13 +164,14 @@ def write_back(
     dry_run: bool = False,
     sleep: Callable[[float], None] = time.sleep,
     rollback: Hold | None = None,
-    gate: Callable[[str], None] | None = None,
+    gate: Callable[[str, str], None] | None = None,
 ) -> Outcome:
     """Write ``digest`` of ``app`` built at ``revision`` into its target, once.
 
     While the target carries a hold, nothing is written (``held``). ``rollback`` is the
     operator's gesture: the pin is written whatever is deployed, with that hold, in one
-    commit. ``gate`` checks the digest (its signature) before anything is written."""
+    commit. With ``signing`` on, ``gate(image, digest)`` (``signature.signature_gate``)
+    must accept the digest before anything is written."""
     app = site.app(app_name)
     check_revision(revision)
     pin = desired_pin(site, app, revision, digest)
@@ -213,8 +214,13 @@ def write_back(
             if newer:
                 log.warning("%s: %s; not rolling back", where, newer)
                 return Outcome("superseded", app.name, where, pin, detail=newer)
-        if gate is not None and not gated:
-            gate(pin.digest or "")
+        if site.signing.enabled and not gated:
+            if gate is None:  # a caller that cannot check must not write
+                raise ProvenanceError(
+                    f"{where}: signing is on, and this write-back has no signature check; "
+                    "nothing written"
+                )
+            gate(app.image, pin.digest or "")
             gated.append(True)
         return new_text
 
@@ -243,6 +249,7 @@ def write_back_file(
     *,
     dry_run: bool = False,
     sleep: Callable[[float], None] = time.sleep,
+    gate: Callable[[str, str], None] | None = None,
 ) -> list[Outcome]:
     """Write the digests of several apps that share one target file, in one commit.
 
@@ -262,6 +269,7 @@ def write_back_file(
                 workflow=d.workflow,
                 dry_run=dry_run,
                 sleep=sleep,
+                gate=gate,
             )
         ]
     apps = [site.app(d.app) for d in deploys]
@@ -274,6 +282,7 @@ def write_back_file(
         check_revision(d.revision)
         pins.append(desired_pin(site, app, d.revision, d.digest))
     decided: list[Outcome | None] = []
+    gated: set[str] = set()
 
     def edit(old: str | None) -> str | list[Outcome]:
         decided.clear()
@@ -313,6 +322,15 @@ def write_back_file(
             decided.append(None)
         if text == old or text is None:
             return [o for o in decided if o is not None]
+        for app, pin, o in zip(apps, pins, decided, strict=True):
+            if o is None and site.signing.enabled and app.name not in gated:
+                if gate is None:  # a caller that cannot check must not write
+                    raise ProvenanceError(
+                        f"{where}: signing is on, and this write-back has no signature "
+                        "check; nothing written"
+                    )
+                gate(app.image, pin.digest or "")
+                gated.add(app.name)
         return text
 
     def message() -> str:

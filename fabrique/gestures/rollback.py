@@ -47,7 +47,7 @@ def roll_back(
     hold: Hold,
     *,
     dry_run: bool = False,
-    gate: Callable[[str], None] | None = None,
+    gate: Callable[[str, str], None] | None = None,
 ) -> Outcome:
     """Deploy the image built for ``to`` and hold the app there."""
     app = site.app(app_name)

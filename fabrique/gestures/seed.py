@@ -19,6 +19,7 @@ from fabrique.clients.gitea import GiteaClient
 from fabrique.clients.kube import KubeClient
 from fabrique.clients.registry import RegistryClient
 from fabrique.decisions.changes import fabrique_paths
+from fabrique.decisions.signature import signature_gate
 from fabrique.decisions.writeback import Transport, write_back
 from fabrique.gestures.webhook import Credentials, seed_webhook
 from fabrique.site.config import AppConfig, Site
@@ -148,6 +149,7 @@ class Seeder:
             digest,
             dry_run=dry_run,
             workflow="fabrique-seed",
+            gate=signature_gate(self.site, self.registry),
         )
         state = {"changed": "changed", "would-change": "changed", "unchanged": "unchanged"}.get(
             outcome.state, "skipped"

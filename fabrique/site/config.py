@@ -520,6 +520,38 @@ class WriteBackConfig(_Model):
         return f"{(self.git_url or site_url).rstrip('/')}/{repo}.git"
 
 
+PUBLIC_KEY_RE = re.compile(
+    r"-----BEGIN PUBLIC KEY-----\n[A-Za-z0-9+/=\n]+-----END PUBLIC KEY-----\n?"
+)
+
+
+class SigningConfig(_Model):
+    """Signing (``signing``): the build signs the verified digest with cosign, the key from
+    a Secret (no keyless flow: the factory is air-gapped); every write-back verifies it."""
+
+    key_secret: SecretKeyRef | None = None
+    password_key: Annotated[str, Field(pattern=r"^[-._a-zA-Z0-9]+$")] | None = None
+    public_key: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.key_secret is not None
+
+    @model_validator(mode="after")
+    def _key_pair(self) -> SigningConfig:
+        if self.key_secret is not None and self.public_key is None:
+            raise ValueError(
+                "publicKey: required with keySecret (the write-back verifies against it)"
+            )
+        if self.public_key is not None and not PUBLIC_KEY_RE.fullmatch(
+            self.public_key.strip() + "\n"
+        ):
+            raise ValueError("publicKey: must be a PEM public key (-----BEGIN PUBLIC KEY-----)")
+        if self.public_key is not None and self.key_secret is None:
+            raise ValueError("keySecret: required with publicKey (nothing would sign)")
+        return self
+
+
 class AppConfig(_Model):
     name: Annotated[str, AfterValidator(_app_name)]
     image: Annotated[str, AfterValidator(_repository)]
@@ -539,6 +571,7 @@ class Site(_Model):
     build: BuildConfig
     network: NetworkConfig
     writeback: WriteBackConfig
+    signing: SigningConfig = Field(default_factory=SigningConfig)
     events: EventsConfig
     reconcile: ReconcileConfig
     netpol: NetpolConfig
