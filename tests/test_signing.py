@@ -325,7 +325,7 @@ def test_the_sign_step_alone_mounts_the_key(tmp_path: Path) -> None:
     template = find(out, "WorkflowTemplate", "fabrique-build")
     templates = {t["name"]: t for t in template["spec"]["templates"]}
     steps = [step[0]["name"] for step in templates["main"]["steps"]]
-    assert steps == ["plan", "checkout", "build", "verify-digest", "sign", "write-back"]
+    assert steps.index("verify-digest") + 1 == steps.index("sign") == steps.index("write-back") - 1
     sign_step = templates["sign"]
     assert sign_step["container"]["args"][:5] == [
         "sign",
@@ -357,3 +357,55 @@ def test_the_sign_step_alone_mounts_the_key(tmp_path: Path) -> None:
 def test_without_signing_there_is_no_sign_step() -> None:
     template = find(ROOT / "manifests", "WorkflowTemplate", "fabrique-build")
     assert "sign" not in {t["name"] for t in template["spec"]["templates"]}
+
+
+def test_one_commit_for_several_apps_checks_every_signature(
+    tmp_path: Path, code_repo: Repo, gitea: GiteaDouble, registry: Registry
+) -> None:
+    """The safety net writes the apps of one target file in one commit: each digest in
+    it must be signed, or none is written (fail closed)."""
+    from fabrique.decisions.signature import signature_gate
+    from fabrique.decisions.writeback import Deploy, open_transport, write_back_file
+
+    _, pem, signer = _ec()
+    apps = [
+        {
+            "name": name,
+            "image": image,
+            "context": "dataops/citation-dagster",
+            "writeback": {"repo": "atlas/atlas", "path": KUSTOMIZATION},
+        }
+        for name, image in (("citation", "citation-dagster"), ("worker", "citation-worker"))
+    ]
+    values = write_values(
+        tmp_path / "site.yaml",
+        **{"gitea.url": gitea.url, "registry.host": registry.host, "apps": apps, **_signing(pem)},
+    )
+    site = load_site(values, env={})
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    head = code_repo.head()
+    signed = push_image(registry.url, "citation-dagster", revision[:12], {"a": b"1"})
+    push_signature(
+        registry.url,
+        "citation-dagster",
+        signed,
+        signer,
+        payload(f"{registry.host}/citation-dagster", signed),
+    )
+    unsigned = push_image(registry.url, "citation-worker", revision[:12], {"b": b"2"})
+    deploys = [Deploy("citation", revision, signed), Deploy("worker", revision, unsigned)]
+    with open_transport(site, GITEA_TOKEN) as transport, _client(registry) as client:
+        gate = signature_gate(site, client)
+        with pytest.raises(ProvenanceError, match=r"citation-worker@sha256:.*unsigned"):
+            write_back_file(site, transport, deploys, gate=gate)
+        assert code_repo.head() == head
+        push_signature(
+            registry.url,
+            "citation-worker",
+            unsigned,
+            signer,
+            payload(f"{registry.host}/citation-worker", unsigned),
+        )
+        outcomes = write_back_file(site, transport, deploys, gate=gate)
+    assert [o.state for o in outcomes] == ["changed", "changed"]
+    assert outcomes[0].commit == outcomes[1].commit == code_repo.head() != head
