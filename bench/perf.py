@@ -24,9 +24,11 @@ Figures only: no pass/fail. See bench/RESULTS.md for the targets.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -149,12 +151,12 @@ def du(path: Path) -> int:
 
 
 def writeback_cost(
-    work: Path, commits: int, size_mb: int, specs: Path, latency_ms: float
+    work: Path, bare: Path, commits: int, specs: Path, latency_ms: float
 ) -> dict[str, Any]:
-    bare = work / f"srv-{commits}-{latency_ms:g}" / "atlas" / "atlas.git"
-    synthetic_repo(bare, commits, size_mb, apps=1)
+    """The three ways to write one pin into ``bare`` (made by synthetic_repo), at one
+    latency. Each call writes digests of its own, so that each write really changes."""
     revision = head(bare)
-    digest = "sha256:" + "ab" * 32
+    digest = "sha256:" + hashlib.sha256(b"api %g" % latency_ms).hexdigest()
     out: dict[str, Any] = {
         "commits": commits,
         "latency_ms": latency_ms,
@@ -196,7 +198,7 @@ def writeback_cost(
             GitTransport(git_site, scratch, None),
             "app-000",
             revision,
-            "sha256:" + "cd" * 32,
+            "sha256:" + hashlib.sha256(b"git %g" % latency_ms).hexdigest(),
         )
         out["git_shallow_s"] = time.perf_counter() - start
         out["git_shallow_bytes"] = du(scratch)
@@ -224,6 +226,8 @@ def writeback_cost(
         out["full_clone_s"] = time.perf_counter() - start
         out["full_clone_bytes"] = du(clone / ".git")
         proxy.stop()
+        shutil.rmtree(clone)
+        shutil.rmtree(scratch)
     for method in ("contents_api", "git_shallow"):
         out[f"{method}_speedup"] = round(out["full_clone_s"] / out[f"{method}_s"], 1)
         out[f"{method}_bytes_ratio"] = round(
@@ -344,11 +348,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="fabrique-perf-") as tmp:
         work = Path(tmp)
         latencies = [float(n) for n in args.latency_ms.split(",")]
-        for latency in latencies:
-            for commits in (int(n) for n in args.commits.split(",")):
-                report["writeback"].append(
-                    writeback_cost(work, commits, args.size_mb, specs, latency)
-                )
+        for commits in (int(n) for n in args.commits.split(",")):
+            bare = work / f"srv-{commits}" / "atlas" / "atlas.git"
+            synthetic_repo(bare, commits, args.size_mb, apps=1)
+            for latency in latencies:
+                report["writeback"].append(writeback_cost(work, bare, commits, specs, latency))
         report["reconcile"] = [
             reconcile_and_latency(work, args.apps, specs, latency) for latency in latencies
         ]
