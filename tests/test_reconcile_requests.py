@@ -15,6 +15,7 @@ own and deployed at it. The counts are the design's (fabrique/decisions/survey.p
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -298,8 +299,6 @@ def test_a_merge_in_the_new_commits_is_asked_app_by_app(world: World) -> None:
 
 
 def _memory(kube: KubeApiDouble) -> dict[str, Any]:
-    import json
-
     stored = kube.configmaps[(CONTROL_NS, "fabrique-reconcile-memory")]
     return dict(json.loads(stored["data"]["memory.json"]))
 
@@ -343,3 +342,15 @@ def test_no_commit_on_a_path_is_a_404_in_gitea_and_means_none(gitea: GiteaDouble
         assert client.files_changed("atlas/atlas", head, head, "apps/none") == []
         # and the double's own answer for such a path
         assert client.last_change("atlas/atlas", "main", "apps/none", frozenset()) is None
+
+
+def test_a_remembered_head_gone_from_the_server_is_a_pass_without_memory(world: World) -> None:
+    world.reconcile()
+    stored = world.kube.configmaps[(CONTROL_NS, "fabrique-reconcile-memory")]
+    memory = _memory(world.kube)
+    memory["head"] = "0123456789abcdef" * 2 + "01234567"  # no such commit
+    stored["data"]["memory.json"] = json.dumps(memory)
+    revision = world.code_repo.commit({"apps/app-11/src.txt": "v2\n"})
+    states, _ = world.reconcile()
+    assert states == _all("ok") | {"app-11": "submitted"}
+    assert _memory(world.kube)["head"] == revision

@@ -207,7 +207,11 @@ def _moved(
     repo, branch = site.gitea.code_repo, site.gitea.branch
     commits: list[Commit] | None = []
     if head != remembered.head:
-        commits = transport.commits_since(repo, branch, head, remembered.head)
+        try:
+            commits = transport.commits_since(repo, branch, head, remembered.head)
+        except FabriqueError as err:  # the remembered head is gone (a rewrite, then gc)
+            log.info("commits since %s: %s", remembered.head[:12], err)
+            commits = None
     if not follows(remembered, head, commits):
         log.info(
             "%s@%s does not simply follow %s; asking every app",
