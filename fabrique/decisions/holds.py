@@ -28,7 +28,7 @@ from ruamel.yaml.comments import CommentedMap
 
 from fabrique.site.errors import InputError, TargetError
 
-from .targets import _last_line, _load, _plain, _require_block, _Splicer
+from .targets import _last_line, _load, _load_shared, _plain, _require_block, _Splicer
 
 HOLD_ANNOTATION = "fabrique.io/hold"
 MAX_TEXT = 200
@@ -66,7 +66,7 @@ def check_text(option: str, value: str) -> str:
 
 def read_hold(text: str, where: str) -> Hold | None:
     """The hold the target document carries, or None."""
-    annotations = _annotations(_load(text, where), where)
+    annotations = _annotations(_load_shared(text, where), where)
     if annotations is None or HOLD_ANNOTATION not in annotations:
         return None
     raw = annotations[HOLD_ANNOTATION]
