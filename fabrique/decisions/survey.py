@@ -193,7 +193,10 @@ def survey(
             raise snapshot
         return _seen(site, transport, app, want, snapshot, memory)
 
-    return each(pool, judge, [app.name for app in apps]), memory
+    # file by file: the apps of one file read the one parse of it (targets._load_shared)
+    by_file = sorted(apps, key=target)
+    seen = each(pool, judge, [app.name for app in by_file])
+    return {app.name: seen[app.name] for app in apps}, memory
 
 
 def _moved(

@@ -170,7 +170,7 @@ def _load(text: str, where: str) -> CommentedMap:
     return documents[0]
 
 
-@functools.lru_cache(maxsize=128)
+@functools.lru_cache(maxsize=256)
 def _load_shared(text: str, where: str) -> CommentedMap:
     """``_load`` for readers only: a file that many apps pin their image in (a reconcile
     pass reads one pin per app) is parsed once. Never to be edited."""
