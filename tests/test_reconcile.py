@@ -60,11 +60,16 @@ def _line(result: Any, app: str = "citation") -> str:
 
 
 def _phase(
-    kube: KubeApiDouble, revision: str, phase: str, app: str = "citation", **status: Any
+    kube: KubeApiDouble,
+    revision: str,
+    phase: str,
+    app: str = "citation",
+    values: Path | None = None,
+    **status: Any,
 ) -> str:
     """Put Workflow ``fabrique-<app>-<sha12>`` in ``phase``, its status as Argo writes it."""
     name = f"fabrique-{app}-{revision[:12]}"
-    body = build_workflow(load_site(env={}), app, revision, submitted_by="sensor")
+    body = build_workflow(load_site(values, env={}), app, revision, submitted_by="sensor")
     stored = {**body, "status": argo_status(body, phase, **status)}
     assert not list(kube.validator.iter_errors(stored)), "the status is Argo's shape"
     kube.objects[(NS, name)] = stored
@@ -477,3 +482,48 @@ def test_git_transport_reconciles_each_app_at_its_own_change(
     for name, revision in changed.items():
         assert _line(result, name).startswith(f"{name}: submitted: {revision[:12]} is not built")
     assert set(kube.objects) == {(NS, f"fabrique-{n}-{r[:12]}") for n, r in changed.items()}
+
+
+def test_one_apps_refused_write_back_does_not_hold_back_its_file(
+    tmp_path: Path,
+    code_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    env: dict[str, str],
+    kube: KubeApiDouble,
+) -> None:
+    """Two apps pin their images in one file. One deploys a hand-written tag that is no
+    commit, and its wanted commit is not the head: the guard refuses it (fail closed).
+    The other app's write-back still lands."""
+    apps = [
+        {
+            "name": name,
+            "image": image,
+            "context": context,
+            "writeback": {"repo": "atlas/atlas", "path": KUSTOMIZATION},
+        }
+        for name, image, context in (
+            ("citation", "citation-dagster", "dataops/citation-dagster"),
+            ("other", "other-image", "dataops/other-app"),
+        )
+    ]
+    values = _values(tmp_path, gitea, registry.host, apps)
+    hand = code_repo.show(KUSTOMIZATION) + "  - name: citation-dagster\n    newTag: 1.4.2\n"
+    code_repo.commit({KUSTOMIZATION: hand}, "pinned by hand")
+    wants = {
+        "citation": code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"}),
+        "other": code_repo.commit({"dataops/other-app/src.txt": "v2\n"}),
+    }
+    for app, revision in wants.items():
+        image = "citation-dagster" if app == "citation" else "other-image"
+        digest = push_image(registry.url, image, revision[:12])
+        _phase(kube, revision, "Succeeded", app, values, verified=digest)
+    result = _reconcile(values, env)
+    assert _line(result, "citation").startswith(
+        "citation: error: deployed tag '1.4.2' is not a commit of atlas/atlas@main"
+    )
+    assert _line(result, "other").startswith("other: written-back: "), result.stdout
+    pins = {
+        e["name"]: e.get("newTag") for e in yaml.safe_load(code_repo.show(KUSTOMIZATION))["images"]
+    }
+    assert pins["citation-dagster"] == "1.4.2" and pins["other-image"] == wants["other"][:12]
