@@ -175,7 +175,7 @@ def measure(
         ):
             transport = GiteaTransport(client, Identity("perf", "perf@example.invalid"))
             reconciler = Reconciler(
-                site, transport, reg, api, ConfigMapMemory(api, site.namespaces.build)
+                site, transport, reg, api, ConfigMapMemory(api, site.namespaces.control)
             )
 
             def run(label: str, expect: dict[str, int]) -> None:

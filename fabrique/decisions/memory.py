@@ -15,7 +15,7 @@ it cannot be trusted:
   the new commits include a merge (a path-by-path log simplifies merges; one listing
   does not), or there are too many of them to list.
 
-It lives in a ConfigMap of the build namespace (``fabrique-reconcile-memory``), which the
+It lives in a ConfigMap of the control namespace (``fabrique-reconcile-memory``), which the
 reconciler's Role may read and write; a pass that cannot read or write it still decides
 exactly as well, with more requests.
 """
