@@ -194,27 +194,36 @@ class KubeClient:
 
     def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The Secret as the API returns it (``data`` base64), or None if there is none."""
-        what = f"get Secret {namespace}/{name}"
-        try:
-            secret = self._call(
-                what,
-                lambda: self._core.read_namespaced_secret(
-                    name, namespace, _request_timeout=self._timeout, _preload_content=False
-                ),
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise self._error(what, exc) from None
-        return json.loads(secret.data)
+        return self._read_core("Secret", namespace, name)
 
     def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The ConfigMap as the API returns it, or None if there is none."""
-        what = f"get ConfigMap {namespace}/{name}"
+        return self._read_core("ConfigMap", namespace, name)
+
+    def create_configmap(self, body: dict[str, Any]) -> None:
+        self._write_core("create", "ConfigMap", body)
+
+    def replace_configmap(self, body: dict[str, Any]) -> None:
+        """Replace a ConfigMap; ``metadata.resourceVersion`` makes a concurrent change a 409."""
+        self._write_core("replace", "ConfigMap", body)
+
+    def create_secret(self, body: dict[str, Any]) -> None:
+        self._write_core("create", "Secret", body)
+
+    def replace_secret(self, body: dict[str, Any]) -> None:
+        """Replace a Secret; ``metadata.resourceVersion`` makes a concurrent change a 409."""
+        self._write_core("replace", "Secret", body)
+
+    # the core kinds fabrique reads and writes, by the client's method names
+    _CORE = {"Secret": "secret", "ConfigMap": "config_map"}
+
+    def _read_core(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        what = f"get {kind} {namespace}/{name}"
+        read = getattr(self._core, f"read_namespaced_{self._CORE[kind]}")
         try:
             found = self._call(
                 what,
-                lambda: self._core.read_namespaced_config_map(
+                lambda: read(
                     name, namespace, _request_timeout=self._timeout, _preload_content=False
                 ),
             )
@@ -222,69 +231,17 @@ class KubeClient:
             if exc.status == 404:
                 return None
             raise self._error(what, exc) from None
-        return json.loads(found.data)
+        body: dict[str, Any] = json.loads(found.data)
+        return body
 
-    def create_configmap(self, body: dict[str, Any]) -> None:
+    def _write_core(self, verb: str, kind: str, body: dict[str, Any]) -> None:
         meta = body["metadata"]
-        what = f"create ConfigMap {meta['namespace']}/{meta['name']}"
+        what = f"{verb} {kind} {meta['namespace']}/{meta['name']}"
+        write = getattr(self._core, f"{verb}_namespaced_{self._CORE[kind]}")
+        # create takes (namespace, body), replace (name, namespace, body)
+        args = (meta["namespace"],) if verb == "create" else (meta["name"], meta["namespace"])
         try:
-            self._call(
-                what,
-                lambda: self._core.create_namespaced_config_map(
-                    meta["namespace"],
-                    body,  # type: ignore[arg-type]  # the client sends a dict as it is
-                    _request_timeout=self._timeout,
-                ),
-            )
-        except ApiException as exc:
-            raise self._error(what, exc) from None
-
-    def replace_configmap(self, body: dict[str, Any]) -> None:
-        """Replace a ConfigMap; ``metadata.resourceVersion`` makes a concurrent change a 409."""
-        meta = body["metadata"]
-        what = f"replace ConfigMap {meta['namespace']}/{meta['name']}"
-        try:
-            self._call(
-                what,
-                lambda: self._core.replace_namespaced_config_map(
-                    meta["name"],
-                    meta["namespace"],
-                    body,  # type: ignore[arg-type]  # the client sends a dict as it is
-                    _request_timeout=self._timeout,
-                ),
-            )
-        except ApiException as exc:
-            raise self._error(what, exc) from None
-
-    def create_secret(self, body: dict[str, Any]) -> None:
-        meta = body["metadata"]
-        what = f"create Secret {meta['namespace']}/{meta['name']}"
-        try:
-            self._call(
-                what,
-                lambda: self._core.create_namespaced_secret(
-                    meta["namespace"],
-                    body,  # type: ignore[arg-type]  # the client sends a dict as it is
-                    _request_timeout=self._timeout,
-                ),
-            )
-        except ApiException as exc:
-            raise self._error(what, exc) from None
-
-    def replace_secret(self, body: dict[str, Any]) -> None:
-        """Replace a Secret; ``metadata.resourceVersion`` makes a concurrent change a 409."""
-        meta = body["metadata"]
-        what = f"replace Secret {meta['namespace']}/{meta['name']}"
-        try:
-            self._call(
-                what,
-                lambda: self._core.replace_namespaced_secret(
-                    meta["name"],
-                    meta["namespace"],
-                    body,  # type: ignore[arg-type]  # the client sends a dict as it is
-                    _request_timeout=self._timeout,
-                ),
-            )
+            self._call(what, lambda: write(*args, body, _request_timeout=self._timeout))
         except ApiException as exc:
             raise self._error(what, exc) from None
 
