@@ -39,6 +39,7 @@ from fabrique.validate import GITEA_SWAGGER
 from tests.doubles.gitea import GiteaDouble
 from tests.doubles.kube import KubeApiDouble
 from tests.doubles.swagger import Swagger
+from tests.payloads import kustomization
 
 TOKEN = "perf-token"
 
@@ -110,19 +111,6 @@ def converged_repo(bare: Path, apps: int, files: int, registry: str) -> dict[str
         _data(stream, kustomization(images).encode())
     _fast_import(bare, stream)
     return wants
-
-
-def kustomization(images: list[dict[str, str]]) -> str:
-    """The pins, each tag quoted: a sha12 such as 979315794e45 reads as a number in YAML 1.2."""
-    lines = ["apiVersion: kustomize.config.k8s.io/v1beta1", "kind: Kustomization", "images:"]
-    for image in images:
-        lines += [
-            f"  - name: {image['name']}",
-            f"    newName: {image['newName']}",
-            f'    newTag: "{image["newTag"]}"',
-            f"    digest: {image['digest']}",
-        ]
-    return "\n".join(lines) + "\n"
 
 
 def commit_file(bare: Path, path: str, text: str, n: int) -> None:

@@ -163,6 +163,19 @@ def write_values(path: Path, **overrides: Any) -> Path:
     return path
 
 
+def unreachable_kubeconfig(path: Path) -> Path:
+    """A kubeconfig whose one context names an API server nothing listens for."""
+    from .servers import free_port
+
+    path.write_text(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n"
+        f"    server: http://127.0.0.1:{free_port()}\n"
+        "contexts:\n- name: c\n  context:\n    cluster: c\n"
+        "    user: u\nusers:\n- name: u\n  user: {}\ncurrent-context: c\n"
+    )
+    return path
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None, input: str | None = None) -> Result:
     """Run ``fabrique`` in-process, stdout and stderr kept apart."""
     runner = CliRunner()

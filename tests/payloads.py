@@ -90,3 +90,16 @@ def parts(event: dict[str, Any]) -> list[tuple[str, Any]]:
     found = [("Repository", body["repository"]), ("User", body["pusher"]), ("User", body["sender"])]
     found += [("PayloadCommit", commit) for commit in body["commits"]]
     return found
+
+
+def kustomization(images: list[dict[str, str]]) -> str:
+    """The pins, each tag quoted: a sha12 such as 979315794e45 reads as a number in YAML 1.2."""
+    lines = ["apiVersion: kustomize.config.k8s.io/v1beta1", "kind: Kustomization", "images:"]
+    for image in images:
+        lines += [
+            f"  - name: {image['name']}",
+            f"    newName: {image['newName']}",
+            f'    newTag: "{image["newTag"]}"',
+            f"    digest: {image['digest']}",
+        ]
+    return "\n".join(lines) + "\n"

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import run_cli, write_values
+from .conftest import run_cli, unreachable_kubeconfig, write_values
 from .servers import free_port
 
 REV = "a" * 40
 DIGEST = "sha256:" + "a" * 64
 
 
-def _writeback_over(tmp_path: Path, git_url: str):  # type: ignore[no-untyped-def]
+def _writeback_over(tmp_path: Path, git_url: str, **env: str):  # type: ignore[no-untyped-def]
     values = write_values(
         tmp_path / "site.yaml", **{"writeback.transport": "git", "writeback.gitUrl": git_url}
     )
@@ -28,7 +28,7 @@ def _writeback_over(tmp_path: Path, git_url: str):  # type: ignore[no-untyped-de
         REV,
         "--digest",
         DIGEST,
-        env={"FABRIQUE_GITEA_TOKEN": "t"},
+        env={"FABRIQUE_GITEA_TOKEN": "t", **env},
     )
 
 
@@ -67,28 +67,11 @@ def test_the_operators_ssh_command_reaches_git(tmp_path: Path) -> None:
     ssh = tmp_path / "ssh"
     ssh.write_text(f'#!/bin/sh\necho "$@" > {seen}\necho "ssh: stand-in refused" >&2\nexit 255\n')
     ssh.chmod(0o755)
-    values = write_values(
-        tmp_path / "site.yaml",
-        **{
-            "writeback.transport": "git",
-            "writeback.gitUrl": "ssh://git@127.0.0.1:1/atlas/atlas.git",
-        },
-    )
-    result = run_cli(
-        "--values",
-        str(values),
-        "writeback",
-        "--app",
-        "citation",
-        "--revision",
-        REV,
-        "--digest",
-        DIGEST,
-        env={
-            "FABRIQUE_GITEA_TOKEN": "t",
-            "GIT_SSH_COMMAND": str(ssh),
-            "GIT_DIR": str(tmp_path / "elsewhere"),
-        },
+    result = _writeback_over(
+        tmp_path,
+        "ssh://git@127.0.0.1:1/atlas/atlas.git",
+        GIT_SSH_COMMAND=str(ssh),
+        GIT_DIR=str(tmp_path / "elsewhere"),
     )
     assert result.exit_code != 0
     assert "127.0.0.1" in seen.read_text()
@@ -133,13 +116,7 @@ def test_no_kubeconfig_is_a_config_error(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_an_unknown_kube_context_is_a_config_error(tmp_path: Path) -> None:
-    config = tmp_path / "kubeconfig"
-    config.write_text(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n"
-        f"    server: http://127.0.0.1:{free_port()}\n"
-        "contexts:\n- name: c\n  context:\n    cluster: c\n"
-        "    user: u\nusers:\n- name: u\n  user: {}\ncurrent-context: c\n"
-    )
+    config = unreachable_kubeconfig(tmp_path / "kubeconfig")
     result = run_cli(
         "submit",
         "--app",

@@ -19,7 +19,14 @@ from fabrique.decisions.reconcile import Facts, decide
 from fabrique.decisions.workflow import build_workflow
 from fabrique.site.config import load_site
 
-from .conftest import GITEA_TOKEN, KUSTOMIZATION, Repo, run_cli, write_values
+from .conftest import (
+    GITEA_TOKEN,
+    KUSTOMIZATION,
+    Repo,
+    run_cli,
+    unreachable_kubeconfig,
+    write_values,
+)
 from .doubles.gitea import GiteaDouble
 from .doubles.kube import KubeApiDouble, argo_status
 from .doubles.proxy import FaultProxy
@@ -385,14 +392,8 @@ def test_one_app_registry_down_others_still_reconciled(
 def test_kube_api_down_is_an_error_for_every_app(
     code_repo: Repo, values: Path, tmp_path: Path
 ) -> None:
-    from .servers import free_port
 
-    config = tmp_path / "down.kubeconfig"
-    config.write_text(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n"
-        f"    server: http://127.0.0.1:{free_port()}\ncontexts:\n- name: c\n  context:\n    cluster: c\n"
-        "    user: u\nusers:\n- name: u\n  user: {}\ncurrent-context: c\n"
-    )
+    config = unreachable_kubeconfig(tmp_path / "down.kubeconfig")
     code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
     result = _reconcile(values, {"KUBECONFIG": str(config), "FABRIQUE_GITEA_TOKEN": GITEA_TOKEN})
     assert result.exit_code == 75

@@ -34,6 +34,7 @@ from .doubles.gitea import GiteaDouble
 from .doubles.kube import KubeApiDouble, argo_status
 from .doubles.proxy import FaultProxy
 from .oci import push_image
+from .payloads import kustomization
 from .servers import GitDaemon, Registry
 
 NS = "fabrique-build"
@@ -98,16 +99,7 @@ def _pins(host: str, wants: dict[str, str], group: int) -> str:
         for i, (app, want) in enumerate(wants.items())
         if i % FILES == group
     ]
-    # each tag quoted: a sha12 such as 979315794e45 reads as a number in YAML 1.2
-    lines = ["apiVersion: kustomize.config.k8s.io/v1beta1", "kind: Kustomization", "images:"]
-    for image in images:
-        lines += [
-            f"  - name: {image['name']}",
-            f"    newName: {image['newName']}",
-            f'    newTag: "{image["newTag"]}"',
-            f"    digest: {image['digest']}",
-        ]
-    return "\n".join(lines) + "\n"
+    return kustomization(images)
 
 
 @pytest.fixture()

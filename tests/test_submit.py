@@ -11,10 +11,9 @@ from fabrique.decisions.workflow import build_workflow
 from fabrique.site.config import load_site
 from fabrique.site.names import workflow_name
 
-from .conftest import CodeRepo, run_cli, write_values
+from .conftest import CodeRepo, run_cli, unreachable_kubeconfig, write_values
 from .doubles.gitea import GiteaDouble
 from .doubles.kube import KubeApiDouble
-from .servers import free_port
 
 REV = "9c1d0f3b2a4e5d6c7b8a9f0e1d2c3b4a5f6e7d8c"
 
@@ -136,13 +135,7 @@ def test_submit_bad_input(
 
 
 def test_submit_api_down(tmp_path: Path) -> None:
-    config = tmp_path / "kubeconfig"
-    config.write_text(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n"
-        f"    server: http://127.0.0.1:{free_port()}\n"
-        "contexts:\n- name: c\n  context:\n    cluster: c\n"
-        "    user: u\nusers:\n- name: u\n  user: {}\ncurrent-context: c\n"
-    )
+    config = unreachable_kubeconfig(tmp_path / "kubeconfig")
     result = run_cli(
         "submit", "--app", "citation", "--revision", REV, env={"KUBECONFIG": str(config)}
     )
