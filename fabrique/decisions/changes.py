@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from fabrique.site.config import Site
 from fabrique.site.names import check_revision
 
-from .targets import read_pin
-from .writeback import Transport, desired_pin
+from .writeback import Transport, deployed_pin
 
 
 def fabrique_paths(site: Site) -> frozenset[str]:
@@ -42,14 +41,7 @@ def needs_build(site: Site, transport: Transport, app_name: str, revision: str) 
     snapshot = transport.read(target.repo, target.branch or branch, target.path)
     if snapshot.text is None:
         return Decision(True, f"no deployment recorded yet ({target.path} does not exist)")
-    probe = desired_pin(site, app, revision, "sha256:" + "0" * 64)
-    deployed = read_pin(
-        snapshot.text,
-        target.kind,
-        probe,
-        where=f"{target.repo}:{target.path}",
-        source_index=target.source_index,
-    )
+    deployed = deployed_pin(site, app, snapshot.text)
     if deployed is None or not deployed.tag:
         return Decision(True, f"no deployed revision of {app.image} in {target.path}")
     deployed_revision = transport.resolve(code_repo, branch, deployed.tag)

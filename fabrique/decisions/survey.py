@@ -32,8 +32,8 @@ from fabrique.site.names import short_sha
 from .changes import fabrique_paths
 from .holds import Hold, read_hold
 from .memory import Memory, Remembered, follows, newest_touching, scope
-from .targets import ImagePin, read_pin
-from .writeback import Snapshot, Transport, desired_pin
+from .targets import ImagePin
+from .writeback import Snapshot, Transport, deployed_pin
 
 log = logging.getLogger("fabrique.reconcile")
 
@@ -254,14 +254,7 @@ def _seen(
     deployed = hold = None
     if snapshot.text is not None:
         hold = read_hold(snapshot.text, f"{t.repo}:{t.path}")
-        probe = desired_pin(site, app, want or "0" * 40, "sha256:" + "0" * 64)
-        deployed = read_pin(
-            snapshot.text,
-            t.kind,
-            probe,
-            where=f"{t.repo}:{t.path}",
-            source_index=t.source_index,
-        )
+        deployed = deployed_pin(site, app, snapshot.text)
     tag = deployed.tag if deployed else None
     if want is None or not tag:
         return Seen(want, deployed, None, False, hold)

@@ -122,6 +122,20 @@ def desired_pin(site: Site, app: AppConfig, revision: str, digest: str) -> Image
     )
 
 
+def deployed_pin(site: Site, app: AppConfig, text: str) -> ImagePin | None:
+    """The pin of ``app``'s image that its target file ``text`` deploys now, if any."""
+    target = app.writeback
+    # only the image's name and registry path matter to the lookup, not tag or digest
+    probe = desired_pin(site, app, "0" * 40, "sha256:" + "0" * 64)
+    return read_pin(
+        text,
+        target.kind,
+        probe,
+        where=f"{target.repo}:{target.path}",
+        source_index=target.source_index,
+    )
+
+
 def commit_message(app: AppConfig, pin: ImagePin, revision: str, workflow: str) -> str:
     return (
         f"fabrique: deploy {app.image} {pin.tag} for {app.name}\n\n"
