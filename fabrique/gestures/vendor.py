@@ -47,6 +47,7 @@ log = logging.getLogger("fabrique.vendor")
 LOCK = "lock.yaml"
 NEEDS_INTERNET = "fabrique vendor --update, with Internet access"
 SPECS = "specs"
+PEERS = "peers"  # the Go modules the live tier builds (tests/peers/), kept as written
 BUNDLE = "bundle.yaml"
 HEADER = "# Vendored by `fabrique vendor`; images pinned by index digest. Do not edit.\n"
 DOCKER_HUB = "docker.io"
@@ -173,6 +174,8 @@ def save_lock(
 ) -> None:
     if specs is None:
         specs = load_specs(root) if (root / LOCK).exists() else {}
+    # the live tier's peers (tests/peers/) are pinned by hand: kept as they are
+    peers = _read_lock(root)[1].get(PEERS) if (root / LOCK).exists() else None
     data: dict[str, Any] = {"components": {}}
     for c in components.values():
         entry: dict[str, Any] = {"version": c.version}
@@ -198,6 +201,8 @@ def save_lock(
             }
             for s in specs.values()
         }
+    if peers:
+        data[PEERS] = peers
     text = (
         "# Upstream bundles, images and API specs, pinned. Written by `fabrique vendor --update`;\n"
         "# `fabrique vendor --check` verifies vendor/ against it, offline.\n"

@@ -1,0 +1,253 @@
+"""What the live tests ask of the real control plane: plain REST calls (so a test sees
+the API server's own status codes and messages), kubectl for kustomize trees, waits,
+and the kubelet's and executor's parts that no program plays here.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import yaml
+
+from .controlplane import ControlPlane
+
+T = TypeVar("T")
+ARGO = "/apis/argoproj.io/v1alpha1"
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    body: dict[str, Any]
+
+    @property
+    def message(self) -> str:
+        return str(self.body.get("message", ""))
+
+
+class Cluster:
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
+        self.http = httpx.Client(
+            base_url=plane.server,
+            headers={"Authorization": f"Bearer {plane.token}"},
+            verify=ssl.create_default_context(cafile=str(plane.folder / "ca.crt")),
+            timeout=30,
+        )
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.plane.kubeconfig
+
+    # -- REST -----------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        as_user: str | None = None,
+        groups: tuple[str, ...] = (),
+        content_type: str = "application/json",
+        params: dict[str, str] | None = None,
+    ) -> Answer:
+        headers = {"Content-Type": content_type}
+        if as_user:
+            headers["Impersonate-User"] = as_user
+        answer = self.http.request(
+            method,
+            path,
+            content=None if body is None else json.dumps(body),
+            headers=headers,
+            params=params,
+        )
+        if groups:
+            raise NotImplementedError("impersonated groups")
+        try:
+            parsed = answer.json()
+        except ValueError:
+            parsed = {"message": answer.text}
+        return Answer(answer.status_code, parsed)
+
+    def get(self, path: str) -> dict[str, Any]:
+        answer = self.request("GET", path)
+        assert answer.status == 200, f"GET {path}: {answer.status} {answer.message}"
+        return answer.body
+
+    def items(self, path: str, selector: str | None = None) -> list[dict[str, Any]]:
+        answer = self.request("GET", path, params={"labelSelector": selector} if selector else None)
+        assert answer.status == 200, f"GET {path}: {answer.status} {answer.message}"
+        return list(answer.body.get("items") or [])
+
+    def create(self, path: str, body: dict[str, Any], **kwargs: Any) -> Answer:
+        return self.request("POST", path, body, **kwargs)
+
+    def exists(self, path: str) -> bool:
+        answer = self.request("GET", path)
+        assert answer.status in (200, 404), f"GET {path}: {answer.status} {answer.message}"
+        return answer.status == 200
+
+    def can(
+        self, user: str, verb: str, resource: str, namespace: str, group: str = "", name: str = ""
+    ) -> bool:
+        """A SubjectAccessReview: may ``user`` do ``verb`` on ``resource`` (``name``) there?"""
+        resource, _, subresource = resource.partition("/")
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": user,
+                "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"]
+                if user.startswith("system:serviceaccount:")
+                else [],
+                "resourceAttributes": {
+                    "namespace": namespace,
+                    "verb": verb,
+                    "group": group,
+                    "resource": resource,
+                    "subresource": subresource,
+                    "name": name,
+                },
+            },
+        }
+        answer = self.create("/apis/authorization.k8s.io/v1/subjectaccessreviews", review)
+        assert answer.status == 201, answer.message
+        return bool(answer.body["status"].get("allowed"))
+
+    # -- kubectl over trees ---------------------------------------------------------------
+
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
+        return self.plane.kubectl(*args, stdin=stdin, check=check)
+
+    def apply_tree(self, tree: Path) -> str:
+        return self.kubectl("apply", "--server-side", "--field-manager=fabrique", "-k", str(tree))
+
+    def versions(self, tree: Path) -> dict[str, str]:
+        """kind/namespace/name -> resourceVersion of every object of the tree."""
+        listed = json.loads(self.kubectl("get", "-k", str(tree), "-o", "json"))
+        return {
+            "/".join(
+                (item["kind"], item["metadata"].get("namespace", ""), item["metadata"]["name"])
+            ): item["metadata"]["resourceVersion"]
+            for item in listed["items"]
+        }
+
+    # -- waiting --------------------------------------------------------------------------
+
+    def wait(self, what: str, probe: Callable[[], T | None], timeout: float = 60) -> T:
+        deadline = time.monotonic() + timeout
+        while True:
+            found = probe()
+            if found:
+                return found
+            if time.monotonic() > deadline:
+                raise AssertionError(f"after {timeout:.0f} s, still waiting for {what}")
+            time.sleep(0.3)
+
+    def workflow(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.get(f"{ARGO}/namespaces/{namespace}/workflows/{name}")
+
+    def workflow_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        return self.items(
+            f"/api/v1/namespaces/{namespace}/pods", f"workflows.argoproj.io/workflow={name}"
+        )
+
+    def nodes_of(self, namespace: str, name: str) -> dict[str, dict[str, Any]]:
+        return dict((self.workflow(namespace, name).get("status") or {}).get("nodes") or {})
+
+    def node(self, namespace: str, workflow: str, display_name: str) -> dict[str, Any] | None:
+        """The pod node of a step, once the controller has made it."""
+        for node in self.nodes_of(namespace, workflow).values():
+            if node.get("displayName") == display_name and node.get("type") == "Pod":
+                return node
+        return None
+
+    def pod_of(self, namespace: str, workflow: str, display_name: str) -> dict[str, Any] | None:
+        node = self.node(namespace, workflow, display_name)
+        if node is None:
+            return None
+        for pod in self.workflow_pods(namespace, workflow):
+            annotations = pod["metadata"].get("annotations") or {}
+            if annotations.get("workflows.argoproj.io/node-id") == node["id"]:
+                return pod
+            if annotations.get("workflows.argoproj.io/node-name") == node["name"]:
+                return pod
+        return None
+
+    # -- the kubelet's and the executor's parts -------------------------------------------
+
+    def finish(self, pod: dict[str, Any], exit_code: int) -> None:
+        """End a running pod: kwok's pod-exit stage reads this annotation."""
+        meta = pod["metadata"]
+        answer = self.request(
+            "PATCH",
+            f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+            {"metadata": {"annotations": {"fabrique.test/exit-code": str(exit_code)}}},
+            content_type="application/merge-patch+json",
+        )
+        assert answer.status == 200, answer.message
+
+    def report_outputs(
+        self,
+        pod: dict[str, Any],
+        parameters: dict[str, str],
+        *,
+        as_user: str,
+    ) -> Answer:
+        """What the ``wait`` container's executor reports for a step: a
+        WorkflowTaskResult named after the node, with the step's output parameters,
+        created with the executor's ServiceAccount (``as_user``)."""
+        meta = pod["metadata"]
+        annotations = meta.get("annotations") or {}
+        workflow = meta["labels"]["workflows.argoproj.io/workflow"]
+        node_id = annotations.get("workflows.argoproj.io/node-id") or _env(pod, "ARGO_NODE_ID")
+        owner = self.workflow(meta["namespace"], workflow)
+        body = {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "WorkflowTaskResult",
+            "metadata": {
+                "name": node_id,
+                "labels": {
+                    "workflows.argoproj.io/workflow": workflow,
+                    "workflows.argoproj.io/report-outputs-completed": "true",
+                },
+                "ownerReferences": [
+                    {
+                        "apiVersion": "argoproj.io/v1alpha1",
+                        "kind": "Workflow",
+                        "name": workflow,
+                        "uid": owner["metadata"]["uid"],
+                    }
+                ],
+            },
+            "outputs": {"parameters": [{"name": k, "value": v} for k, v in parameters.items()]},
+        }
+        return self.create(
+            f"{ARGO}/namespaces/{meta['namespace']}/workflowtaskresults", body, as_user=as_user
+        )
+
+
+def _env(pod: dict[str, Any], name: str) -> str:
+    for container in pod["spec"].get("containers", []):
+        for variable in container.get("env") or []:
+            if variable.get("name") == name:
+                return str(variable.get("value", ""))
+    raise AssertionError(f"pod {pod['metadata']['name']} has no {name}")
+
+
+def documents(tree: Path) -> list[dict[str, Any]]:
+    """Every document of a rendered tree's YAML files."""
+    found: list[dict[str, Any]] = []
+    for path in sorted(tree.rglob("*.yaml")):
+        if path.name == "kustomization.yaml":
+            continue
+        found += [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return found

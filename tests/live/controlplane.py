@@ -1,0 +1,701 @@
+"""A real control plane on loopback: etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler, the Argo Workflows controller and kwok, built from the wrapper modules
+of ``tests/peers/`` (``make peers``).
+
+No kubelet runs: kwok plays the nodes and moves pods through the phases of
+``stages.yaml``, and the tests play the executor where a step's outputs are needed. What
+the API server, its admission (Pod Security, ValidatingAdmissionPolicy, ServiceAccount),
+RBAC, the scheduler and the Argo controller decide is decided by the real programs.
+
+The pytest session fixture (``tests/live/conftest.py``) starts one and stops it at the
+end; ``make up`` starts the same for a person and leaves it running (``python -m
+tests.live.controlplane up``), ``make down`` stops it. Everything lives in one folder:
+the kubeconfig, the certificates, etcd's data, a log per process and ``state.json``
+(the processes and ports), so ``up`` is replayable: a running plane is reported again.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import ipaddress
+import json
+import ssl
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import NameOID
+
+from ..peers import build as peers
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+
+GOMODCACHE_ARGO = "github.com/argoproj/argo-workflows/v4"
+GOMODCACHE_EVENTS = "github.com/argoproj/argo-events"
+WORKER = "kwok-worker-0"
+CONTROL_PLANE = "kwok-control-plane-0"
+ARGO_NAMESPACE = "argo"
+# namespaces a cluster running fabrique already has: Argo's, Argo Events', the site's Gitea
+SITE_NAMESPACES = (ARGO_NAMESPACE, "argo-events", "gitea")
+
+
+class ControlPlaneError(RuntimeError):
+    """A peer did not start or answer: the message names it and its log."""
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _pem_key(key: rsa.RSAPrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption(),
+    )
+
+
+def _certificates(folder: Path) -> None:
+    """A CA, a serving certificate for 127.0.0.1 and localhost, and the ServiceAccount
+    signing key pair."""
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fabrique-live-ca")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    serving = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=30))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [
+                    x509.DNSName("localhost"),
+                    x509.DNSName("kubernetes.default.svc"),
+                    x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                ]
+            ),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    (folder / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    (folder / "ca.key").write_bytes(_pem_key(ca_key))
+    (folder / "apiserver.crt").write_bytes(serving.public_bytes(serialization.Encoding.PEM))
+    (folder / "apiserver.key").write_bytes(_pem_key(key))
+    (folder / "sa.key").write_bytes(_pem_key(sa_key))
+    (folder / "sa.pub").write_bytes(
+        sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+
+
+@dataclass
+class ControlPlane:
+    """The folder of one control plane, and what runs in it."""
+
+    folder: Path
+    ports: dict[str, int] = field(default_factory=dict)
+    pids: dict[str, int] = field(default_factory=dict)
+    token: str = ""
+    bins: dict[str, str] = field(default_factory=dict)
+    # the processes this one started (a loaded plane knows their pids only)
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.folder / "kubeconfig"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports['apiserver']}"
+
+    @property
+    def state_file(self) -> Path:
+        return self.folder / "state.json"
+
+    # -- state: what `make down` and a second `make up` read ------------------------------
+
+    def save(self) -> None:
+        self.state_file.write_text(
+            json.dumps({"ports": self.ports, "pids": self.pids, "bins": self.bins}, indent=1)
+        )
+
+    @classmethod
+    def load(cls, folder: Path) -> ControlPlane | None:
+        try:
+            state = json.loads((folder / "state.json").read_text())
+            token = (folder / "admin.token").read_text().strip()
+        except (OSError, ValueError):
+            return None
+        return cls(folder, state["ports"], state["pids"], token, state.get("bins", {}))
+
+    def alive(self) -> bool:
+        """Every process runs and the API server is ready."""
+        for pid in self.pids.values():
+            try:
+                os.kill(pid, 0)
+            except OSError:
+                return False
+        return self._ready()
+
+    # -- start ----------------------------------------------------------------------------
+
+    def start(self, bins: dict[str, Path]) -> ControlPlane:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.bins = {name: str(path) for name, path in bins.items()}
+        for name in ("etcd", "apiserver", "etcd-peer", "controller-manager", "scheduler"):
+            self.ports[name] = free_port()
+        for name in ("argo-metrics", "argo-telemetry", "kwok"):
+            self.ports[name] = free_port()
+        _certificates(self.folder)
+        self.token = secrets.token_hex(16)
+        (self.folder / "admin.token").write_text(self.token + "\n")
+        (self.folder / "tokens.csv").write_text(
+            f'{self.token},fabrique-live-admin,fabrique-live-admin,"system:masters"\n'
+        )
+        self._write_kubeconfig(self.kubeconfig, namespace="default")
+        try:
+            self._start_etcd()
+            self._start_apiserver()
+            self._start_controllers()
+            self._install()
+            self._start_argo()
+            self._start_kwok()
+        except BaseException:
+            self.stop()
+            raise
+        self.save()
+        return self
+
+    def _write_kubeconfig(self, path: Path, namespace: str) -> None:
+        ca = base64.b64encode((self.folder / "ca.crt").read_bytes()).decode()
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [
+                        {
+                            "name": "fabrique-live",
+                            "cluster": {
+                                "server": self.server,
+                                "certificate-authority-data": ca,
+                            },
+                        }
+                    ],
+                    "users": [{"name": "admin", "user": {"token": self.token}}],
+                    "contexts": [
+                        {
+                            "name": "fabrique-live",
+                            "context": {
+                                "cluster": "fabrique-live",
+                                "user": "admin",
+                                "namespace": namespace,
+                            },
+                        }
+                    ],
+                    "current-context": "fabrique-live",
+                }
+            )
+        )
+        path.chmod(0o600)
+
+    def _spawn(self, name: str, argv: Iterable[str], env: dict[str, str] | None = None) -> None:
+        log = (self.folder / f"{name}.log").open("ab")
+        process = subprocess.Popen(
+            list(argv),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=self.folder,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,  # `make up` leaves it running after this process ends
+        )
+        log.close()
+        self.processes[name] = process
+        self.pids[name] = process.pid
+        self.save()
+
+    def _died(self, name: str) -> str | None:
+        pid = self.pids[name]
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            try:
+                os.kill(pid, 0)
+            except OSError:
+                return "exited"
+            return None
+        return f"exited with status {status >> 8}" if done else None
+
+    def _wait(self, name: str, ready: Any, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if ready():
+                return
+            died = self._died(name)
+            if died:
+                raise ControlPlaneError(f"{name} {died}: {self.tail(name)}")
+            time.sleep(0.2)
+        raise ControlPlaneError(f"{name} not ready after {timeout:.0f} s: {self.tail(name)}")
+
+    def tail(self, name: str, lines: int = 15) -> str:
+        log = self.folder / f"{name}.log"
+        text = log.read_text(errors="replace").splitlines() if log.exists() else []
+        return f"log {log}:\n" + "\n".join(text[-lines:])
+
+    def _start_etcd(self) -> None:
+        client, peer = self.ports["etcd"], self.ports["etcd-peer"]
+        self._spawn(
+            "etcd",
+            [
+                self.bins["etcd"],
+                "--name=live",
+                f"--data-dir={self.folder / 'etcd'}",
+                f"--listen-client-urls=http://127.0.0.1:{client}",
+                f"--advertise-client-urls=http://127.0.0.1:{client}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-cluster=live=http://127.0.0.1:{peer}",
+                # Argo's full Workflow CRD is larger than etcd's default 1.5 MiB request
+                "--max-request-bytes=10485760",
+                "--unsafe-no-fsync",  # a test store: speed over durability, as envtest does
+                "--log-level=warn",
+            ],
+        )
+        self._wait("etcd", lambda: _http_ok(f"http://127.0.0.1:{client}/health"), 30)
+
+    def _start_apiserver(self) -> None:
+        f = self.folder
+        self._spawn(
+            "apiserver",
+            [
+                self.bins["kube-apiserver"],
+                f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.ports['apiserver']}",
+                f"--tls-cert-file={f / 'apiserver.crt'}",
+                f"--tls-private-key-file={f / 'apiserver.key'}",
+                f"--client-ca-file={f / 'ca.crt'}",
+                f"--token-auth-file={f / 'tokens.csv'}",
+                "--authorization-mode=RBAC",
+                # the default admission plugins, PodSecurity and ValidatingAdmissionPolicy
+                # among them: none is turned off
+                "--allow-privileged=true",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={f / 'sa.pub'}",
+                f"--service-account-signing-key-file={f / 'sa.key'}",
+                # the `kubernetes` Service's endpoint would be 127.0.0.1, which endpoints refuse
+                "--endpoint-reconciler-type=none",
+                "--profiling=false",
+                "--v=0",
+            ],
+        )
+        self._wait("apiserver", self._ready, 90)
+
+    def _ready(self) -> bool:
+        try:
+            answer = httpx.get(
+                f"{self.server}/readyz",
+                headers={"Authorization": f"Bearer {self.token}"},
+                verify=ssl.create_default_context(cafile=str(self.folder / "ca.crt")),
+                timeout=2,
+            )
+        except (httpx.HTTPError, OSError, KeyError):
+            return False
+        return answer.status_code == 200
+
+    def _start_controllers(self) -> None:
+        f, kubeconfig = self.folder, str(self.kubeconfig)
+        common = [
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1",
+            "--leader-elect=false",
+        ]
+        self._spawn(
+            "controller-manager",
+            [
+                self.bins["kube-controller-manager"],
+                *common,
+                f"--secure-port={self.ports['controller-manager']}",
+                f"--cert-dir={f / 'controller-manager'}",
+                # what a cluster does without a kubelet: ServiceAccounts and their legacy
+                # token Secrets, namespaces, garbage collection, volume binding
+                "--controllers=serviceaccount-controller,serviceaccount-token-controller,"
+                "namespace-controller,garbage-collector-controller,"
+                "root-ca-certificate-publisher-controller,persistentvolume-binder-controller",
+                f"--service-account-private-key-file={f / 'sa.key'}",
+                f"--root-ca-file={f / 'ca.crt'}",
+            ],
+        )
+        self._spawn(
+            "scheduler",
+            [
+                self.bins["kube-scheduler"],
+                *common,
+                f"--secure-port={self.ports['scheduler']}",
+                f"--cert-dir={f / 'scheduler'}",
+            ],
+        )
+        self._wait(
+            "controller-manager",
+            lambda: _https_ok(f"https://127.0.0.1:{self.ports['controller-manager']}/healthz"),
+            60,
+        )
+        self._wait(
+            "scheduler",
+            lambda: _https_ok(f"https://127.0.0.1:{self.ports['scheduler']}/healthz"),
+            60,
+        )
+
+    # -- what a cluster running fabrique has before fabrique ------------------------------
+
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
+        result = subprocess.run(
+            [self.bins["kubectl"], f"--kubeconfig={self.kubeconfig}", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        if check and result.returncode != 0:
+            raise ControlPlaneError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
+        return result.stdout
+
+    def _install(self) -> None:
+        # the full CRDs, as the upstream installs ship them, from the same modules
+        argo = module_dir(GOMODCACHE_ARGO, self.argo_version())
+        events = module_dir(GOMODCACHE_EVENTS, self.events_version())
+        crds = [*sorted((argo / "manifests/base/crds/full").glob("argoproj.io_*.yaml"))]
+        crds += sorted((events / "manifests/base/crds").glob("argoproj.io_*.yaml"))
+        self.kubectl("apply", "--server-side", *(f"--filename={c}" for c in crds))
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        for namespace in SITE_NAMESPACES:
+            self.kubectl("create", "namespace", namespace, check=False)
+        # a default StorageClass and local volumes on the worker, as a provisioner would
+        # make them: the workspace PVC of fabrique-build binds to one
+        self.kubectl("apply", "--server-side", "-f", "-", stdin=_storage_yaml(20))
+        self.kubectl("apply", "--server-side", "-f", "-", stdin=_nodes_yaml())
+
+    def argo_version(self) -> str:
+        return peers.Peer("argo-workflows", ROOT / "tests/peers/argo-workflows").required(
+            GOMODCACHE_ARGO
+        )
+
+    def events_version(self) -> str:
+        return str(
+            yaml.safe_load((ROOT / "vendor/lock.yaml").read_text())["components"]["argo-events"][
+                "version"
+            ]
+        )
+
+    def _start_argo(self) -> None:
+        config = {
+            "metricsConfig": yaml.safe_dump(
+                {"enabled": True, "port": self.ports["argo-metrics"], "secure": False}
+            ),
+            "telemetryConfig": yaml.safe_dump(
+                {"enabled": True, "port": self.ports["argo-telemetry"], "secure": False}
+            ),
+        }
+        self.kubectl(
+            "apply",
+            "--server-side",
+            "-f",
+            "-",
+            stdin=yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {
+                        "name": "workflow-controller-configmap",
+                        "namespace": ARGO_NAMESPACE,
+                    },
+                    "data": config,
+                }
+            ),
+        )
+        argo_kubeconfig = self.folder / "argo.kubeconfig"
+        self._write_kubeconfig(argo_kubeconfig, namespace=ARGO_NAMESPACE)
+        self._spawn(
+            "workflow-controller",
+            [
+                self.bins["workflow-controller"],
+                f"--kubeconfig={argo_kubeconfig}",
+                "--executor-image=quay.io/argoproj/argoexec:" + self.argo_version(),
+                "--loglevel=info",
+            ],
+            env={
+                "LEADER_ELECTION_DISABLE": "true",
+                # no executor runs to report a step's outputs unless a test plays it: a
+                # step without a report is taken as done after this, not after 10 minutes
+                "TASK_RESULT_TIMEOUT_DURATION": "3s",
+            },
+        )
+        self._wait(
+            "workflow-controller",
+            lambda: _http_ok(f"http://127.0.0.1:{self.ports['argo-metrics']}/metrics"),
+            60,
+        )
+
+    def _start_kwok(self) -> None:
+        self._spawn(
+            "kwok",
+            [
+                self.bins["kwok"],
+                f"--kubeconfig={self.kubeconfig}",
+                "--config=" + str(HERE / "stages.yaml"),
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                f"--server-address=127.0.0.1:{self.ports['kwok']}",
+                "--node-ip=127.0.0.1",
+            ],
+        )
+        self._wait("kwok", self._nodes_ready, 60)
+
+    def _nodes_ready(self) -> bool:
+        out = self.kubectl(
+            "get",
+            "nodes",
+            "-o",
+            "jsonpath={.items[*].status.conditions[?(@.type=='Ready')].status}",
+            check=False,
+        )
+        return out.split() == ["True", "True"]
+
+    # -- stop -----------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        for name in reversed(list(self.pids)):
+            _terminate(self.pids[name])
+            if name in self.processes:
+                self.processes.pop(name).wait(timeout=10)
+        self.pids.clear()
+        if self.state_file.exists():
+            self.state_file.unlink()
+
+
+def _terminate(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except OSError:
+        return
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            try:
+                os.kill(pid, 0)
+            except OSError:
+                return
+            done = 0
+        if done:
+            return
+        time.sleep(0.1)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except (httpx.HTTPError, OSError):
+        return False
+
+
+def _https_ok(url: str) -> bool:
+    # the controllers' own self-signed serving certificates: only liveness is asked
+    try:
+        return httpx.get(url, timeout=2, verify=False).status_code == 200
+    except (httpx.HTTPError, OSError):
+        return False
+
+
+def module_dir(module: str, version: str) -> Path:
+    """The module's folder in the Go module cache, downloaded first if need be."""
+    go = peers.find_go()
+    if go is None:
+        raise ControlPlaneError("Go is not installed: the live tier needs it")
+    result = subprocess.run(
+        [go, "mod", "download", "-json", f"{module}@{version}"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT / "tests/peers/argo-workflows",
+        env={**os.environ, "GOFLAGS": "-mod=mod"},
+    )
+    try:
+        found = json.loads(result.stdout)
+    except ValueError:
+        found = {}
+    if result.returncode != 0 or "Dir" not in found:
+        raise ControlPlaneError(
+            f"go mod download {module}@{version}: {found.get('Error') or result.stderr.strip()}"
+        )
+    return Path(found["Dir"])
+
+
+def _nodes_yaml() -> str:
+    """A worker and a control-plane node, as kubeadm labels and taints them; kwok plays
+    both (the annotation)."""
+    nodes = []
+    for name, control_plane in ((WORKER, False), (CONTROL_PLANE, True)):
+        labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "type": "kwok"}
+        spec: dict[str, Any] = {}
+        if control_plane:
+            labels["node-role.kubernetes.io/control-plane"] = ""
+        nodes.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "labels": labels,
+                    "annotations": {"kwok.x-k8s.io/node": "fake"},
+                },
+                "spec": spec,
+            }
+        )
+    return yaml.safe_dump_all(nodes)
+
+
+def _storage_yaml(volumes: int) -> str:
+    docs: list[dict[str, Any]] = [
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {
+                "name": "local",
+                "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+            },
+            "provisioner": "kubernetes.io/no-provisioner",
+            "volumeBindingMode": "WaitForFirstConsumer",
+        }
+    ]
+    for index in range(volumes):
+        docs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": f"local-{index}"},
+                "spec": {
+                    "capacity": {"storage": "100Gi"},
+                    "accessModes": ["ReadWriteOnce"],
+                    "persistentVolumeReclaimPolicy": "Delete",
+                    "storageClassName": "local",
+                    "local": {"path": f"/mnt/local-{index}"},
+                    "nodeAffinity": {
+                        "required": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": [
+                                        {
+                                            "key": "kubernetes.io/hostname",
+                                            "operator": "In",
+                                            "values": [WORKER],
+                                        }
+                                    ]
+                                }
+                            ]
+                        }
+                    },
+                },
+            }
+        )
+    return yaml.safe_dump_all(docs)
+
+
+def binaries() -> dict[str, Path]:
+    """Every peer binary the control plane runs, built first if need be."""
+    go = peers.find_go()
+    if go is None:
+        raise ControlPlaneError(
+            f"Go >= {peers.MIN_GO[0]}.{peers.MIN_GO[1]} is not installed: the live tier builds "
+            "its peers with it (make peers)"
+        )
+    found: dict[str, Path] = {}
+    for peer in peers.peers():
+        if peer.name not in ("etcd", "kubernetes", "argo-workflows", "kwok"):
+            continue
+        where = peers.build(peer, go)
+        for name in peer.binaries().values():
+            found[name] = where / name
+    return found
+
+
+def default_folder() -> Path:
+    return Path(os.environ.get("FABRIQUE_LIVE_DIR") or Path.home() / ".cache" / "fabrique" / "live")
+
+
+def main(argv: list[str]) -> int:
+    command = argv[0] if argv else "up"
+    folder = default_folder()
+    running = ControlPlane.load(folder)
+    if command == "up":
+        if running is not None and running.alive():
+            print(f"# the control plane in {folder} is already up", file=sys.stderr)
+        else:
+            if running is not None:
+                running.stop()
+            try:
+                running = ControlPlane(folder).start(binaries())
+            except (ControlPlaneError, peers.PeerError) as failed:
+                print(f"error: {failed}", file=sys.stderr)
+                return 1
+        print(f"export KUBECONFIG={running.kubeconfig}")
+        return 0
+    if command == "down":
+        if running is None:
+            print(f"# no control plane in {folder}", file=sys.stderr)
+            return 0
+        running.stop()
+        print(f"# stopped the control plane in {folder}", file=sys.stderr)
+        return 0
+    print(f"error: unknown command {command!r} (up or down)", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,59 @@
+"""The live tier's session fixtures, registered by ``tests/conftest.py`` so that a
+contract test outside ``tests/live/`` can run against the real server too."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from . import controlplane
+from .cluster import Cluster
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def need_go() -> str:
+    """The go command; without it a live test skips, saying why (and fails in CI)."""
+    go = controlplane.peers.find_go()
+    if go is None:
+        reason = (
+            f"the live tier needs Go >= {controlplane.peers.MIN_GO[0]}."
+            f"{controlplane.peers.MIN_GO[1]} and the Go module proxy to build its peers "
+            "(tests/peers/); install Go to run it"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(f"CI never skips the live tier: {reason}", pytrace=False)
+        pytest.skip(reason)
+    return go
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[controlplane.ControlPlane]:
+    need_go()
+    try:
+        bins = controlplane.binaries()
+        plane = controlplane.ControlPlane(tmp_path_factory.mktemp("live")).start(bins)
+    except (controlplane.ControlPlaneError, controlplane.peers.PeerError) as failed:
+        pytest.fail(str(failed), pytrace=False)
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster(control_plane: controlplane.ControlPlane) -> Cluster:
+    return Cluster(control_plane)
+
+
+@pytest.fixture(scope="session")
+def applied(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The committed tree (the default site's render), applied server-side once."""
+    tree = tmp_path_factory.mktemp("tree") / "manifests"
+    shutil.copytree(ROOT / "manifests", tree)
+    cluster.apply_tree(tree)
+    return tree

@@ -1,0 +1,124 @@
+"""Least privilege, as the real RBAC authorizer decides it: for each ServiceAccount of
+the tree, what fabrique's own code does in that role is allowed, and what it must not
+do is denied (SubjectAccessReview), then the same through a real token of the account."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .cluster import ARGO, Cluster
+
+BUILD, CONTROL = "fabrique-build", "fabrique"
+G = "argoproj.io"
+
+
+def sa(namespace: str, name: str) -> str:
+    return f"system:serviceaccount:{namespace}:{name}"
+
+
+EXECUTOR_BUILD = sa(BUILD, "fabrique-executor")
+EXECUTOR_CONTROL = sa(CONTROL, "fabrique-executor")
+BUILDER = sa(BUILD, "fabrique-build")
+SENSOR = sa(CONTROL, "fabrique-sensor")
+RECONCILER = sa(CONTROL, "fabrique-reconciler")
+MIRROR = sa(CONTROL, "fabrique-mirror-sync")
+
+ALLOWED = [
+    # the executor reports each step's outputs, in both namespaces
+    (EXECUTOR_BUILD, "create", "workflowtaskresults", BUILD, G),
+    (EXECUTOR_BUILD, "patch", "workflowtaskresults", BUILD, G),
+    (EXECUTOR_CONTROL, "create", "workflowtaskresults", CONTROL, G),
+    # the Sensor creates build Workflows
+    (SENSOR, "create", "workflows", BUILD, G),
+    # the reconciler reads and creates build Workflows, and keeps its memory
+    (RECONCILER, "create", "workflows", BUILD, G),
+    (RECONCILER, "get", "workflows", BUILD, G),
+    (RECONCILER, "list", "workflows", BUILD, G),
+    (RECONCILER, "get", "workflowtemplates", BUILD, G),
+    (RECONCILER, "create", "configmaps", CONTROL, ""),
+]
+
+DENIED = [
+    # the build's executor can neither start builds nor read secrets
+    (EXECUTOR_BUILD, "create", "workflows", BUILD, G),
+    (EXECUTOR_BUILD, "get", "secrets", BUILD, ""),
+    (EXECUTOR_BUILD, "list", "pods", BUILD, ""),
+    (EXECUTOR_CONTROL, "create", "workflows", BUILD, G),
+    # the build pods' own account has no right at all
+    (BUILDER, "get", "secrets", BUILD, ""),
+    (BUILDER, "create", "workflows", BUILD, G),
+    # the Sensor creates, and only in the build namespace
+    (SENSOR, "get", "secrets", CONTROL, ""),
+    (SENSOR, "get", "secrets", BUILD, ""),
+    (SENSOR, "delete", "workflows", BUILD, G),
+    (SENSOR, "create", "workflows", CONTROL, G),
+    # the reconciler deletes nothing and reads no secret
+    *[
+        (RECONCILER, "delete", resource, namespace, group)
+        for resource, namespace, group in [
+            ("workflows", BUILD, G),
+            ("configmaps", CONTROL, ""),
+            ("pods", BUILD, ""),
+            ("workflowtemplates", BUILD, G),
+        ]
+    ],
+    (RECONCILER, "get", "secrets", CONTROL, ""),
+    (RECONCILER, "get", "secrets", BUILD, ""),
+    (RECONCILER, "update", "workflows", BUILD, G),
+    (MIRROR, "get", "secrets", CONTROL, ""),
+    (MIRROR, "create", "workflows", BUILD, G),
+]
+
+
+def _id(case: tuple[str, str, str, str, str]) -> str:
+    user, verb, resource, namespace, _ = case
+    return f"{user.rsplit(':', 2)[-1]}@{user.split(':')[2]}-{verb}-{resource}@{namespace}"
+
+
+@pytest.mark.parametrize("case", ALLOWED, ids=_id)
+def test_what_each_account_does_is_allowed(
+    cluster: Cluster, applied: Path, case: tuple[str, str, str, str, str]
+) -> None:
+    user, verb, resource, namespace, group = case
+    assert cluster.can(user, verb, resource, namespace, group)
+
+
+@pytest.mark.parametrize("case", DENIED, ids=_id)
+def test_what_each_account_must_not_do_is_denied(
+    cluster: Cluster, applied: Path, case: tuple[str, str, str, str, str]
+) -> None:
+    user, verb, resource, namespace, group = case
+    assert not cluster.can(user, verb, resource, namespace, group)
+
+
+def test_the_reconcilers_memory_is_the_one_configmap_it_may_change(
+    cluster: Cluster, applied: Path
+) -> None:
+    """resourceNames: get and update on fabrique-reconcile-memory, on no other ConfigMap."""
+    memory = "fabrique-reconcile-memory"
+    assert cluster.can(RECONCILER, "update", "configmaps", CONTROL, name=memory)
+    assert cluster.can(RECONCILER, "get", "configmaps", CONTROL, name=memory)
+    assert not cluster.can(RECONCILER, "update", "configmaps", CONTROL, name="fabrique-site")
+    assert not cluster.can(RECONCILER, "list", "configmaps", CONTROL)
+
+
+def test_the_sensor_creates_a_build_workflow_with_its_own_token(
+    cluster: Cluster, applied: Path
+) -> None:
+    """Impersonation aside: a real token of the account, through the real authenticator."""
+    answer = cluster.create(
+        f"/api/v1/namespaces/{CONTROL}/serviceaccounts/fabrique-sensor/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )
+    assert answer.status == 201, answer.message
+    token = answer.body["status"]["token"]
+    denied = cluster.http.get(
+        f"/api/v1/namespaces/{CONTROL}/secrets", headers={"Authorization": f"Bearer {token}"}
+    )
+    assert denied.status_code == 403
+    listed = cluster.http.get(
+        f"{ARGO}/namespaces/{BUILD}/workflows", headers={"Authorization": f"Bearer {token}"}
+    )
+    assert listed.status_code == 403  # create only: the Sensor lists nothing

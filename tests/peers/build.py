@@ -1,0 +1,267 @@
+"""Build the real peers of the live tier from their wrapper modules (``make peers``).
+
+Each folder beside this file is one Go module: ``go.mod`` and ``go.sum`` whose ``tool``
+lines name the upstream commands to build. Nothing of the upstream projects is
+committed; ``go build`` fetches them through the Go module proxy into the module cache,
+which stays outside the repository, as does the build cache.
+
+The binaries go to ``$FABRIQUE_PEERS_CACHE`` (default ``~/.cache/fabrique/peers``), one
+folder per peer and per key: the sha256 of its go.mod, go.sum, the Go version and the
+linker flags. A peer whose key has a complete folder is not built again, so a changed
+go.mod rebuilds that peer only, and a clean clone on a machine that built before starts
+warm. Every peer prints its name and how long it took.
+
+    python tests/peers/build.py [PEER ...]     build (or find) the peers, print their folders
+    python tests/peers/build.py --check        exit 1 if any peer would be built
+    python tests/peers/build.py --if-go        without Go, a notice and exit 0 (not in CI)
+    python tests/peers/build.py --staging      the kubernetes peer's replace lines, from
+                                               the upstream go.mod of the version required
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+MIN_GO = (1, 26)
+# tools whose package path does not name the command
+RENAMED = {"go.etcd.io/etcd/server/v3": "etcd"}
+
+
+class PeerError(Exception):
+    """A peer could not be built: the message names the peer and the go command."""
+
+
+@dataclass(frozen=True)
+class Peer:
+    name: str
+    module: Path
+
+    @property
+    def gomod(self) -> str:
+        return (self.module / "go.mod").read_text()
+
+    def tools(self) -> list[str]:
+        """The packages of its ``tool`` lines, in the order written."""
+        found: list[str] = []
+        block = False
+        for raw in self.gomod.splitlines():
+            line = raw.split("//", 1)[0].strip()
+            if line == "tool (":
+                block = True
+            elif block and line == ")":
+                block = False
+            elif block and line:
+                found.append(line)
+            elif line.startswith("tool "):
+                found.append(line.split(None, 1)[1])
+        return found
+
+    def required(self, module: str) -> str:
+        """The version its go.mod requires of ``module``."""
+        match = re.search(rf"^\s*(?:require\s+)?{re.escape(module)} (v\S+)", self.gomod, re.M)
+        if match is None:
+            raise PeerError(f"peer {self.name}: go.mod requires no {module}")
+        return match.group(1)
+
+    def ldflags(self) -> str:
+        """Version stamps, as the upstream release builds set them."""
+        if self.name == "kubernetes":
+            version = self.required("k8s.io/kubernetes")
+            major, minor = version.lstrip("v").split(".")[:2]
+            pkg = "k8s.io/component-base/version"
+            return (
+                f"-X {pkg}.gitVersion={version} -X {pkg}.gitMajor={major} "
+                f"-X {pkg}.gitMinor={minor} -X {pkg}.gitTreeState=clean"
+            )
+        if self.name == "argo-workflows":
+            version = self.required("github.com/argoproj/argo-workflows/v4")
+            return f"-X github.com/argoproj/argo-workflows/v4.version={version}"
+        return ""
+
+    def binaries(self) -> dict[str, str]:
+        """The command each tool is installed as, from the name ``go build`` gives it
+        (the last path element, the one before a /vN suffix)."""
+        names = {}
+        for tool in self.tools():
+            parts = tool.split("/")
+            if re.fullmatch(r"v\d+", parts[-1]):
+                parts = parts[:-1]
+            names[parts[-1]] = RENAMED.get(tool, parts[-1])
+        return names
+
+
+def staging_replaces(upstream_gomod: str, version: str) -> list[str]:
+    """The replace lines that map each staging module of k8s.io/kubernetes' go.mod
+    (``k8s.io/x => ./staging/src/k8s.io/x``) to its published ``v0.<minor>.<patch>``."""
+    published = "v0." + version.lstrip("v").split(".", 1)[1]
+    return [
+        f"{match[1]} => {match[1]} {published}"
+        for match in re.finditer(
+            r"^\s*(k8s\.io/\S+) => \./staging/src/\1\s*$", upstream_gomod, re.M
+        )
+    ]
+
+
+def upstream_gomod(go: str, module: str, version: str) -> str:
+    """The go.mod of ``module@version``, through the module cache."""
+    out = subprocess.run(
+        [go, "mod", "download", "-json", f"{module}@{version}"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=HERE,
+    )
+    if out.returncode != 0:
+        raise PeerError(
+            f"`go mod download {module}@{version}` exited {out.returncode}: {out.stdout}"
+        )
+    return Path(json.loads(out.stdout)["GoMod"]).read_text()
+
+
+def peers() -> list[Peer]:
+    return [Peer(p.parent.name, p.parent) for p in sorted(HERE.glob("*/go.mod"))]
+
+
+def cache_root() -> Path:
+    return Path(
+        os.environ.get("FABRIQUE_PEERS_CACHE") or Path.home() / ".cache" / "fabrique" / "peers"
+    )
+
+
+def go_version(go: str) -> str:
+    out = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def find_go() -> str | None:
+    """The go command, if it is at least MIN_GO (None otherwise)."""
+    go = shutil.which("go") or (
+        "/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None
+    )
+    if go is None:
+        return None
+    match = re.match(r"go(\d+)\.(\d+)", go_version(go))
+    if match is None or (int(match.group(1)), int(match.group(2))) < MIN_GO:
+        return None
+    return go
+
+
+def key(peer: Peer, goversion: str) -> str:
+    digest = hashlib.sha256()
+    for part in (
+        peer.gomod,
+        (peer.module / "go.sum").read_text(),
+        goversion,
+        peer.ldflags(),
+        *sorted(p.read_text() for p in peer.module.glob("*.go")),
+    ):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
+
+
+def folder(peer: Peer, goversion: str) -> Path:
+    return cache_root() / f"{peer.name}-{key(peer, goversion)}"
+
+
+def is_built(where: Path, peer: Peer) -> bool:
+    return (where / "built.json").exists() and all(
+        (where / name).exists() for name in peer.binaries().values()
+    )
+
+
+def build(peer: Peer, go: str) -> Path:
+    """The folder of ``peer``'s binaries, built there first unless it already is."""
+    goversion = go_version(go)
+    where = folder(peer, goversion)
+    if is_built(where, peer):
+        print(f"peer {peer.name}: up to date ({where})", flush=True)
+        return where
+    print(f"peer {peer.name}: building {' '.join(peer.binaries().values())} ...", flush=True)
+    started = time.monotonic()
+    partial = where.with_name(where.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    command = [
+        go,
+        "build",
+        "-trimpath",
+        "-ldflags",
+        peer.ldflags(),
+        "-o",
+        f"{partial}/",
+        *peer.tools(),
+    ]
+    env = {**os.environ, "GOFLAGS": "-mod=readonly -buildvcs=false", "CGO_ENABLED": "0"}
+    result = subprocess.run(command, cwd=peer.module, env=env, check=False)
+    if result.returncode != 0:
+        raise PeerError(f"peer {peer.name}: `{' '.join(command)}` exited {result.returncode}")
+    for built, installed in peer.binaries().items():
+        if built != installed:
+            (partial / built).rename(partial / installed)
+    seconds = time.monotonic() - started
+    (partial / "built.json").write_text(
+        json.dumps({"peer": peer.name, "go": goversion, "seconds": round(seconds, 1)}) + "\n"
+    )
+    shutil.rmtree(where, ignore_errors=True)
+    partial.rename(where)
+    print(f"peer {peer.name}: built in {seconds:.0f} s", flush=True)
+    return where
+
+
+def main(argv: list[str]) -> int:
+    check = "--check" in argv
+    names = [a for a in argv if not a.startswith("-")]
+    chosen = [p for p in peers() if not names or p.name in names]
+    unknown = set(names) - {p.name for p in chosen}
+    if unknown:
+        print(f"error: no peer named {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
+    go = find_go()
+    if go is None and "--if-go" in argv and not os.environ.get("CI"):
+        print(
+            f"notice: no Go >= {MIN_GO[0]}.{MIN_GO[1]}: the live tier's peers are not built "
+            "and its tests will skip",
+            file=sys.stderr,
+        )
+        return 0
+    if go is None:
+        print(
+            f"error: the live tier's peers need Go >= {MIN_GO[0]}.{MIN_GO[1]} and the Go module "
+            "proxy: install Go, or run the tests without the live tier",
+            file=sys.stderr,
+        )
+        return 3
+    if "--staging" in argv:
+        kubernetes = Peer("kubernetes", HERE / "kubernetes")
+        version = kubernetes.required("k8s.io/kubernetes")
+        lines = staging_replaces(upstream_gomod(go, "k8s.io/kubernetes", version), version)
+        print("replace (\n" + "".join(f"\t{line}\n" for line in lines) + ")")
+        return 0
+    if check:
+        stale = [p.name for p in chosen if not is_built(folder(p, go_version(go)), p)]
+        print("\n".join(f"peer {n}: not built" for n in stale) or "all peers built")
+        return 1 if stale else 0
+    started = time.monotonic()
+    try:
+        for peer in chosen:
+            build(peer, go)
+    except PeerError as failed:
+        print(f"error: {failed}", file=sys.stderr)
+        return 1
+    print(f"peers: {len(chosen)} ready in {time.monotonic() - started:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
