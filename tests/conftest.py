@@ -24,6 +24,7 @@ from .doubles.gitea import GiteaDouble
 from .doubles.kube import KubeApiDouble
 from .doubles.swagger import Swagger
 from .gitrepo import Repo
+from .live.fixtures import applied, cluster, control_plane  # noqa: F401  (the live tier's)
 from .servers import GitDaemon
 from .servers import Nats as NatsServer
 

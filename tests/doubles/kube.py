@@ -2,11 +2,14 @@
 
 It answers what fabrique's kube client sends: create a Workflow (201, or 409
 AlreadyExists for a taken name, as the API server does) and get one; get, create and
-replace Secrets and ConfigMaps. Each body is checked
-against the upstream Argo Workflows schema, closed (kubeconform -strict style): the real
-API server would accept a misspelled field (Argo's CRDs carry no schema) and the
-controller would then ignore it, so the double is stricter than the real thing on
-purpose. Faults can be queued: statuses to answer before the next real handling.
+replace Secrets and ConfigMaps. What the real API server decides, it decides alike, held
+to it by ``tests/test_kube_contract.py`` (run against both): in the build namespace the
+rendered ValidatingAdmissionPolicy refuses with the server's words (422 Invalid); a PUT
+with a resourceVersion that is not the current one is a 409, one without is
+unconditional; a ConfigMap or Secret key must be a valid config key. One difference is on
+purpose: each Workflow is checked against the upstream schema, closed (kubeconform -strict
+style), where the real server, with Argo's full CRDs, drops a misspelled field with a
+warning. Faults can be queued: statuses to answer before the next real handling.
 ``latency`` (seconds) is added to every answer, outside the lock, as an API server across
 a network would; every request is counted in ``requests``.
 """
@@ -22,7 +25,12 @@ from typing import Any
 
 from fabrique.validate import Schemas
 
+from .admission import Admission
 from .http import LoopbackServer, Request
+
+TREE = Path(__file__).resolve().parents[2] / "manifests"
+# a ConfigMap or Secret key, as the API server validates it (IsConfigMapKey)
+DATA_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
 
 WORKFLOWS = re.compile(r"^/apis/argoproj\.io/v1alpha1/namespaces/([^/]+)/workflows(?:/([^/]+))?$")
 SECRETS = re.compile(r"^/api/v1/namespaces/([^/]+)/(secrets|configmaps)(?:/([^/]+))?$")
@@ -44,8 +52,9 @@ def status(code: int, reason: str, message: str, name: str | None = None) -> dic
 
 
 class KubeApiDouble:
-    def __init__(self, specs: Path) -> None:
+    def __init__(self, specs: Path, tree: Path = TREE) -> None:
         self.validator = Schemas(specs).validator("argoproj.io/v1alpha1", "Workflow")
+        self.admission = Admission(tree)
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
         self.secrets: dict[tuple[str, str], dict[str, Any]] = {}
         self.configmaps: dict[tuple[str, str], dict[str, Any]] = {}
@@ -137,6 +146,17 @@ class KubeApiDouble:
             self.rejections.append(error.message)
             what = "Secret" if kind == "secrets" else "ConfigMap"
             return 422, status(422, "Invalid", f"{what} is invalid: {error.message}")
+        for field in ("data", "stringData", "binaryData"):
+            for data_key in body.get(field) or {}:
+                if not DATA_KEY.fullmatch(data_key):
+                    what = "Secret" if kind == "secrets" else "ConfigMap"
+                    message = (
+                        f'{what} "{body["metadata"].get("name")}" is invalid: '
+                        f"{field}[{data_key}]: Invalid value: {data_key!r}: a valid config key "
+                        "must consist of alphanumeric characters, '-', '_' or '.'"
+                    )
+                    self.rejections.append(message)
+                    return 422, status(422, "Invalid", message)
         key = (namespace, body["metadata"]["name"])
         current = store.get(key)
         if request.method == "POST" and current is not None:
@@ -144,7 +164,9 @@ class KubeApiDouble:
         if request.method == "PUT":
             if current is None:
                 return 404, status(404, "NotFound", f'{kind} "{key[1]}" not found')
-            if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+            # without a resourceVersion the write is unconditional, as the API server takes it
+            asked = body["metadata"].get("resourceVersion")
+            if asked is not None and asked != current["metadata"]["resourceVersion"]:
                 return 409, status(409, "Conflict", "the object has been modified")
         self.version += 1
         stored = {
@@ -173,6 +195,10 @@ class KubeApiDouble:
         name = meta.get("name")
         if not name:
             return 422, status(422, "Invalid", "metadata.name: Required value")
+        denial = self.admission.denial(namespace, body)
+        if denial is not None:
+            self.rejections.append(denial)
+            return 422, status(422, "Invalid", denial, name)
         if (namespace, name) in self.objects:
             return 409, status(
                 409, "AlreadyExists", f'workflows.argoproj.io "{name}" already exists', name

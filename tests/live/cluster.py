@@ -6,6 +6,7 @@ and the kubelet's and executor's parts that no program plays here.
 from __future__ import annotations
 
 import json
+import re
 import ssl
 import time
 from collections.abc import Callable
@@ -122,6 +123,20 @@ class Cluster:
         assert answer.status == 201, answer.message
         return bool(answer.body["status"].get("allowed"))
 
+    def policy_refuses_inline_templates(self) -> bool:
+        """Does the build namespace's admission policy refuse a Workflow with its own
+        templates yet? (A dry run: nothing is stored.)"""
+        probe = {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Workflow",
+            "metadata": {"generateName": "policy-probe-", "namespace": "fabrique-build"},
+            "spec": {"entrypoint": "x", "templates": [{"name": "x", "container": {"image": "x"}}]},
+        }
+        answer = self.create(
+            f"{ARGO}/namespaces/fabrique-build/workflows", probe, params={"dryRun": "All"}
+        )
+        return answer.status == 422 and "ValidatingAdmissionPolicy" in answer.message
+
     # -- kubectl over trees ---------------------------------------------------------------
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
@@ -131,12 +146,14 @@ class Cluster:
         return self.kubectl("apply", "--server-side", "--field-manager=fabrique", "-k", str(tree))
 
     def versions(self, tree: Path) -> dict[str, str]:
-        """kind/namespace/name -> resourceVersion of every object of the tree."""
+        """kind/namespace/name -> version of every object of the tree: its generation,
+        which only a change of what was applied moves (a controller writing the status
+        does not), else its resourceVersion."""
         listed = json.loads(self.kubectl("get", "-k", str(tree), "-o", "json"))
         return {
             "/".join(
                 (item["kind"], item["metadata"].get("namespace", ""), item["metadata"]["name"])
-            ): item["metadata"]["resourceVersion"]
+            ): str(item["metadata"].get("generation") or item["metadata"]["resourceVersion"])
             for item in listed["items"]
         }
 
@@ -163,12 +180,16 @@ class Cluster:
     def nodes_of(self, namespace: str, name: str) -> dict[str, dict[str, Any]]:
         return dict((self.workflow(namespace, name).get("status") or {}).get("nodes") or {})
 
-    def node(self, namespace: str, workflow: str, display_name: str) -> dict[str, Any] | None:
-        """The pod node of a step, once the controller has made it."""
-        for node in self.nodes_of(namespace, workflow).values():
-            if node.get("displayName") == display_name and node.get("type") == "Pod":
-                return node
-        return None
+    def node(self, namespace: str, workflow: str, step: str) -> dict[str, Any] | None:
+        """The pod node of a step's latest attempt (``plan``, or ``plan(1)`` under a
+        retry strategy), once the controller has made it."""
+        attempts = [
+            node
+            for node in self.nodes_of(namespace, workflow).values()
+            if node.get("type") == "Pod"
+            and re.fullmatch(rf"{re.escape(step)}(\(\d+\))?", str(node.get("displayName")))
+        ]
+        return max(attempts, key=lambda n: str(n.get("displayName")), default=None)
 
     def pod_of(self, namespace: str, workflow: str, display_name: str) -> dict[str, Any] | None:
         node = self.node(namespace, workflow, display_name)

@@ -20,10 +20,11 @@ import base64
 import datetime
 import ipaddress
 import json
-import ssl
 import os
 import secrets
+import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -177,6 +178,7 @@ class ControlPlane:
 
     def start(self, bins: dict[str, Path]) -> ControlPlane:
         self.folder.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(self.folder / "etcd", ignore_errors=True)  # every start is a new cluster
         self.bins = {name: str(path) for name, path in bins.items()}
         for name in ("etcd", "apiserver", "etcd-peer", "controller-manager", "scheduler"):
             self.ports[name] = free_port()
@@ -358,11 +360,11 @@ class ControlPlane:
                 *common,
                 f"--secure-port={self.ports['controller-manager']}",
                 f"--cert-dir={f / 'controller-manager'}",
-                # what a cluster does without a kubelet: ServiceAccounts and their legacy
-                # token Secrets, namespaces, garbage collection, volume binding
-                "--controllers=serviceaccount-controller,serviceaccount-token-controller,"
-                "namespace-controller,garbage-collector-controller,"
-                "root-ca-certificate-publisher-controller,persistentvolume-binder-controller",
+                # every on-by-default controller, as a cluster runs them: among them the
+                # ServiceAccount and token controllers, namespaces, garbage collection,
+                # volume binding, the node lifecycle (it lifts the not-ready taint once
+                # kwok reports Ready) and the admission policies' type checking
+                "--controllers=*",
                 f"--service-account-private-key-file={f / 'sa.key'}",
                 f"--root-ca-file={f / 'ca.crt'}",
             ],
@@ -409,13 +411,25 @@ class ControlPlane:
         crds = [*sorted((argo / "manifests/base/crds/full").glob("argoproj.io_*.yaml"))]
         crds += sorted((events / "manifests/base/crds").glob("argoproj.io_*.yaml"))
         self.kubectl("apply", "--server-side", *(f"--filename={c}" for c in crds))
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        self._wait("apiserver", lambda: self._established(len(crds)), 60)
         for namespace in SITE_NAMESPACES:
             self.kubectl("create", "namespace", namespace, check=False)
         # a default StorageClass and local volumes on the worker, as a provisioner would
         # make them: the workspace PVC of fabrique-build binds to one
         self.kubectl("apply", "--server-side", "-f", "-", stdin=_storage_yaml(20))
         self.kubectl("apply", "--server-side", "-f", "-", stdin=_nodes_yaml())
+
+    def _established(self, count: int) -> bool:
+        """All ``count`` CRDs are Established (`kubectl wait` errs on one that has no
+        conditions yet, as a CRD just created has)."""
+        listed = json.loads(self.kubectl("get", "crd", "-o", "json"))["items"]
+        return len(listed) == count and all(
+            any(
+                c["type"] == "Established" and c["status"] == "True"
+                for c in (crd.get("status") or {}).get("conditions") or []
+            )
+            for crd in listed
+        )
 
     def argo_version(self) -> str:
         return peers.Peer("argo-workflows", ROOT / "tests/peers/argo-workflows").required(

@@ -14,6 +14,11 @@ from . import controlplane
 from .cluster import Cluster
 
 ROOT = Path(__file__).resolve().parent.parent.parent
+SITE_SECRETS = [
+    ("fabrique-build", "fabrique-gitea"),
+    ("fabrique", "fabrique-gitea"),
+    ("fabrique", "fabrique-webhook-token"),
+]
 
 
 def need_go() -> str:
@@ -46,8 +51,12 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[controlp
 
 
 @pytest.fixture(scope="session")
-def cluster(control_plane: controlplane.ControlPlane) -> Cluster:
-    return Cluster(control_plane)
+def cluster(control_plane: controlplane.ControlPlane) -> Iterator[Cluster]:
+    client = Cluster(control_plane)
+    try:
+        yield client
+    finally:
+        client.http.close()
 
 
 @pytest.fixture(scope="session")
@@ -56,4 +65,12 @@ def applied(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
     tree = tmp_path_factory.mktemp("tree") / "manifests"
     shutil.copytree(ROOT / "manifests", tree)
     cluster.apply_tree(tree)
+    # the Secrets the README asks the site's own secret tooling for (install, step 4)
+    for namespace, name in SITE_SECRETS:
+        cluster.kubectl(
+            "create", "secret", "generic", name, "-n", namespace, "--from-literal=token=live"
+        )
+    # a new policy binds a moment after it is written: until then the API server admits
+    # what it will refuse, so the tests start once it refuses
+    cluster.wait("the admission policy in force", cluster.policy_refuses_inline_templates)
     return tree

@@ -113,22 +113,47 @@ def test_a_workflow_for_a_sha256_revision_is_admitted(cluster: Cluster, applied:
 # -- c. the controller runs them --------------------------------------------------------------
 
 
-def start(cluster: Cluster, sha: str | None = None) -> str:
-    sha = sha or revision()
-    body = build_workflow(SITE, "citation", sha, submitted_by="cli")
+def start(cluster: Cluster) -> str:
+    """A build Workflow for an app of its own: the template holds one mutex per app, and
+    the Workflows that other tests leave running would keep this one waiting for it."""
+    app = f"live-{uuid.uuid4().hex[:6]}"
+    body = build_workflow(SITE, "citation", revision(), submitted_by="cli")
+    name = body["metadata"]["name"].replace("citation", app)
+    body["metadata"]["name"] = name
+    body["metadata"]["labels"]["fabrique.io/app"] = app
+    body["spec"]["arguments"]["parameters"][0] = {"name": "app", "value": app}
     answer = create_workflow(cluster, body)
     assert answer.status == 201, answer.message
-    return str(body["metadata"]["name"])
+    return str(name)
 
 
 def step_pod(
-    cluster: Cluster, workflow: str, step: str, namespace: str = BUILD_NS
+    cluster: Cluster, workflow: str, step: str, namespace: str = BUILD_NS, phase: str | None = None
 ) -> dict[str, Any]:
-    return cluster.wait(
-        f"the pod of {step} in {workflow}",
-        lambda: cluster.pod_of(namespace, workflow, step),
-        timeout=90,
-    )
+    """The pod of ``step``'s latest attempt (in ``phase``); a Workflow that ends first
+    fails the wait with its message."""
+
+    def probe() -> dict[str, Any] | None:
+        pod = cluster.pod_of(namespace, workflow, step)
+        if pod is not None and (phase is None or pod["status"].get("phase") == phase):
+            return pod
+        status = cluster.workflow(namespace, workflow).get("status") or {}
+        if status.get("phase") in ("Failed", "Error"):
+            raise AssertionError(f"{workflow} is {status['phase']}: {status.get('message')}")
+        return None
+
+    try:
+        return cluster.wait(f"the pod of {step} in {workflow}", probe, timeout=90)
+    except AssertionError as late:
+        status = cluster.workflow(namespace, workflow).get("status") or {}
+        pods = {
+            p["metadata"]["name"]: p["status"].get("phase")
+            for p in cluster.workflow_pods(namespace, workflow)
+        }
+        raise AssertionError(
+            f"{late}; {workflow}: {status.get('phase')} {status.get('message')!r}, "
+            f"synchronization {status.get('synchronization')}, pods {pods}"
+        ) from None
 
 
 def phase(cluster: Cluster, namespace: str, workflow: str) -> str:
@@ -166,16 +191,7 @@ def test_a_build_runs_step_by_step_and_the_builder_lands_on_a_worker(
         "write-back",
         "report-success",
     ):
-        pod = cluster.wait(
-            f"{step} running",
-            lambda step=step: (
-                p
-                if (p := cluster.pod_of(BUILD_NS, workflow, step))
-                and p["status"].get("phase") == "Running"
-                else None
-            ),
-            timeout=120,
-        )
+        pod = step_pod(cluster, workflow, step, phase="Running")
         if step == "build":
             assert pod["spec"]["nodeName"] == "kwok-worker-0", (
                 "the builder ran on the control plane"
@@ -195,7 +211,7 @@ def test_a_failed_step_fails_the_workflow_and_the_exit_handler_reports(
     cluster: Cluster, applied: Path
 ) -> None:
     workflow = start(cluster)
-    cluster.finish(step_pod(cluster, workflow, "plan"), 1)  # plan retries on 75 only
+    cluster.finish(step_pod(cluster, workflow, "plan", phase="Running"), 1)  # retried on 75 only
     report = step_pod(cluster, workflow, "report-failure")
     cluster.wait(
         "report-failure running",

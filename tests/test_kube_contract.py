@@ -1,0 +1,341 @@
+"""One contract, two servers: fabrique's Kubernetes calls against the double
+(``tests/doubles/kube.py``) and against the real kube-apiserver of the live tier.
+
+Each test runs twice, ``[double]`` and ``[live]``. They read what was stored through the
+server itself, never through the double's dictionaries, so the same assertions hold the
+double to the real server: where the two differ, the double is wrong.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from pathlib import Path
+from typing import Any, Protocol
+
+import pytest
+import yaml
+from kubernetes import config as k8s_config
+
+from fabrique.clients.kube import KubeClient
+from fabrique.decisions.workflow import build_workflow
+from fabrique.site.config import load_site
+from fabrique.site.errors import KubeError
+
+from .conftest import GITEA_TOKEN, Repo, run_cli, write_values
+from .doubles.gitea import GiteaDouble
+from .doubles.kube import KubeApiDouble
+from .servers import Registry
+
+BUILD_NS = "fabrique-build"
+SITE = load_site(env={})
+CORE = {"Secret": "secrets", "ConfigMap": "configmaps"}
+
+
+class Api(Protocol):
+    def kubeconfig(self, path: Path, context: str = ...) -> Path: ...
+    def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None: ...
+    def put(self, body: dict[str, Any]) -> None: ...
+
+
+class DoubleApi:
+    def __init__(self, double: KubeApiDouble) -> None:
+        self.double = double
+
+    def kubeconfig(self, path: Path, context: str = "double") -> Path:
+        return self.double.kubeconfig(path, context)
+
+    def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        store = {
+            "Workflow": self.double.objects,
+            "Secret": self.double.secrets,
+            "ConfigMap": self.double.configmaps,
+        }[kind]
+        return store.get((namespace, name))
+
+    def put(self, body: dict[str, Any]) -> None:
+        store = self.double.secrets if body["kind"] == "Secret" else self.double.configmaps
+        meta = body["metadata"]
+        store[(meta["namespace"], meta["name"])] = {
+            **body,
+            "metadata": {**meta, "resourceVersion": "1"},
+        }
+
+
+class LiveApi:
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+
+    def kubeconfig(self, path: Path, context: str = "live", account: str | None = None) -> Path:
+        """The admin's kubeconfig, or with ``account`` a real token of that ServiceAccount
+        of the control namespace (TokenRequest), as its pod would mount it."""
+        config = yaml.safe_load(self.cluster.kubeconfig.read_text())
+        config["contexts"][0]["name"] = context
+        config["current-context"] = context
+        if account:
+            answer = self.cluster.create(
+                f"/api/v1/namespaces/fabrique/serviceaccounts/{account}/token",
+                {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+            )
+            assert answer.status == 201, answer.message
+            config["users"][0]["user"] = {"token": answer.body["status"]["token"]}
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    def forget_memory(self) -> None:
+        self.cluster.request(
+            "DELETE", "/api/v1/namespaces/fabrique/configmaps/fabrique-reconcile-memory"
+        )
+
+    def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        path = (
+            f"/apis/argoproj.io/v1alpha1/namespaces/{namespace}/workflows/{name}"
+            if kind == "Workflow"
+            else f"/api/v1/namespaces/{namespace}/{CORE[kind]}/{name}"
+        )
+        answer = self.cluster.request("GET", path)
+        assert answer.status in (200, 404), answer.message
+        return answer.body if answer.status == 200 else None
+
+    def put(self, body: dict[str, Any]) -> None:
+        meta = body["metadata"]
+        self.cluster.kubectl("create", "namespace", meta["namespace"], check=False)
+        path = f"/api/v1/namespaces/{meta['namespace']}/{CORE[body['kind']]}"
+        self.cluster.request("DELETE", f"{path}/{meta['name']}")
+        answer = self.cluster.create(path, body)
+        assert answer.status == 201, answer.message
+
+
+@pytest.fixture(params=["double", pytest.param("live", marks=pytest.mark.live)])
+def api(request: pytest.FixtureRequest) -> Api:
+    if request.param == "double":
+        return DoubleApi(request.getfixturevalue("kube"))
+    request.getfixturevalue("applied")
+    return LiveApi(request.getfixturevalue("cluster"))
+
+
+@pytest.fixture()
+def client(api: Api, tmp_path: Path) -> KubeClient:
+    kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
+    return KubeClient(k8s_config.new_client_from_config(config_file=str(kubeconfig)))
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def revision() -> str:
+    return uuid.uuid4().hex + uuid.uuid4().hex[:8]
+
+
+# -- Workflows ------------------------------------------------------------------------------
+
+
+def test_submit_creates_then_says_already_exists(api: Api, tmp_path: Path) -> None:
+    sha = revision()
+    env = {"KUBECONFIG": str(api.kubeconfig(tmp_path / "kubeconfig"))}
+    first = run_cli("submit", "--app", "citation", "--revision", sha, env=env)
+    assert first.exit_code == 0, first.stderr
+    name = f"fabrique-citation-{sha[:12]}"
+    assert first.stdout.strip() == f"created: workflow {BUILD_NS}/{name}"
+    again = run_cli("submit", "--app", "citation", "--revision", sha, env=env)
+    assert again.exit_code == 0, again.stderr
+    assert again.stdout.strip() == f"already exists: workflow {BUILD_NS}/{name}"
+    stored = api.read("Workflow", BUILD_NS, name)
+    assert stored is not None
+    assert stored["spec"]["workflowTemplateRef"] == {"name": "fabrique-build"}
+    assert stored["metadata"]["labels"]["fabrique.io/revision"] == sha
+
+
+def test_a_workflow_reads_back_with_its_revision_and_a_missing_one_as_none(
+    api: Api, client: KubeClient
+) -> None:
+    sha = revision()
+    body = build_workflow(SITE, "citation", sha, submitted_by="cli")
+    assert client.create_workflow(body).created
+    state = client.workflow(BUILD_NS, body["metadata"]["name"])
+    assert state is not None
+    assert state.revision == sha
+    assert state.phase in ("Pending", "Running")  # the live controller may have begun
+    assert client.workflow(BUILD_NS, unique("fabrique-citation-none")) is None
+
+
+def test_a_workflow_outside_the_template_is_refused_and_named(api: Api, client: KubeClient) -> None:
+    body = build_workflow(SITE, "citation", revision(), submitted_by="cli")
+    body["spec"]["templates"] = [{"name": "x", "container": {"image": "busybox"}}]
+    with pytest.raises(KubeError) as refused:
+        client.create_workflow(body)
+    assert str(refused.value).startswith(
+        f"create Workflow {BUILD_NS}/{body['metadata']['name']}: HTTP 422"
+    )
+    assert str(refused.value).endswith(
+        "ValidatingAdmissionPolicy 'fabrique-build-workflows' with binding "
+        "'fabrique-build-workflows' denied request: a Workflow here may hold only "
+        "spec.workflowTemplateRef and spec.arguments"
+    )
+    assert api.read("Workflow", BUILD_NS, body["metadata"]["name"]) is None
+
+
+# -- ConfigMaps and Secrets -----------------------------------------------------------------
+
+
+def configmap(namespace: str, name: str, value: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": {"memory": value},
+    }
+
+
+def test_configmap_create_get_replace_and_a_stale_version_is_a_conflict(
+    api: Api, client: KubeClient
+) -> None:
+    name = unique("contract")
+    assert client.get_configmap("fabrique", name) is None
+    client.create_configmap(configmap("fabrique", name, "one"))
+    with pytest.raises(KubeError, match=rf"create ConfigMap fabrique/{name}: HTTP 409"):
+        client.create_configmap(configmap("fabrique", name, "again"))
+    read = client.get_configmap("fabrique", name)
+    assert read is not None and read["data"] == {"memory": "one"}
+    version = read["metadata"]["resourceVersion"]
+
+    newer = configmap("fabrique", name, "two")
+    newer["metadata"]["resourceVersion"] = version
+    client.replace_configmap(newer)
+    stale = configmap("fabrique", name, "three")
+    stale["metadata"]["resourceVersion"] = version
+    with pytest.raises(KubeError, match=rf"replace ConfigMap fabrique/{name}: HTTP 409"):
+        client.replace_configmap(stale)
+    assert (api.read("ConfigMap", "fabrique", name) or {})["data"] == {"memory": "two"}
+
+
+def test_a_replace_without_a_version_is_unconditional(api: Api, client: KubeClient) -> None:
+    """Optimistic concurrency is the writer's choice: without a resourceVersion the API
+    server takes the write (last one wins)."""
+    name = unique("contract")
+    client.create_configmap(configmap("fabrique", name, "one"))
+    client.replace_configmap(configmap("fabrique", name, "two"))
+    assert (api.read("ConfigMap", "fabrique", name) or {})["data"] == {"memory": "two"}
+
+
+def test_an_invalid_configmap_is_refused(api: Api, client: KubeClient) -> None:
+    body = configmap("fabrique", unique("contract"), "x")
+    body["data"] = {"not a key!": "x"}
+    with pytest.raises(KubeError, match="HTTP 422"):
+        client.create_configmap(body)
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def test_derive_secrets_copies_then_changes_nothing(api: Api, tmp_path: Path) -> None:
+    source, target = unique("pg-role"), unique("pg-auth")
+    api.put(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "metadata": {"name": source, "namespace": "postgres"},
+            "data": {"username": _b64("pgvector"), "password": _b64("s3cr3t")},
+        }
+    )
+    api.put(  # the target's namespace exists (the Secret itself does not)
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "placeholder", "namespace": "dagster"},
+            "data": {},
+        }
+    )
+    values = write_values(
+        tmp_path / "site.yaml",
+        derivedSecrets=[
+            {
+                "from": f"postgres/{source}",
+                "to": f"dagster/{target}",
+                "keys": {"user": "username", "password": "password"},
+            }
+        ],
+    )
+    env = {"KUBECONFIG": str(api.kubeconfig(tmp_path / "kubeconfig"))}
+    first = run_cli("--values", str(values), "derive-secrets", env=env)
+    assert first.exit_code == 0, first.stderr
+    assert first.stdout.startswith(f"changed: Secret dagster/{target} (created")
+    again = run_cli("--values", str(values), "derive-secrets", env=env)
+    assert again.exit_code == 0, again.stderr
+    assert again.stdout.startswith(f"unchanged: Secret dagster/{target}")
+    stored = api.read("Secret", "dagster", target)
+    assert stored is not None
+    assert stored["data"] == {"user": _b64("pgvector"), "password": _b64("s3cr3t")}
+    assert stored["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "fabrique"
+
+
+# -- the safety net: reconcile with its memory, and status ------------------------------------
+
+MEMORY = ("fabrique", "fabrique-reconcile-memory")
+
+
+@pytest.fixture()
+def net_env(api: Api, tmp_path: Path) -> dict[str, str]:
+    """The reconciler's environment; on the live server, its own ServiceAccount token."""
+    if isinstance(api, LiveApi):
+        api.forget_memory()
+        kubeconfig = api.kubeconfig(tmp_path / "kubeconfig", account="fabrique-reconciler")
+    else:
+        kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
+    return {"KUBECONFIG": str(kubeconfig), "FABRIQUE_GITEA_TOKEN": GITEA_TOKEN}
+
+
+def test_reconcile_submits_remembers_and_a_second_pass_asks_less(
+    api: Api,
+    code_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    net_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    values = write_values(
+        tmp_path / "site.yaml", **{"gitea.url": gitea.url, "registry.host": registry.host}
+    )
+    sha = code_repo.commit({"dataops/citation-dagster/app.txt": f"v {uuid.uuid4()}\n"})
+    first = run_cli("--values", str(values), "reconcile", env=net_env)
+    assert first.exit_code == 0, first.stderr
+    assert f"citation: submitted: {sha[:12]} is not built" in first.stdout
+    assert api.read("Workflow", BUILD_NS, f"fabrique-citation-{sha[:12]}") is not None
+    memory = api.read("ConfigMap", *MEMORY)
+    assert memory is not None, first.stderr
+    assert "memory not saved" not in first.stderr
+
+    again = run_cli("--values", str(values), "reconcile", env=net_env)
+    assert again.exit_code == 0, again.stderr
+    assert "citation: in-flight: " in again.stdout or "citation: submitted" not in again.stdout
+    assert "memory not saved" not in again.stderr
+
+    status = run_cli("--values", str(values), "status", "--output", "json", env=net_env)
+    assert status.exit_code == 0, status.stderr
+    assert '"want": "' + sha + '"' in status.stdout
+
+
+def test_a_memory_written_meanwhile_is_not_overwritten(
+    api: Api,
+    code_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    net_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    """The pass names the version it read: a write in between answers 409, and the pass
+    keeps its findings for next time instead of clobbering the other one's."""
+    from fabrique.decisions.memory import ConfigMapMemory
+
+    kubeconfig = net_env["KUBECONFIG"]
+    kube = KubeClient(k8s_config.new_client_from_config(config_file=kubeconfig))
+    one, other = ConfigMapMemory(kube, MEMORY[0]), ConfigMapMemory(kube, MEMORY[0])
+    one.load()
+    one.save("first")
+    one.load(), other.load()
+    other.save("other")
+    one.save("late")  # read before other's write: refused, logged, not raised
+    assert (api.read("ConfigMap", *MEMORY) or {})["data"]["memory.json"] == "other"
