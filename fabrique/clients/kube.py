@@ -274,6 +274,19 @@ class KubeClient:
             422: "the API rejected the object as invalid",
         }.get(exc.status or 0, "")
         return KubeError(
-            f"{what}: HTTP {exc.status} {exc.reason}" + (f" ({hint})" if hint else ""),
+            f"{what}: HTTP {exc.status} {exc.reason}"
+            + (f" ({hint})" if hint else "")
+            + (f": {said}" if (said := _status_message(exc)) else ""),
             transient=(exc.status or 0) >= 500 or exc.status == 429,
         )
+
+
+def _status_message(exc: ApiException) -> str:
+    """The API server's own one-line reason (a Status object's message), if it gave one:
+    an admission policy's refusal, a conflict, a name that is taken."""
+    try:
+        body = json.loads(exc.body or "")
+    except (TypeError, ValueError):
+        return ""
+    message = body.get("message") if isinstance(body, dict) else None
+    return reason_line(str(message)) if message else ""
