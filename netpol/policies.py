@@ -67,13 +67,18 @@ def _policy(
     ingress: list[Any] | None = None,
     egress: list[Any] | None = None,
 ) -> dict[str, Any]:
+    # An empty rule list denies all: the policy type alone says so. The API server stores
+    # no empty list (omitempty), so writing one would differ from what it holds and make
+    # every server-side apply a change (a new generation) where nothing changed.
     spec: dict[str, Any] = {"podSelector": selector, "policyTypes": []}
     if ingress is not None:
         spec["policyTypes"].append("Ingress")
-        spec["ingress"] = ingress
+        if ingress:
+            spec["ingress"] = ingress
     if egress is not None:
         spec["policyTypes"].append("Egress")
-        spec["egress"] = egress
+        if egress:
+            spec["egress"] = egress
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
