@@ -1,13 +1,17 @@
 # The two commands a newcomer needs (see README.md):
 #   make render   install fabrique, render the default site into manifests/, validate it
-#   make test     install fabrique, its test tools and servers, run lint, types and tests
+#   make test     install fabrique, its test tools and servers, build the live tier's
+#                 peers (Go), run lint, types and tests
+# And for a person who wants the tests' control plane:
+#   make up       start it on loopback (prints `export KUBECONFIG=...`); again: no change
+#   make down     stop it
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SYSTEM_PACKAGES := docker-registry skopeo umoci git
 
-.PHONY: render test system-deps lint
+.PHONY: render test system-deps lint peers up down
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,5 +42,17 @@ lint: $(VENV)/.test
 	$(BIN)/mypy
 	$(BIN)/fabrique vendor --check
 
-test: system-deps lint
+# The live tier's real programs, built from the wrapper modules of tests/peers/ into
+# ~/.cache/fabrique/peers (again only when a go.mod changed); without Go, a notice.
+peers:
+	$(PYTHON) tests/peers/build.py --if-go
+
+up: $(VENV)/.test
+	$(PYTHON) tests/peers/build.py
+	$(BIN)/python -m tests.live.controlplane up
+
+down: $(VENV)/.test
+	$(BIN)/python -m tests.live.controlplane down
+
+test: system-deps lint peers
 	$(BIN)/python -m pytest

@@ -25,6 +25,7 @@ from fabrique.site.errors import KubeError
 from .conftest import GITEA_TOKEN, Repo, run_cli, write_values
 from .doubles.gitea import GiteaDouble
 from .doubles.kube import KubeApiDouble
+from .oci import push_image
 from .servers import Registry
 
 BUILD_NS = "fabrique-build"
@@ -36,6 +37,7 @@ class Api(Protocol):
     def kubeconfig(self, path: Path, context: str = ...) -> Path: ...
     def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None: ...
     def put(self, body: dict[str, Any]) -> None: ...
+    def forget(self, kind: str, namespace: str, name: str) -> None: ...
 
 
 class DoubleApi:
@@ -52,6 +54,10 @@ class DoubleApi:
             "ConfigMap": self.double.configmaps,
         }[kind]
         return store.get((namespace, name))
+
+    def forget(self, kind: str, namespace: str, name: str) -> None:
+        store = self.double.secrets if kind == "Secret" else self.double.configmaps
+        store.pop((namespace, name), None)
 
     def put(self, body: dict[str, Any]) -> None:
         store = self.double.secrets if body["kind"] == "Secret" else self.double.configmaps
@@ -96,6 +102,9 @@ class LiveApi:
         answer = self.cluster.request("GET", path)
         assert answer.status in (200, 404), answer.message
         return answer.body if answer.status == 200 else None
+
+    def forget(self, kind: str, namespace: str, name: str) -> None:
+        self.cluster.request("DELETE", f"/api/v1/namespaces/{namespace}/{CORE[kind]}/{name}")
 
     def put(self, body: dict[str, Any]) -> None:
         meta = body["metadata"]
@@ -339,3 +348,45 @@ def test_a_memory_written_meanwhile_is_not_overwritten(
     other.save("other")
     one.save("late")  # read before other's write: refused, logged, not raised
     assert (api.read("ConfigMap", *MEMORY) or {})["data"]["memory.json"] == "other"
+
+
+def test_seed_runs_its_cluster_steps_and_a_replay_is_unchanged(
+    api: Api,
+    code_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    tmp_path: Path,
+) -> None:
+    """The target's kube context is checked, then the app's Secret is derived."""
+    from . import test_seed
+
+    api.put(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "metadata": {"name": "pg-role-pgvector", "namespace": "postgres"},
+            "data": dict(test_seed.SOURCE),
+        }
+    )
+    api.forget("Secret", "dagster", "pgvector-pg-auth")
+    push_image(registry.url, "citation-dagster", code_repo.head()[:12])
+    values = test_seed._values(tmp_path, gitea, registry)
+    env = {
+        "KUBECONFIG": str(api.kubeconfig(tmp_path / "kubeconfig", context="cluster-prod")),
+        "FABRIQUE_GITEA_TOKEN": GITEA_TOKEN,
+        "FABRIQUE_WEBHOOK_TOKEN": "bearer-seed-19ab",
+    }
+    wrong = {**env, "KUBECONFIG": str(api.kubeconfig(tmp_path / "other", context="elsewhere"))}
+    refused = run_cli("--values", str(values), "seed", "--app", "citation", "--yes", env=wrong)
+    assert refused.exit_code == 2
+    assert "kube context 'elsewhere' is not target 'prod'" in refused.stderr
+
+    first = run_cli("--values", str(values), "seed", "--app", "citation", "--yes", env=env)
+    assert first.exit_code == 0, first.stderr
+    assert "secrets: changed" in first.stdout
+    derived = api.read("Secret", "dagster", "pgvector-pg-auth")
+    assert derived is not None and derived["data"] == test_seed.SOURCE
+    again = run_cli("--values", str(values), "seed", "--app", "citation", env=env)
+    assert again.exit_code == 0, again.stderr
+    assert "secrets: unchanged" in again.stdout
