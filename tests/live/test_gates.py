@@ -22,7 +22,7 @@ from ..servers import Registry
 from .cluster import Cluster
 
 sys.path.insert(0, str(ROOT / "bench" / "scenarios"))
-import gates  # noqa: E402
+import gates
 
 BASE = "dataops/citation-dagster/deploy/base"
 DEPLOYMENT = """\

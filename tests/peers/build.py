@@ -202,7 +202,13 @@ def build(peer: Peer, go: str) -> Path:
         f"{partial}/",
         *peer.tools(),
     ]
-    env = {**os.environ, "GOFLAGS": "-mod=readonly -buildvcs=false", "CGO_ENABLED": "0"}
+    # GOTOOLCHAIN=local: the Go installed builds, never one downloaded
+    env = {
+        **os.environ,
+        "GOFLAGS": "-mod=readonly -buildvcs=false",
+        "CGO_ENABLED": "0",
+        "GOTOOLCHAIN": "local",
+    }
     result = subprocess.run(command, cwd=peer.module, env=env, check=False)
     if result.returncode != 0:
         raise PeerError(f"peer {peer.name}: `{' '.join(command)}` exited {result.returncode}")
