@@ -22,7 +22,12 @@ from hera.events.models import (
     TriggerParameterSource,
 )
 
-from fabrique.decisions.workflow import NAME_DEST, REVISION_DESTS, workflow_object
+from fabrique.decisions.workflow import (
+    NAME_DEST,
+    REVISION_DESTS,
+    SHORT_REVISION_DESTS,
+    workflow_object,
+)
 from fabrique.site.config import Site
 from fabrique.site.names import (
     EVENT_BUS,
@@ -49,9 +54,14 @@ def dependency_name(app: str) -> str:
     return f"push-{app}"
 
 
+# the pushed commit's sha12: the Workflow's name ends with it, and the revision label
+# holds it (a label value holds at most 63 characters)
+SHORT_REVISION_TEMPLATE = f"{{{{ .Input.body.after | substr 0 {SHORT_SHA_LEN} }}}}"
+
+
 def name_template(app: str) -> str:
     """The Go template that yields ``fabrique-<app>-<sha12>`` from the event."""
-    return f"{WORKFLOW_PREFIX}{app}-{{{{ .Input.body.after | substr 0 {SHORT_SHA_LEN} }}}}"
+    return f"{WORKFLOW_PREFIX}{app}-{SHORT_REVISION_TEMPLATE}"
 
 
 # The revision through the same Go template as the name, not a dataKey: a dataKey is read
@@ -108,6 +118,15 @@ def sensor(site: Site) -> dict[str, Any]:
                     dest=dest,
                 )
                 for dest in REVISION_DESTS
+            ),
+            *(
+                TriggerParameter(
+                    src=TriggerParameterSource(
+                        dependency_name=dep, data_template=SHORT_REVISION_TEMPLATE
+                    ),
+                    dest=dest,
+                )
+                for dest in SHORT_REVISION_DESTS
             ),
         ]
         k8s = dump(StandardK8STrigger(operation="create", parameters=parameters))

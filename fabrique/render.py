@@ -105,10 +105,26 @@ def account(name: str, namespace: str) -> Document:
 
 
 def executor_account(namespace: str) -> list[Document]:
-    """The Argo executor's account of a namespace (``executor.serviceAccountName``)."""
-    from pipelines.steps import EXECUTOR_ACCOUNT
+    """The Argo executor's account of a namespace (``executor.serviceAccountName``), and
+    its token Secret.
 
-    return service_account(EXECUTOR_ACCOUNT, namespace, [EXECUTOR_RULE])
+    With ``executor.serviceAccountName`` the controller mounts the Secret
+    ``<account>.service-account-token`` into the init and wait containers
+    (``setupServiceAccount`` and ``getServiceAccountTokenName`` in Argo's
+    workflow/controller), and Kubernetes has made none by itself since 1.24: without
+    it every pod would wait for a volume that never comes. Kubernetes' token controller
+    fills a Secret of this type, annotated with its account."""
+    from pipelines.steps import EXECUTOR_ACCOUNT, EXECUTOR_TOKEN_SECRET
+
+    meta = object_meta(EXECUTOR_TOKEN_SECRET, namespace)
+    meta["annotations"] = {"kubernetes.io/service-account.name": EXECUTOR_ACCOUNT}
+    token = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/service-account-token",
+        "metadata": meta,
+    }
+    return [*service_account(EXECUTOR_ACCOUNT, namespace, [EXECUTOR_RULE]), token]
 
 
 def site_configmap(site: Site, namespace: str) -> Document:

@@ -63,6 +63,7 @@ from fabrique.site.names import (
     LABEL_MANAGED_BY,
     LABEL_PART_OF,
     LABEL_REVISION,
+    SHORT_SHA_LEN,
     TEMPLATE_NAME,
     VERIFIED_OUTPUT,
     VERIFY_STEP,
@@ -73,6 +74,7 @@ from .steps import (
     LOG_TAIL_ON_ERROR,
     env,
     executor,
+    executor_pod_patch,
     inputs,
     pod_security,
     resources,
@@ -105,7 +107,14 @@ CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 APP = "{{workflow.parameters.app}}"
 REVISION = "{{workflow.parameters.revision}}"
 FORCE = "{{workflow.parameters.force}}"
-POD_LABELS = {LABEL_APP: APP, LABEL_REVISION: REVISION, LABEL_PART_OF: "fabrique"}
+# the revision label holds the sha12 (a label value holds at most 63 characters, a
+# SHA-256 commit 64); the whole revision is the Workflow's annotation and parameter
+SHORT_REVISION_EXPRESSION = f"sprig.trunc({SHORT_SHA_LEN}, workflow.parameters.revision)"
+POD_LABELS = {
+    LABEL_APP: APP,
+    LABEL_REVISION: "{{=" + SHORT_REVISION_EXPRESSION + "}}",
+    LABEL_PART_OF: "fabrique",
+}
 STEP_LABEL = "fabrique.io/step"
 
 CHECKOUT_SCRIPT = r"""set -eu
@@ -286,7 +295,7 @@ def build_template(site: Site) -> WorkflowTemplate:
             labels={LABEL_PART_OF: "fabrique"},
             labels_from={
                 LABEL_APP: m.LabelValueFrom(expression="workflow.parameters.app"),
-                LABEL_REVISION: m.LabelValueFrom(expression="workflow.parameters.revision"),
+                LABEL_REVISION: m.LabelValueFrom(expression=SHORT_REVISION_EXPRESSION),
             },
         ),
         # Builds of one app run one at a time; other apps build in parallel.
@@ -296,6 +305,7 @@ def build_template(site: Site) -> WorkflowTemplate:
         ttl_strategy=m.TTLStrategy(seconds_after_success=86400, seconds_after_failure=604800),
         volume_claim_gc=m.VolumeClaimGC(strategy="OnWorkflowCompletion"),
         security_context=pod_security(),
+        pod_spec_patch=executor_pod_patch(),
         on_exit=EXIT_HANDLER,
     ) as template:
         plan = tools_step(

@@ -12,7 +12,7 @@ from fabrique.site.config import Site
 from fabrique.site.names import LABEL_MANAGED_BY, LABEL_PART_OF
 
 from . import site_from_env
-from .steps import executor, pod_security, token, tools_step
+from .steps import executor, executor_pod_patch, pod_security, token, tools_step
 
 CRON_NAME = "gitea-mirror-sync"
 SERVICE_ACCOUNT = "fabrique-mirror-sync"
@@ -37,6 +37,7 @@ def mirror_cron(site: Site) -> CronWorkflow:
         automount_service_account_token=False,  # it calls Gitea, never the API
         executor=executor(),
         security_context=pod_security(),
+        pod_spec_patch=executor_pod_patch(),
         active_deadline_seconds=300,
     ) as cron:
         run = tools_step(

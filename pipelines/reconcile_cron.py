@@ -24,7 +24,7 @@ from fabrique.site.config import Site
 from fabrique.site.names import LABEL_MANAGED_BY, LABEL_PART_OF
 
 from . import site_from_env
-from .steps import executor, pod_security, resources, token, tools_step
+from .steps import executor, executor_pod_patch, pod_security, resources, token, tools_step
 
 CRON_NAME = "fabrique-reconcile"
 SERVICE_ACCOUNT = "fabrique-reconciler"
@@ -53,6 +53,7 @@ def reconcile_cron(site: Site) -> CronWorkflow:
         service_account_name=SERVICE_ACCOUNT,  # its token creates the Workflows
         executor=executor(),
         security_context=pod_security(),
+        pod_spec_patch=executor_pod_patch(),
         # a pass that hangs must not hold the next one off (concurrencyPolicy Forbid)
         active_deadline_seconds=max(60, _period_seconds(settings.schedule) - 30),
     ) as cron:

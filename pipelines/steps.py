@@ -7,6 +7,7 @@ securityContext that Pod Security ``restricted`` admits.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from hera.workflows import (
@@ -34,10 +35,39 @@ RUN_AS = 1000
 # runs Workflows: it may only report steps (workflowtaskresults). A pod whose main
 # container needs no API mounts no token there; only the executor gets this one.
 EXECUTOR_ACCOUNT = "fabrique-executor"
+# the Secret Argo's controller mounts for it (see fabrique.render.executor_account)
+EXECUTOR_TOKEN_SECRET = f"{EXECUTOR_ACCOUNT}.service-account-token"
 
 
 def executor() -> m.ExecutorConfig:
     return m.ExecutorConfig(service_account_name=EXECUTOR_ACCOUNT)
+
+
+def executor_pod_patch() -> str:
+    """The ``podSpecPatch`` that gives Argo's own containers of every step pod, ``init``
+    and ``wait``, the restricted container securityContext.
+
+    The controller adds them with the securityContext of its ConfigMap's
+    ``executor.securityContext`` (empty upstream), and Pod Security ``restricted``
+    refuses a container without ``allowPrivilegeEscalation: false`` and
+    ``capabilities.drop: [ALL]``: the control namespace's CronWorkflows would get no
+    pod. The patch is applied after the controller adds them (``createWorkflowPod``,
+    then ``util.ApplyPodSpecPatch``, a strategic merge keyed by container name), so the
+    upstream controller ConfigMap stays as it ships. Every pod has both: ``init``
+    always, ``wait`` for every container template."""
+    context = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+    }
+    return json.dumps(
+        {
+            "initContainers": [{"name": "init", "securityContext": context}],
+            "containers": [{"name": "wait", "securityContext": context}],
+        },
+        sort_keys=True,
+    )
 
 
 def retry(site: Site) -> RetryStrategy:

@@ -199,11 +199,15 @@ def test_labels_mutex_and_lifecycle(template: dict[str, Any]) -> None:
     }
     assert spec["workflowMetadata"]["labelsFrom"] == {
         LABEL_APP: {"expression": "workflow.parameters.app"},
-        LABEL_REVISION: {"expression": "workflow.parameters.revision"},
+        # a label value holds at most 63 characters, a SHA-256 commit 64: the sha12
+        LABEL_REVISION: {"expression": "sprig.trunc(12, workflow.parameters.revision)"},
     }
     for name, t in _pods(template).items():
         assert t["metadata"]["labels"][LABEL_APP] == "{{workflow.parameters.app}}", name
-        assert t["metadata"]["labels"][LABEL_REVISION] == "{{workflow.parameters.revision}}", name
+        assert (
+            t["metadata"]["labels"][LABEL_REVISION]
+            == "{{=sprig.trunc(12, workflow.parameters.revision)}}"
+        ), name
     assert spec["activeDeadlineSeconds"] == 3600
     assert spec["podGC"]["strategy"] == "OnPodSuccess"
     assert spec["ttlStrategy"]["secondsAfterFailure"] >= spec["ttlStrategy"]["secondsAfterSuccess"]
@@ -256,7 +260,10 @@ def test_tokens_come_from_secrets_only() -> None:
         "secretKeyRef": {"key": "token", "name": "fabrique-gitea", "optional": True}
     }
     for doc in documents(TREE):
-        assert doc["kind"] != "Secret", "no Secret is rendered: they come from the cluster"
+        if doc["kind"] == "Secret":
+            # only the executor's token Secrets, which Kubernetes fills: no value here
+            assert doc["type"] == "kubernetes.io/service-account-token", doc["metadata"]
+            assert "data" not in doc and "stringData" not in doc, doc["metadata"]
         for path, key, value in walk(doc):
             if (
                 isinstance(key, str)

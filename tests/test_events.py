@@ -203,7 +203,8 @@ def test_the_name_and_the_revision_come_from_the_same_field(
     created = fire(rendered_sensor["spec"]["triggers"][0], last, first=first)
     revision = created["spec"]["arguments"]["parameters"][1]["value"]
     assert created["metadata"]["name"] == f"fabrique-citation-{revision[:12]}"
-    assert created["metadata"]["labels"]["fabrique.io/revision"] == revision
+    assert created["metadata"]["labels"]["fabrique.io/revision"] == revision[:12]
+    assert created["metadata"]["annotations"]["fabrique.io/revision"] == revision
     for parameter in rendered_sensor["spec"]["triggers"][0]["template"]["k8s"]["parameters"]:
         assert "dataKey" not in parameter["src"], parameter["dest"]
 

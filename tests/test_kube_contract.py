@@ -153,7 +153,8 @@ def test_submit_creates_then_says_already_exists(api: Api, tmp_path: Path) -> No
     stored = api.read("Workflow", BUILD_NS, name)
     assert stored is not None
     assert stored["spec"]["workflowTemplateRef"] == {"name": "fabrique-build"}
-    assert stored["metadata"]["labels"]["fabrique.io/revision"] == sha
+    assert stored["metadata"]["labels"]["fabrique.io/revision"] == sha[:12]
+    assert stored["metadata"]["annotations"]["fabrique.io/revision"] == sha
 
 
 def test_a_workflow_reads_back_with_its_revision_and_a_missing_one_as_none(

@@ -35,7 +35,9 @@ def test_submit_creates_the_workflow_then_reports_it_exists(
         {"name": "app", "value": "citation"},
         {"name": "revision", "value": REV},
     ]
-    assert stored["metadata"]["labels"]["fabrique.io/revision"] == REV
+    # a label value holds at most 63 characters: the sha12 there, the revision annotated
+    assert stored["metadata"]["labels"]["fabrique.io/revision"] == REV[:12]
+    assert stored["metadata"]["annotations"]["fabrique.io/revision"] == REV
 
     again = run_cli("submit", "--app", "citation", "--revision", REV, env=kubeconfig)
     assert again.exit_code == 0
@@ -95,7 +97,7 @@ def test_print_argo_line(kube: KubeApiDouble) -> None:
     assert result.stdout.strip() == (
         "argo submit -n fabrique-build --from workflowtemplate/fabrique-build "
         f"--name fabrique-citation-{REV[:12]} -p app=citation -p revision={REV} "
-        f"-l fabrique.io/app=citation,fabrique.io/revision={REV},"
+        f"-l fabrique.io/app=citation,fabrique.io/revision={REV[:12]},"
         "app.kubernetes.io/part-of=fabrique,app.kubernetes.io/managed-by=fabrique,"
         "fabrique.io/submitted-by=cli"
     )

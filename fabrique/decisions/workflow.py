@@ -11,10 +11,12 @@ from typing import Any
 
 from fabrique.site.config import Site
 from fabrique.site.names import (
+    ANNOTATION_REVISION,
     LABEL_APP,
     LABEL_MANAGED_BY,
     LABEL_PART_OF,
     LABEL_REVISION,
+    SHORT_SHA_LEN,
     TEMPLATE_NAME,
     check_revision,
     workflow_name,
@@ -43,7 +45,9 @@ def workflow_object(
     site: Site, app: str, name: str, revision: str, *, submitted_by: str
 ) -> dict[str, Any]:
     """The Workflow body itself. ``build_workflow`` checks its inputs; the Sensor fills
-    ``name`` and ``revision`` from the push event (see ``SENSOR_PARAMETERS``)."""
+    ``name`` and ``revision`` from the push event (``NAME_DEST``, ``REVISION_DESTS``,
+    ``SHORT_REVISION_DESTS``). The revision label holds its first 12 characters (a label
+    value holds at most 63, a SHA-256 commit 64), the annotation the whole."""
     return {
         "apiVersion": API_VERSION,
         "kind": "Workflow",
@@ -52,11 +56,12 @@ def workflow_object(
             "namespace": site.namespaces.build,
             "labels": {
                 LABEL_APP: app,
-                LABEL_REVISION: revision,
+                LABEL_REVISION: revision[:SHORT_SHA_LEN],
                 LABEL_PART_OF: "fabrique",
                 LABEL_MANAGED_BY: "fabrique",
                 "fabrique.io/submitted-by": submitted_by,
             },
+            "annotations": {ANNOTATION_REVISION: revision},
         },
         "spec": {
             "workflowTemplateRef": {"name": TEMPLATE_NAME},
@@ -72,14 +77,19 @@ def workflow_object(
 
 # Where the Sensor writes the pushed commit into ``workflow_object``: sjson paths, as
 # Argo Events' trigger parameters take them (dots inside a key escaped).
-REVISION_DESTS = ("spec.arguments.parameters.1.value", "metadata.labels.fabrique\\.io/revision")
+REVISION_DESTS = (
+    "spec.arguments.parameters.1.value",
+    "metadata.annotations.fabrique\\.io/revision",
+)
+SHORT_REVISION_DESTS = ("metadata.labels.fabrique\\.io/revision",)
 NAME_DEST = "metadata.name"
 
 
 def argo_submit_line(body: dict[str, Any], *, context: str | None = None) -> str:
     """The ``argo submit`` command line that creates ``body`` (a ``build_workflow``): the
     same name, namespace, template, parameters and labels, so that either way of
-    submitting makes the same Workflow."""
+    submitting builds the same commit under the same name. ``argo submit`` sets no
+    annotation: the full revision is in the ``revision`` parameter there."""
     meta, spec = body["metadata"], body["spec"]
     words = ["argo", "submit"]
     if context:

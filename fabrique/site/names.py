@@ -25,7 +25,11 @@ DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 LABEL_APP = "fabrique.io/app"
+# A label value holds at most 63 characters, and a SHA-256 commit id is 64: the label
+# holds the sha12 (as the Workflow's name and the image tag do), the annotation of the
+# same key the full revision.
 LABEL_REVISION = "fabrique.io/revision"
+ANNOTATION_REVISION = "fabrique.io/revision"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_PART_OF = "app.kubernetes.io/part-of"
 

@@ -146,16 +146,22 @@ class Cluster:
         return self.kubectl("apply", "--server-side", "--field-manager=fabrique", "-k", str(tree))
 
     def versions(self, tree: Path) -> dict[str, str]:
-        """kind/namespace/name -> version of every object of the tree: its generation,
-        which only a change of what was applied moves (a controller writing the status
-        does not), else its resourceVersion."""
+        """kind/namespace/name -> what the apply itself last changed of every object of
+        the tree: its generation and the time of the ``fabrique`` field manager's entry.
+        A no-op apply moves neither; a controller filling a status or a token Secret's
+        data (Kubernetes' token controller) moves neither either."""
         listed = json.loads(self.kubectl("get", "-k", str(tree), "-o", "json"))
-        return {
-            "/".join(
-                (item["kind"], item["metadata"].get("namespace", ""), item["metadata"]["name"])
-            ): str(item["metadata"].get("generation") or item["metadata"]["resourceVersion"])
-            for item in listed["items"]
-        }
+        found = {}
+        for item in listed["items"]:
+            meta = item["metadata"]
+            applied = [
+                entry.get("time", "")
+                for entry in meta.get("managedFields") or []
+                if entry.get("manager") == "fabrique" and entry.get("operation") == "Apply"
+            ]
+            key = "/".join((item["kind"], meta.get("namespace", ""), meta["name"]))
+            found[key] = f"generation {meta.get('generation')}, applied {applied}"
+        return found
 
     # -- waiting --------------------------------------------------------------------------
 
