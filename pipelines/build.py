@@ -395,7 +395,7 @@ def build_template(site: Site) -> WorkflowTemplate:
             ),
             affinity=_no_control_plane(),
             # the writable layer and the logs; the BuildKit state is the bounded volume
-            resources=resources("500m", "1Gi", "4Gi", ephemeral_limit="2Gi"),
+            resources=resources("500m", "1Gi", "4Gi", ephemeral_limit=site.build.ephemeral_limit),
             retry_strategy=retry(site),
             termination_message_policy=LOG_TAIL_ON_ERROR,
             metrics=_build_metrics(),

@@ -81,7 +81,7 @@ def test_build_container_is_rootless_buildkit(template: dict[str, Any]) -> None:
         "emptyDir": {"sizeLimit": "20Gi"},  # build.stateSize: a runaway build is evicted
         "name": "buildkit-state",
     }
-    assert container["resources"]["limits"]["ephemeral-storage"] == "2Gi"
+    assert container["resources"]["limits"]["ephemeral-storage"] == "22Gi"  # the state volume (20Gi) and its scratch (2Gi)
     assert (
         volumes[mounts["/home/user/.config/buildkit"]]["configMap"]["name"] == "fabrique-buildkitd"
     )
@@ -342,3 +342,27 @@ def test_tools_image_carries_cosign_pinned_by_digest() -> None:
 
 def test_template_file_is_in_the_tree() -> None:
     assert (Path(TREE) / "build" / "workflowtemplate.yaml").is_file()
+
+
+def test_the_build_pods_ephemeral_limit_holds_its_state_volume() -> None:
+    """The kubelet evicts a pod whose ephemeral use, emptyDirs and containers together,
+    passes the sum of its containers' ephemeral-storage limits
+    (``podEphemeralStorageLimitEviction`` in pkg/kubelet/eviction/eviction_manager.go):
+    a limit under the BuildKit state volume's sizeLimit evicts every build that fills
+    its cache. The limit is the state volume plus the container's own scratch."""
+    from fabrique.site.config import add_sizes
+
+    build = _templates(find(TREE, "WorkflowTemplate", "fabrique-build"))["build"]
+    limit = build["container"]["resources"]["limits"]["ephemeral-storage"]
+    state = next(v for v in build["volumes"] if v["name"] == "buildkit-state")
+    assert state["emptyDir"]["sizeLimit"] == "20Gi"
+    assert limit == add_sizes(state["emptyDir"]["sizeLimit"], "2Gi") == "22Gi"
+
+
+def test_the_ephemeral_limit_follows_the_values(tmp_path: Path) -> None:
+    from fabrique.site.config import add_sizes, load_site
+
+    values = tmp_path / "site.yaml"
+    values.write_text("build:\n  stateSize: 50Gi\n  scratchSize: 512Mi\n")
+    assert load_site(values, env={}).build.ephemeral_limit == "51712Mi"
+    assert add_sizes("1Ti", "1Gi") == "1025Gi"

@@ -174,6 +174,18 @@ def _quantity(value: str) -> str:
     return value
 
 
+_UNITS = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}
+
+
+def add_sizes(*sizes: str) -> str:
+    """The sum of sizes such as 20Gi and 512Mi, in the largest unit that holds it whole."""
+    total = sum(int(size[:-2]) * _UNITS[size[-2:]] for size in sizes)
+    for unit, factor in sorted(_UNITS.items(), key=lambda item: -item[1]):
+        if total % factor == 0:
+            return f"{total // factor}{unit}"
+    raise ValueError(f"sizes {sizes}: not a whole number of Ki")  # pragma: no cover
+
+
 def _build_args(value: dict[str, str]) -> dict[str, str]:
     for key, arg in value.items():
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
@@ -337,6 +349,18 @@ class BuildConfig(_Model):
     workspace_size: Annotated[str, AfterValidator(_quantity)]
     # the BuildKit state emptyDir's sizeLimit: past it the build pod is evicted
     state_size: Annotated[str, AfterValidator(_quantity)] = "20Gi"
+    # the build container's own writable layer and logs, beside the state volume; its
+    # ephemeral-storage limit is the two added (see ephemeral_limit)
+    scratch_size: Annotated[str, AfterValidator(_quantity)] = "2Gi"
+
+    @property
+    def ephemeral_limit(self) -> str:
+        """The build container's ephemeral-storage limit. The kubelet evicts a pod whose
+        ephemeral use (its containers' writable layers and logs, and its emptyDirs) passes
+        the sum of its containers' limits (``podEphemeralStorageLimitEviction``), so the
+        limit holds the state volume whole, plus the container's own scratch."""
+        return add_sizes(self.state_size, self.scratch_size)
+
     storage_class_name: DnsLabel | None = None
 
 
