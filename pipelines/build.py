@@ -203,6 +203,11 @@ def buildkitd_toml(site: Site) -> str:
 
 
 def _no_control_plane() -> m.Affinity:
+    """Off the control plane: the builder never runs there (invariant 5), and neither does
+    any other pod of the workspace claim. A ReadWriteOnce claim of a WaitForFirstConsumer
+    class is bound on the node of its first pod (the scheduler's VolumeBinding plugin),
+    and a local volume's node affinity then holds every later pod to that node: a checkout
+    on a schedulable control-plane node would leave the build unschedulable for good."""
     return m.Affinity(
         node_affinity=m.NodeAffinity(
             required_during_scheduling_ignored_during_execution=m.NodeSelector(
@@ -350,6 +355,8 @@ def build_template(site: Site) -> WorkflowTemplate:
             resources=resources("100m", "128Mi", "1Gi"),
             retry_strategy=retry(site),
             termination_message_policy=LOG_TAIL_ON_ERROR,
+            # the workspace claim binds on its first pod's node: keep to the build's nodes
+            affinity=_no_control_plane(),
         )
         build = Container(
             name="build",
@@ -409,6 +416,7 @@ def build_template(site: Site) -> WorkflowTemplate:
             ],
             labels=POD_LABELS,
             volume_mounts=[m.VolumeMount(name="workspace", mount_path=WORKSPACE, read_only=True)],
+            affinity=_no_control_plane(),
             retry_strategy=transient_retry(site),
             outputs=[Parameter(name=VERIFIED_OUTPUT, value_from=m.ValueFrom(path=DIGEST_FILE))],
         )

@@ -81,7 +81,9 @@ def test_build_container_is_rootless_buildkit(template: dict[str, Any]) -> None:
         "emptyDir": {"sizeLimit": "20Gi"},  # build.stateSize: a runaway build is evicted
         "name": "buildkit-state",
     }
-    assert container["resources"]["limits"]["ephemeral-storage"] == "22Gi"  # the state volume (20Gi) and its scratch (2Gi)
+    assert (
+        container["resources"]["limits"]["ephemeral-storage"] == "22Gi"
+    )  # the state volume (20Gi) and its scratch (2Gi)
     assert (
         volumes[mounts["/home/user/.config/buildkit"]]["configMap"]["name"] == "fabrique-buildkitd"
     )
@@ -366,3 +368,20 @@ def test_the_ephemeral_limit_follows_the_values(tmp_path: Path) -> None:
     values.write_text("build:\n  stateSize: 50Gi\n  scratchSize: 512Mi\n")
     assert load_site(values, env={}).build.ephemeral_limit == "51712Mi"
     assert add_sizes("1Ti", "1Gi") == "1025Gi"
+
+
+def test_every_pod_of_the_workspace_keeps_off_the_control_plane() -> None:
+    """The scheduler's VolumeBinding plugin (pkg/scheduler/framework/plugins/volumebinding)
+    binds a WaitForFirstConsumer claim on its first pod's node, and the volume's node
+    affinity then holds every later pod of the claim there. A checkout on a schedulable
+    control-plane node would leave the build, which never runs there, unschedulable."""
+    templates = _templates(find(TREE, "WorkflowTemplate", "fabrique-build"))
+    build_affinity = templates["build"]["affinity"]
+    mounting = [
+        name
+        for name, t in templates.items()
+        if any(m["name"] == "workspace" for m in (t.get("container") or {}).get("volumeMounts", []))
+    ]
+    assert {"checkout", "build", "verify-digest"} <= set(mounting)
+    for name in mounting:
+        assert templates[name].get("affinity") == build_affinity, name

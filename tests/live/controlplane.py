@@ -21,9 +21,11 @@ import datetime
 import ipaddress
 import json
 import os
+import random
 import secrets
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -59,11 +61,25 @@ class ControlPlaneError(RuntimeError):
 
 
 def free_port() -> int:
-    import socket
+    """A free loopback port below the kernel's ephemeral range.
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    A port the kernel hands out for bind(0) comes from the ephemeral range, which the
+    peers' own outgoing connections (every watch of every controller) draw from too:
+    between choosing it and the peer binding it, one of them may take it. Below that
+    range only a listener takes a port."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    for _ in range(200):
+        port = random.randrange(10000, max(10001, low - 1))
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise ControlPlaneError("no free loopback port below the ephemeral range")
 
 
 def _pem_key(key: rsa.RSAPrivateKey) -> bytes:
@@ -176,10 +192,23 @@ class ControlPlane:
 
     # -- start ----------------------------------------------------------------------------
 
-    def start(self, bins: dict[str, Path]) -> ControlPlane:
+    def start(self, bins: dict[str, Path], attempts: int = 3) -> ControlPlane:
+        """Start every peer; a port taken meanwhile (by a listener outside this plane)
+        is a new try on new ports, up to ``attempts``."""
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._start(bins)
+            except ControlPlaneError as failed:
+                if "address already in use" not in str(failed) or attempt == attempts:
+                    raise
+                print(f"# control plane: a port was taken, try {attempt + 1}", file=sys.stderr)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _start(self, bins: dict[str, Path]) -> ControlPlane:
         self.folder.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(self.folder / "etcd", ignore_errors=True)  # every start is a new cluster
         self.bins = {name: str(path) for name, path in bins.items()}
+        self.ports.clear()
         for name in ("etcd", "apiserver", "etcd-peer", "controller-manager", "scheduler"):
             self.ports[name] = free_port()
         for name in ("argo-metrics", "argo-telemetry", "kwok"):
@@ -416,7 +445,7 @@ class ControlPlane:
             self.kubectl("create", "namespace", namespace, check=False)
         # a default StorageClass and local volumes on the worker, as a provisioner would
         # make them: the workspace PVC of fabrique-build binds to one
-        self.kubectl("apply", "--server-side", "-f", "-", stdin=_storage_yaml(20))
+        self.kubectl("apply", "--server-side", "-f", "-", stdin=_storage_yaml(40))
         self.kubectl("apply", "--server-side", "-f", "-", stdin=_nodes_yaml())
 
     def _established(self, count: int) -> bool:
@@ -616,6 +645,9 @@ def _nodes_yaml() -> str:
 
 
 def _storage_yaml(volumes: int) -> str:
+    """A default WaitForFirstConsumer class and local volumes on every node, the
+    control plane's too: where a claim binds is the scheduler's choice, as on a cluster
+    whose control-plane node takes workloads."""
     docs: list[dict[str, Any]] = [
         {
             "apiVersion": "storage.k8s.io/v1",
@@ -629,6 +661,7 @@ def _storage_yaml(volumes: int) -> str:
         }
     ]
     for index in range(volumes):
+        node = WORKER if index % 2 == 0 else CONTROL_PLANE
         docs.append(
             {
                 "apiVersion": "v1",
@@ -648,7 +681,7 @@ def _storage_yaml(volumes: int) -> str:
                                         {
                                             "key": "kubernetes.io/hostname",
                                             "operator": "In",
-                                            "values": [WORKER],
+                                            "values": [node],
                                         }
                                     ]
                                 }
