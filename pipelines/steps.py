@@ -70,12 +70,17 @@ def executor_pod_patch() -> str:
     )
 
 
+def backoff() -> m.Backoff:
+    """10 s, then doubling. No ``maxDuration``: Argo measures it from the first attempt's
+    start and makes what is left of it the retry pod's deadline (``processNodeRetries``
+    in workflow/controller/operator.go), so a step longer than it was never retried and
+    a late retry was killed within seconds. ``limit`` and the Workflow's
+    ``activeDeadlineSeconds`` bound the retries."""
+    return m.Backoff(duration="10s", factor=m.IntOrString("2"))
+
+
 def retry(site: Site) -> RetryStrategy:
-    return RetryStrategy(
-        limit=str(site.build.retries),
-        retry_policy="Always",
-        backoff=m.Backoff(duration="10s", factor=m.IntOrString("2"), max_duration="5m"),
-    )
+    return RetryStrategy(limit=str(site.build.retries), retry_policy="Always", backoff=backoff())
 
 
 def restricted(read_only_root: bool = True) -> m.SecurityContext:
@@ -113,7 +118,7 @@ def transient_retry(site: Site) -> RetryStrategy:
         limit=str(site.build.retries),
         retry_policy="Always",
         expression=f"asInt(lastRetry.exitCode) == {TRANSIENT_EXIT_CODE}",
-        backoff=m.Backoff(duration="10s", factor=m.IntOrString("2"), max_duration="5m"),
+        backoff=backoff(),
     )
 
 

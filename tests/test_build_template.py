@@ -385,3 +385,17 @@ def test_every_pod_of_the_workspace_keeps_off_the_control_plane() -> None:
     assert {"checkout", "build", "verify-digest"} <= set(mounting)
     for name in mounting:
         assert templates[name].get("affinity") == build_affinity, name
+
+
+def test_no_retry_is_cut_by_a_window_from_the_first_attempt() -> None:
+    """Argo measures ``backoff.maxDuration`` from the first attempt's start and makes
+    what is left the retry pod's deadline (``processNodeRetries``, operator.go): a build
+    longer than it is never retried, a late retry is killed within seconds."""
+    for doc in documents(TREE):
+        spec = doc.get("spec") or {}
+        spec = spec.get("workflowSpec", spec)
+        for t in spec.get("templates") or []:
+            strategy = t.get("retryStrategy")
+            if strategy:
+                assert "maxDuration" not in strategy.get("backoff", {}), t["name"]
+                assert int(strategy["limit"]) >= 1, t["name"]
