@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import celpy
 import pytest
 
 from fabrique.decisions.workflow import build_workflow
@@ -15,6 +14,7 @@ from fabrique.site.config import load_site
 
 from . import payloads
 from .conftest import ROOT
+from .doubles.admission import Admission
 from .doubles.sensor import fire
 from .manifests import documents, find
 
@@ -83,7 +83,7 @@ def test_the_build_namespace_policies_select_build_pods_only() -> None:
 
 
 @pytest.fixture(scope="module")
-def admission() -> list[tuple[Any, str]]:
+def admission() -> Admission:
     policy = find(TREE, "ValidatingAdmissionPolicy", "fabrique-build-workflows")
     binding = find(TREE, "ValidatingAdmissionPolicyBinding", "fabrique-build-workflows")
     assert binding["spec"]["policyName"] == "fabrique-build-workflows"
@@ -100,26 +100,13 @@ def admission() -> list[tuple[Any, str]]:
             "resources": ["workflows"],
         }
     ]
-    env = celpy.Environment()
-    return [
-        (env.program(env.compile(v["expression"])), v["message"])
-        for v in policy["spec"]["validations"]
-    ]
+    return Admission(TREE)
 
 
-def _refusals(admission: list[tuple[Any, str]], workflow: dict[str, Any]) -> list[str]:
+def _refusals(admission: Admission, workflow: dict[str, Any]) -> list[str]:
     """The messages of the rules ``workflow`` breaks (an evaluation error refuses too,
     as failurePolicy Fail does)."""
-    activation = {"object": celpy.json_to_cel(workflow)}
-    refused = []
-    for program, message in admission:
-        try:
-            result = program.evaluate(activation)
-        except celpy.CELEvalError:
-            result = None
-        if not (isinstance(result, celpy.celtypes.BoolType) and bool(result)):
-            refused.append(message)
-    return refused
+    return admission.refusals(workflow)
 
 
 def _sensor_workflow() -> dict[str, Any]:
@@ -127,7 +114,7 @@ def _sensor_workflow() -> dict[str, Any]:
     return fire(trigger, payloads.push(after=REVISION, files=["dataops/citation-dagster/x"]))
 
 
-def test_what_the_three_callers_create_is_admitted(admission: list[tuple[Any, str]]) -> None:
+def test_what_the_three_callers_create_is_admitted(admission: Admission) -> None:
     callers = {
         "sensor": _sensor_workflow(),
         "reconciler": build_workflow(SITE, "citation", REVISION, submitted_by="reconciler"),
@@ -164,7 +151,7 @@ def _inline(spec: dict[str, Any]) -> None:
         (lambda s: s["arguments"].update(artifacts=[{"name": "a"}]), "only the parameters"),
     ],
 )
-def test_anything_else_is_refused(admission: list[tuple[Any, str]], edit: Any, broken: str) -> None:
+def test_anything_else_is_refused(admission: Admission, edit: Any, broken: str) -> None:
     workflow = copy.deepcopy(_sensor_workflow())
     edit(workflow["spec"])
     refusals = _refusals(admission, workflow)

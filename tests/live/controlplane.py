@@ -283,16 +283,7 @@ class ControlPlane:
         self.save()
 
     def _died(self, name: str) -> str | None:
-        pid = self.pids[name]
-        try:
-            done, status = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            try:
-                os.kill(pid, 0)
-            except OSError:
-                return "exited"
-            return None
-        return f"exited with status {status >> 8}" if done else None
+        return _exited(self.pids[name])
 
     def _wait(self, name: str, ready: Any, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -548,37 +539,48 @@ class ControlPlane:
     # -- stop -----------------------------------------------------------------------------
 
     def stop(self) -> None:
-        for name in reversed(list(self.pids)):
-            _terminate(self.pids[name])
-            if name in self.processes:
-                self.processes.pop(name).wait(timeout=10)
+        _terminate(list(reversed(self.pids.values())))
+        for process in self.processes.values():
+            process.wait(timeout=10)
+        self.processes.clear()
         self.pids.clear()
         if self.state_file.exists():
             self.state_file.unlink()
 
 
-def _terminate(pid: int) -> None:
+def _exited(pid: int) -> str | None:
+    """How process ``pid`` ended, or None while it runs (a child of this process is
+    reaped; one started by an earlier ``make up`` is only looked for)."""
     try:
-        os.killpg(pid, signal.SIGTERM)
-    except OSError:
-        return
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
         try:
-            done, _ = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            try:
-                os.kill(pid, 0)
-            except OSError:
-                return
-            done = 0
-        if done:
-            return
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return "exited"
+        return "exited" if state in ("Z", "X") else None  # a zombie nobody reaps ended too
+    return f"exited with status {status >> 8}" if done else None
+
+
+def _terminate(pids: list[int], grace: float = 3) -> None:
+    """SIGTERM to every process group at once, then SIGKILL to those still there after
+    ``grace`` seconds (the API server and the Argo controller drain for longer, and
+    nothing of a test cluster is worth keeping)."""
+    for pid in pids:
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except OSError:
+            pass
+    deadline = time.monotonic() + grace
+    running = list(pids)
+    while running and time.monotonic() < deadline:
+        running = [pid for pid in running if _exited(pid) is None]
         time.sleep(0.1)
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except OSError:
-        pass
+    for pid in running:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def _http_ok(url: str) -> bool:
