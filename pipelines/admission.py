@@ -8,8 +8,10 @@ referencing Workflow's spec is merged over the template's).
 
 A ``ValidatingAdmissionPolicy`` bound to the build namespace refuses, at CREATE, every
 Workflow whose spec is anything but ``workflowTemplateRef: {name: fabrique-build}`` and
-``arguments.parameters`` among ``app``, ``revision``, ``force``: exactly what the Sensor,
-the reconciler and ``fabrique submit`` create (``fabrique.decisions.workflow``).
+``arguments.parameters`` among ``app``, ``revision``, ``force``, or whose name is not
+``fabrique-<app>-<sha12>`` of its own parameters (the name is what makes a second
+Workflow of one commit a 409): exactly what the Sensor, the reconciler and ``fabrique
+submit`` create (``fabrique.decisions.workflow``).
 
 Argo's own ``workflowRestrictions.templateReferencing: Strict`` was not chosen: it is a
 setting of the whole controller (every team's Workflows, every namespace), it lets a
@@ -22,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from fabrique.site.config import Site
-from fabrique.site.names import TEMPLATE_NAME
+from fabrique.site.names import SHORT_SHA_LEN, TEMPLATE_NAME, WORKFLOW_PREFIX
 from fabrique.site.objects import object_meta
 
 POLICY = "fabrique-build-workflows"
@@ -47,6 +49,18 @@ RULES = (
         "|| object.spec.arguments.parameters.all(p, p.all(k, k in ['name', 'value']) "
         f"&& p.name in {list(PARAMETERS)!r})))",
         f"a Workflow here may pass only the parameters {', '.join(PARAMETERS)}",
+    ),
+    (
+        # the name is what makes a second Workflow of one commit a 409: it must be the
+        # one of its app and revision, fabrique-<app>-<sha12> (standard CEL only)
+        "has(object.metadata.name) && object.spec.arguments.parameters.exists(a, "
+        "a.name == 'app' && object.spec.arguments.parameters.exists(r, r.name == 'revision' "
+        f"&& size(object.metadata.name) == size('{WORKFLOW_PREFIX}' + a.value + '-') "
+        f"+ {SHORT_SHA_LEN} "
+        f"&& object.metadata.name.startsWith('{WORKFLOW_PREFIX}' + a.value + '-') "
+        f"&& ('{WORKFLOW_PREFIX}' + a.value + '-' + r.value).startsWith(object.metadata.name)))",
+        f"a Workflow here must be named {WORKFLOW_PREFIX}<app>-<the first {SHORT_SHA_LEN} "
+        "characters of its revision>",
     ),
 )
 

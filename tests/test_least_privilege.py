@@ -156,3 +156,31 @@ def test_anything_else_is_refused(admission: Admission, edit: Any, broken: str) 
     edit(workflow["spec"])
     refusals = _refusals(admission, workflow)
     assert any(broken in message for message in refusals), refusals
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "fabrique-citation-000000000000",  # another commit's sha12
+        "fabrique-other-4e1d9c0b7a6f",  # another app
+        "fabrique-citation-4e1d9c0b7a6",  # a short sha
+        "fabrique-citation-4e1d9c0b7a6f5",  # a longer one
+        "citation-4e1d9c0b7a6f",
+    ],
+)
+def test_a_workflow_named_for_another_build_is_refused(admission: Admission, name: str) -> None:
+    """The name makes a second Workflow of one commit a 409: a caller that names it
+    otherwise could build one commit twice, or hide a build under another's name."""
+    workflow = copy.deepcopy(_sensor_workflow())
+    assert admission.refusals(workflow) == []
+    workflow["metadata"]["name"] = name
+    assert admission.refusals(workflow) == [
+        "a Workflow here must be named fabrique-<app>-<the first 12 characters of its revision>"
+    ]
+
+
+def test_a_sha256_revision_names_its_workflow_by_its_sha12(admission: Admission) -> None:
+    revision = "ab" * 32
+    workflow = build_workflow(load_site(env={}), "citation", revision, submitted_by="cli")
+    assert workflow["metadata"]["name"] == f"fabrique-citation-{revision[:12]}"
+    assert admission.refusals(workflow) == []

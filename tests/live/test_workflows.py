@@ -102,6 +102,18 @@ def test_the_api_server_refuses_any_other_workflow_in_the_build_namespace(
     assert "fabrique-build-workflows" in answer.message
 
 
+def test_the_api_server_refuses_a_workflow_named_for_another_commit(
+    cluster: Cluster, applied: Path
+) -> None:
+    body = build_workflow(SITE, "citation", revision(), submitted_by="cli")
+    body["metadata"]["name"] = f"fabrique-citation-{revision()[:12]}"
+    answer = create_workflow(cluster, body)
+    assert answer.status == 422, answer.body
+    assert (
+        "must be named fabrique-<app>-<the first 12 characters of its revision>" in answer.message
+    )
+
+
 def test_a_sha256_revision_is_admitted_labelled_by_its_sha12_and_run(
     cluster: Cluster, applied: Path
 ) -> None:
