@@ -9,6 +9,7 @@ double to the real server: where the two differ, the double is wrong.
 from __future__ import annotations
 
 import base64
+import json
 import uuid
 from pathlib import Path
 from typing import Any, Protocol
@@ -298,7 +299,7 @@ def net_env(api: Api, tmp_path: Path) -> dict[str, str]:
     return {"KUBECONFIG": str(kubeconfig), "FABRIQUE_GITEA_TOKEN": GITEA_TOKEN}
 
 
-def test_reconcile_submits_remembers_and_a_second_pass_asks_less(
+def test_reconcile_submits_remembers_and_a_second_pass_finds_it_in_flight(
     api: Api,
     code_repo: Repo,
     gitea: GiteaDouble,
@@ -320,22 +321,17 @@ def test_reconcile_submits_remembers_and_a_second_pass_asks_less(
 
     again = run_cli("--values", str(values), "reconcile", env=net_env)
     assert again.exit_code == 0, again.stderr
-    assert "citation: in-flight: " in again.stdout or "citation: submitted" not in again.stdout
+    assert f"citation: in-flight: fabrique-citation-{sha[:12]} is " in again.stdout
     assert "memory not saved" not in again.stderr
 
     status = run_cli("--values", str(values), "status", "--output", "json", env=net_env)
     assert status.exit_code == 0, status.stderr
-    assert '"want": "' + sha + '"' in status.stdout
+    (entry,) = json.loads(status.stdout)
+    assert entry["facts"]["want"] == sha
+    assert entry["facts"]["workflow"] == f"fabrique-citation-{sha[:12]}"
 
 
-def test_a_memory_written_meanwhile_is_not_overwritten(
-    api: Api,
-    code_repo: Repo,
-    gitea: GiteaDouble,
-    registry: Registry,
-    net_env: dict[str, str],
-    tmp_path: Path,
-) -> None:
+def test_a_memory_written_meanwhile_is_not_overwritten(api: Api, net_env: dict[str, str]) -> None:
     """The pass names the version it read: a write in between answers 409, and the pass
     keeps its findings for next time instead of clobbering the other one's."""
     from fabrique.decisions.memory import ConfigMapMemory
@@ -345,7 +341,8 @@ def test_a_memory_written_meanwhile_is_not_overwritten(
     one, other = ConfigMapMemory(kube, MEMORY[0]), ConfigMapMemory(kube, MEMORY[0])
     one.load()
     one.save("first")
-    one.load(), other.load()
+    one.load()
+    other.load()
     other.save("other")
     one.save("late")  # read before other's write: refused, logged, not raised
     assert (api.read("ConfigMap", *MEMORY) or {})["data"]["memory.json"] == "other"

@@ -14,7 +14,7 @@ from fabrique.site.config import load_site
 
 from . import payloads
 from .conftest import ROOT
-from .doubles.admission import Admission
+from .doubles.admission import Admission, admission_of
 from .doubles.sensor import fire
 from .manifests import documents, find
 
@@ -100,13 +100,7 @@ def admission() -> Admission:
             "resources": ["workflows"],
         }
     ]
-    return Admission(TREE)
-
-
-def _refusals(admission: Admission, workflow: dict[str, Any]) -> list[str]:
-    """The messages of the rules ``workflow`` breaks (an evaluation error refuses too,
-    as failurePolicy Fail does)."""
-    return admission.refusals(workflow)
+    return admission_of(TREE)
 
 
 def _sensor_workflow() -> dict[str, Any]:
@@ -122,7 +116,7 @@ def test_what_the_three_callers_create_is_admitted(admission: Admission) -> None
     }
     for caller, workflow in callers.items():
         assert workflow["metadata"]["namespace"] == BUILD_NS, caller
-        assert _refusals(admission, workflow) == [], caller
+        assert admission.refusals(workflow) == [], caller
 
 
 def _inline(spec: dict[str, Any]) -> None:
@@ -154,7 +148,7 @@ def _inline(spec: dict[str, Any]) -> None:
 def test_anything_else_is_refused(admission: Admission, edit: Any, broken: str) -> None:
     workflow = copy.deepcopy(_sensor_workflow())
     edit(workflow["spec"])
-    refusals = _refusals(admission, workflow)
+    refusals = admission.refusals(workflow)
     assert any(broken in message for message in refusals), refusals
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -74,10 +75,10 @@ def test_the_staging_modules_map_to_their_published_versions() -> None:
     ]
 
 
-def test_a_key_changes_with_the_go_mod(tmp_path: pytest.TempPathFactory) -> None:
+def test_a_key_changes_with_the_go_mod(tmp_path: Path) -> None:
     peer = build.Peer("kwok", PEERS / "kwok")
     assert build.key(peer, "go1.26.8") != build.key(peer, "go1.26.9")
-    copy = build.Peer("kwok", tmp_path)  # type: ignore[arg-type]
+    copy = build.Peer("kwok", tmp_path)
     (copy.module / "go.mod").write_text(peer.gomod + "\n// changed\n")
     (copy.module / "go.sum").write_text((peer.module / "go.sum").read_text())
     assert build.key(copy, "go1.26.8") != build.key(peer, "go1.26.8")

@@ -527,3 +527,16 @@ def test_the_committed_specs_are_the_ones_fabrique_reads() -> None:
         )
         assert spec.url.startswith("https://"), spec.name
     assert find_specs() == (ROOT / "vendor" / "specs").resolve()
+
+
+def test_writing_the_lock_keeps_the_live_tiers_peers(tmp_path: Path) -> None:
+    """`fabrique vendor --update` rewrites the lock from what it knows: the peers section
+    (tests/peers/, pinned by hand) is none of its business and must stay as written."""
+    from fabrique.gestures.vendor import load_lock, save_lock
+
+    peers = {"kubernetes": {"module": "k8s.io/kubernetes", "version": "v1.37.2"}}
+    (tmp_path / "lock.yaml").write_text(
+        yaml.safe_dump({"components": {"jetstream": {"version": "2.10.29"}}, "peers": peers})
+    )
+    save_lock(tmp_path, load_lock(tmp_path))
+    assert yaml.safe_load((tmp_path / "lock.yaml").read_text())["peers"] == peers

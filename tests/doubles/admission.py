@@ -7,6 +7,7 @@ to it by ``tests/test_kube_contract.py``).
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -53,3 +54,10 @@ class Admission:
             f'workflows.argoproj.io "{name}" is forbidden: ValidatingAdmissionPolicy '
             f"'{policy}' with binding '{binding}' denied request: {refused[0]}"
         )
+
+
+@functools.cache
+def admission_of(tree: Path) -> Admission:
+    """The policy of ``tree``, read and compiled once: every Kubernetes double of the
+    suite evaluates the same one."""
+    return Admission(tree)

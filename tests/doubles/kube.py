@@ -25,7 +25,7 @@ from typing import Any
 
 from fabrique.validate import Schemas
 
-from .admission import Admission
+from .admission import admission_of
 from .http import LoopbackServer, Request
 
 TREE = Path(__file__).resolve().parents[2] / "manifests"
@@ -54,7 +54,7 @@ def status(code: int, reason: str, message: str, name: str | None = None) -> dic
 class KubeApiDouble:
     def __init__(self, specs: Path, tree: Path = TREE) -> None:
         self.validator = Schemas(specs).validator("argoproj.io/v1alpha1", "Workflow")
-        self.admission = Admission(tree)
+        self.admission = admission_of(tree)
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
         self.secrets: dict[tuple[str, str], dict[str, Any]] = {}
         self.configmaps: dict[tuple[str, str], dict[str, Any]] = {}

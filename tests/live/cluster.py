@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
-import yaml
 
 from .controlplane import ControlPlane
 
 T = TypeVar("T")
 ARGO = "/apis/argoproj.io/v1alpha1"
+# the controller's annotation on each step pod: the node it runs (the executor's report
+# is named after it)
+NODE_ID = "workflows.argoproj.io/node-id"
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,6 @@ class Cluster:
         body: Any = None,
         *,
         as_user: str | None = None,
-        groups: tuple[str, ...] = (),
         content_type: str = "application/json",
         params: dict[str, str] | None = None,
     ) -> Answer:
@@ -70,8 +71,6 @@ class Cluster:
             headers=headers,
             params=params,
         )
-        if groups:
-            raise NotImplementedError("impersonated groups")
         try:
             parsed = answer.json()
         except ValueError:
@@ -202,10 +201,7 @@ class Cluster:
         if node is None:
             return None
         for pod in self.workflow_pods(namespace, workflow):
-            annotations = pod["metadata"].get("annotations") or {}
-            if annotations.get("workflows.argoproj.io/node-id") == node["id"]:
-                return pod
-            if annotations.get("workflows.argoproj.io/node-name") == node["name"]:
+            if (pod["metadata"].get("annotations") or {}).get(NODE_ID) == node["id"]:
                 return pod
         return None
 
@@ -233,9 +229,8 @@ class Cluster:
         WorkflowTaskResult named after the node, with the step's output parameters,
         created with the executor's ServiceAccount (``as_user``)."""
         meta = pod["metadata"]
-        annotations = meta.get("annotations") or {}
         workflow = meta["labels"]["workflows.argoproj.io/workflow"]
-        node_id = annotations.get("workflows.argoproj.io/node-id") or _env(pod, "ARGO_NODE_ID")
+        node_id = meta["annotations"][NODE_ID]
         owner = self.workflow(meta["namespace"], workflow)
         body = {
             "apiVersion": "argoproj.io/v1alpha1",
@@ -260,21 +255,3 @@ class Cluster:
         return self.create(
             f"{ARGO}/namespaces/{meta['namespace']}/workflowtaskresults", body, as_user=as_user
         )
-
-
-def _env(pod: dict[str, Any], name: str) -> str:
-    for container in pod["spec"].get("containers", []):
-        for variable in container.get("env") or []:
-            if variable.get("name") == name:
-                return str(variable.get("value", ""))
-    raise AssertionError(f"pod {pod['metadata']['name']} has no {name}")
-
-
-def documents(tree: Path) -> list[dict[str, Any]]:
-    """Every document of a rendered tree's YAML files."""
-    found: list[dict[str, Any]] = []
-    for path in sorted(tree.rglob("*.yaml")):
-        if path.name == "kustomization.yaml":
-            continue
-        found += [d for d in yaml.safe_load_all(path.read_text()) if d]
-    return found

@@ -47,8 +47,10 @@ from ..peers import build as peers
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 
-GOMODCACHE_ARGO = "github.com/argoproj/argo-workflows/v4"
-GOMODCACHE_EVENTS = "github.com/argoproj/argo-events"
+ARGO_MODULE = "github.com/argoproj/argo-workflows/v4"
+EVENTS_MODULE = "github.com/argoproj/argo-events"
+# the peers the control plane runs (tests/peers/ may hold others)
+PLANE_PEERS = ("etcd", "kubernetes", "argo-workflows", "kwok")
 WORKER = "kwok-worker-0"
 CONTROL_PLANE = "kwok-control-plane-0"
 ARGO_NAMESPACE = "argo"
@@ -183,12 +185,7 @@ class ControlPlane:
 
     def alive(self) -> bool:
         """Every process runs and the API server is ready."""
-        for pid in self.pids.values():
-            try:
-                os.kill(pid, 0)
-            except OSError:
-                return False
-        return self._ready()
+        return all(_exited(pid) is None for pid in self.pids.values()) and self._ready()
 
     # -- start ----------------------------------------------------------------------------
 
@@ -426,15 +423,15 @@ class ControlPlane:
 
     def _install(self) -> None:
         # the full CRDs, as the upstream installs ship them, from the same modules
-        argo = module_dir(GOMODCACHE_ARGO, self.argo_version())
-        events = module_dir(GOMODCACHE_EVENTS, self.events_version())
+        argo = module_dir(ARGO_MODULE, self.argo_version())
+        events = module_dir(EVENTS_MODULE, self.events_version())
         crds = [*sorted((argo / "manifests/base/crds/full").glob("argoproj.io_*.yaml"))]
         crds += sorted((events / "manifests/base/crds").glob("argoproj.io_*.yaml"))
         self.kubectl("apply", "--server-side", *(f"--filename={c}" for c in crds))
         self._wait("apiserver", lambda: self._established(len(crds)), 60)
         for namespace in SITE_NAMESPACES:
             self.kubectl("create", "namespace", namespace, check=False)
-        # a default StorageClass and local volumes on the worker, as a provisioner would
+        # a default StorageClass and local volumes on both nodes, as a provisioner would
         # make them: the workspace PVC of fabrique-build binds to one
         self.kubectl("apply", "--server-side", "-f", "-", stdin=_storage_yaml(40))
         self.kubectl("apply", "--server-side", "-f", "-", stdin=_nodes_yaml())
@@ -453,15 +450,13 @@ class ControlPlane:
 
     def argo_version(self) -> str:
         return peers.Peer("argo-workflows", ROOT / "tests/peers/argo-workflows").required(
-            GOMODCACHE_ARGO
+            ARGO_MODULE
         )
 
     def events_version(self) -> str:
-        return str(
-            yaml.safe_load((ROOT / "vendor/lock.yaml").read_text())["components"]["argo-events"][
-                "version"
-            ]
-        )
+        """Argo Events' version, as the lock pins it for the live tier (its CRDs only)."""
+        lock = yaml.safe_load((ROOT / "vendor/lock.yaml").read_text())
+        return str(lock["peers"]["argo-events"]["version"])
 
     def _start_argo(self) -> None:
         config = {
@@ -603,32 +598,17 @@ def module_dir(module: str, version: str) -> Path:
     go = peers.find_go()
     if go is None:
         raise ControlPlaneError("Go is not installed: the live tier needs it")
-    result = subprocess.run(
-        [go, "mod", "download", "-json", f"{module}@{version}"],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=ROOT / "tests/peers/argo-workflows",
-        env={**os.environ, "GOFLAGS": "-mod=mod"},
-    )
-    try:
-        found = json.loads(result.stdout)
-    except ValueError:
-        found = {}
-    if result.returncode != 0 or "Dir" not in found:
-        raise ControlPlaneError(
-            f"go mod download {module}@{version}: {found.get('Error') or result.stderr.strip()}"
-        )
-    return Path(found["Dir"])
+    return Path(peers.download(go, module, version)["Dir"])
 
 
 def _nodes_yaml() -> str:
-    """A worker and a control-plane node, as kubeadm labels and taints them; kwok plays
-    both (the annotation)."""
+    """A worker and a control-plane node, labelled as kubeadm labels them; kwok plays
+    both (the annotation). The control plane is left untainted, as on a small cluster
+    whose control-plane node takes workloads: only the builder's own node affinity keeps
+    it (and every pod of its workspace) off there."""
     nodes = []
     for name, control_plane in ((WORKER, False), (CONTROL_PLANE, True)):
         labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "type": "kwok"}
-        spec: dict[str, Any] = {}
         if control_plane:
             labels["node-role.kubernetes.io/control-plane"] = ""
         nodes.append(
@@ -640,7 +620,6 @@ def _nodes_yaml() -> str:
                     "labels": labels,
                     "annotations": {"kwok.x-k8s.io/node": "fake"},
                 },
-                "spec": spec,
             }
         )
     return yaml.safe_dump_all(nodes)
@@ -706,7 +685,7 @@ def binaries() -> dict[str, Path]:
         )
     found: dict[str, Path] = {}
     for peer in peers.peers():
-        if peer.name not in ("etcd", "kubernetes", "argo-workflows", "kwok"):
+        if peer.name not in PLANE_PEERS:
             continue
         where = peers.build(peer, go)
         for name in peer.binaries().values():

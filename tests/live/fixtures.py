@@ -4,7 +4,6 @@ contract test outside ``tests/live/`` can run against the real server too."""
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +12,6 @@ import pytest
 from . import controlplane
 from .cluster import Cluster
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 SITE_SECRETS = [
     ("fabrique-build", "fabrique-gitea"),
     ("fabrique", "fabrique-gitea"),
@@ -60,10 +58,9 @@ def cluster(control_plane: controlplane.ControlPlane) -> Iterator[Cluster]:
 
 
 @pytest.fixture(scope="session")
-def applied(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def applied(cluster: Cluster) -> Path:
     """The committed tree (the default site's render), applied server-side once."""
-    tree = tmp_path_factory.mktemp("tree") / "manifests"
-    shutil.copytree(ROOT / "manifests", tree)
+    tree = controlplane.ROOT / "manifests"
     cluster.apply_tree(tree)
     # the Secrets the README asks the site's own secret tooling for (install, step 4)
     for namespace, name in SITE_SECRETS:

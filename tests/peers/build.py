@@ -20,6 +20,7 @@ warm. Every peer prints its name and how long it took.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -112,20 +113,30 @@ def staging_replaces(upstream_gomod: str, version: str) -> list[str]:
     ]
 
 
-def upstream_gomod(go: str, module: str, version: str) -> str:
-    """The go.mod of ``module@version``, through the module cache."""
+def download(go: str, module: str, version: str) -> dict[str, str]:
+    """``module@version`` in the module cache, fetched first if need be: what ``go mod
+    download -json`` says of it (``Dir``, its folder; ``GoMod``, its go.mod)."""
     out = subprocess.run(
         [go, "mod", "download", "-json", f"{module}@{version}"],
         capture_output=True,
         text=True,
         check=False,
-        cwd=HERE,
+        cwd=HERE,  # no module here: nothing's go.mod or go.sum is touched
+        env={**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"},
     )
-    if out.returncode != 0:
-        raise PeerError(
-            f"`go mod download {module}@{version}` exited {out.returncode}: {out.stdout}"
-        )
-    return Path(json.loads(out.stdout)["GoMod"]).read_text()
+    try:
+        found: dict[str, str] = json.loads(out.stdout)
+    except ValueError:
+        found = {}
+    if out.returncode != 0 or "Dir" not in found:
+        said = found.get("Error") or out.stderr.strip()
+        raise PeerError(f"`go mod download {module}@{version}` exited {out.returncode}: {said}")
+    return found
+
+
+def upstream_gomod(go: str, module: str, version: str) -> str:
+    """The go.mod of ``module@version``, through the module cache."""
+    return Path(download(go, module, version)["GoMod"]).read_text()
 
 
 def peers() -> list[Peer]:
@@ -138,6 +149,7 @@ def cache_root() -> Path:
     )
 
 
+@functools.cache
 def go_version(go: str) -> str:
     out = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=True)
     return out.stdout.strip()
