@@ -6,7 +6,7 @@ import functools
 import hashlib
 import threading
 from collections.abc import Iterator
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from fabrique.clients.registry import RegistryClient
 
 from . import servers
 from .conftest import ROOT, run_cli
+from .doubles.http import QuietServer
 from .doubles.proxy import FaultProxy, token_gate
 from .oci import push_image, push_index
 
@@ -29,7 +30,7 @@ class BundleServer:
 
     def __init__(self, directory: Path) -> None:
         handler = functools.partial(_QuietHandler, directory=str(directory))
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server = QuietServer(("127.0.0.1", 0), handler)
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import httpx
+
+from .http import QuietServer
 
 Answer = int | tuple[int, dict[str, str], bytes]
 
@@ -83,7 +85,7 @@ class FaultProxy:
 
         self.faulted = 0
         self._client = client
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._server = QuietServer(("127.0.0.1", 0), _Handler)
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
