@@ -21,7 +21,8 @@
   Git: changed, unchanged (a replay), superseded (never a rollback) or held; with
   ``signing`` it refuses a digest whose signature does not verify.
 
-The tools steps retry only transient failures (exit 75): a wrong answer is not retried.
+Every step retries only what a later attempt may fix: exit 75 (a server or the network
+did not answer) or a lost pod; a wrong answer is not retried.
 
 Every run says on its commit in Gitea how it went (``fabrique status-report``, context
 ``fabrique/<app>``): ``report-pending`` beside the checkout, ``report-success`` after the
@@ -56,6 +57,7 @@ from hera.workflows import (
 )
 from hera.workflows import models as m
 
+from fabrique.clients.git import TRANSIENT_ERE
 from fabrique.decisions.signature import KEY_FILE, SIGNING_MOUNT
 from fabrique.site.config import Site
 from fabrique.site.names import (
@@ -82,7 +84,6 @@ from .steps import (
     retry,
     token,
     tools_step,
-    transient_retry,
 )
 
 SERVICE_ACCOUNT = "fabrique-build"
@@ -135,7 +136,16 @@ cd "$src"
 git remote add origin "$REPO_URL"
 git sparse-checkout set --cone -- "$CONTEXT"
 echo "checkout: fetching $REVISION (sparse: $CONTEXT)"
-git fetch -q --depth=1 --filter=blob:none origin "$REVISION"
+errors="$(mktemp)"
+if ! git fetch -q --depth=1 --filter=blob:none origin "$REVISION" 2>"$errors"; then
+  cat "$errors" >&2
+  if grep -Eiq "$GIT_TRANSIENT" "$errors"; then
+    echo "checkout: the git server was not reached: transient, the step retries" >&2
+    exit 75
+  fi
+  echo "checkout: the git server refused to fetch $REVISION" >&2
+  exit 3
+fi
 git -c advice.detachedHead=false checkout -q --detach FETCH_HEAD
 head="$(git rev-parse HEAD)"
 if [ "$head" != "$REVISION" ]; then
@@ -147,6 +157,38 @@ if [ ! -f "$CONTEXT/$DOCKERFILE" ]; then
   exit 2
 fi
 echo "checkout: $REVISION ready in $src/$CONTEXT"
+"""
+
+
+# buildctl ends a failed build with one line, "error: <cause>" (cmd/buildctl/main.go,
+# handleErr). A RUN that fails or a bad Dockerfile is the app's own failure and would fail
+# the same way again. A registry or a network that did not answer (Go's and containerd's
+# words) may answer a later attempt: exit 75, which the step retries.
+BUILD_TRANSIENT = (
+    r"failed to do request|connection refused|connection reset by peer|i/o timeout|"
+    r"TLS handshake timeout|no such host|server misbehaving|unexpected EOF|"
+    r"50[0234] (Internal|Bad|Service|Gateway)|429 Too Many Requests"
+)
+RUN_FAILED = "did not complete successfully"
+# `set -e` would end the pipeline's left side at buildctl's failure: its status is
+# kept by && and ||, which -e leaves alone.
+BUILD_OUTCOME = f"""log="$(mktemp)" code="$(mktemp)"
+{{ buildctl-daemonless.sh "$@" 2>&1 && status=0 || status=$?; echo "$status" >"$code"; }} \\
+  | tee "$log"
+status="$(cat "$code")"
+if [ "$status" -ne 0 ]; then
+  cause="$(grep '^error: ' "$log" | tail -n 1)"
+  case "$cause" in
+  *"{RUN_FAILED}"*) ;;
+  *)
+    if printf '%s\\n' "$cause" | grep -Eiq "$BUILD_TRANSIENT"; then
+      echo "build: the registry or the network did not answer: transient, the step retries" >&2
+      exit 75
+    fi
+    ;;
+  esac
+fi
+exit "$status"
 """
 
 
@@ -189,7 +231,7 @@ def _build_script(site: Site) -> str:
         "$BUILD_OPTS\n"
         "EOF\n"
         'echo "build: $IMAGE_REF from $CONTEXT at $REVISION"\n'
-        'exec buildctl-daemonless.sh "$@"\n'
+        f"{BUILD_OUTCOME}"
     )
 
 
@@ -261,7 +303,7 @@ def _sign_step(site: Site) -> Container:
             )
         ],
         inputs=inputs("digest"),
-        retry_strategy=transient_retry(site),
+        retry_strategy=retry(site),
     )
 
 
@@ -322,7 +364,7 @@ def build_template(site: Site) -> WorkflowTemplate:
             ],
             labels=POD_LABELS,
             extra_env=[token(site)],
-            retry_strategy=transient_retry(site),
+            retry_strategy=retry(site),
             outputs=[
                 Parameter(name=name, value_from=m.ValueFrom(path=f"{PLAN_DIR}/{name}"))
                 for name in PLAN_OUTPUTS
@@ -342,6 +384,7 @@ def build_template(site: Site) -> WorkflowTemplate:
                     REPO_URL="{{inputs.parameters.repo-url}}",
                     CONTEXT="{{inputs.parameters.context}}",
                     DOCKERFILE="{{inputs.parameters.dockerfile}}",
+                    GIT_TRANSIENT=TRANSIENT_ERE,
                 ),
                 SecretEnv(
                     name="GITEA_TOKEN",
@@ -376,6 +419,7 @@ def build_template(site: Site) -> WorkflowTemplate:
                 CONTEXT="{{inputs.parameters.context}}",
                 DOCKERFILE="{{inputs.parameters.dockerfile}}",
                 BUILD_OPTS="{{inputs.parameters.build-opts}}",
+                BUILD_TRANSIENT=BUILD_TRANSIENT,
                 **({"SBOM_GENERATOR": site.images.sbom_scanner or ""} if site.build.sbom else {}),
             ),
             volumes=[
@@ -417,7 +461,7 @@ def build_template(site: Site) -> WorkflowTemplate:
             labels=POD_LABELS,
             volume_mounts=[m.VolumeMount(name="workspace", mount_path=WORKSPACE, read_only=True)],
             affinity=_no_control_plane(),
-            retry_strategy=transient_retry(site),
+            retry_strategy=retry(site),
             outputs=[Parameter(name=VERIFIED_OUTPUT, value_from=m.ValueFrom(path=DIGEST_FILE))],
         )
         sign = _sign_step(site) if site.signing.enabled else None
@@ -432,7 +476,7 @@ def build_template(site: Site) -> WorkflowTemplate:
             labels=POD_LABELS,
             extra_env=[token(site)],
             inputs=inputs("digest"),
-            retry_strategy=transient_retry(site),
+            retry_strategy=retry(site),
             outputs=[
                 Parameter(name=name, value_from=m.ValueFrom(path=f"{WRITEBACK_DIR}/{name}"))
                 for name in WRITEBACK_OUTPUTS

@@ -79,10 +79,6 @@ def backoff() -> m.Backoff:
     return m.Backoff(duration="10s", factor=m.IntOrString("2"))
 
 
-def retry(site: Site) -> RetryStrategy:
-    return RetryStrategy(limit=str(site.build.retries), retry_policy="Always", backoff=backoff())
-
-
 def restricted(read_only_root: bool = True) -> m.SecurityContext:
     """The container securityContext of every step but the build: Pod Security restricted."""
     return m.SecurityContext(
@@ -112,12 +108,30 @@ def resources(
     )
 
 
-def transient_retry(site: Site) -> RetryStrategy:
-    """Retry a tools step only when it failed transiently (exit 75), never a wrong answer."""
+# The step's pod was lost before the step could answer: deleted or preempted (Argo marks
+# the node Error, "pod deleted"), Argo's own init or wait container failed (Error), or
+# the kubelet evicted it for its node's sake: pressure or shutdown (the pod's message,
+# which Argo makes the node's: ``inferFailedReason``; the kubelet's words in
+# pkg/kubelet/eviction/helpers.go and pkg/kubelet/nodeshutdown). An eviction for the pod's
+# own excess (over its ephemeral-storage limit) and an OOM kill would only happen again:
+# they are not retried.
+POD_LOST = (
+    'lastRetry.status == "Error"'
+    ' || lastRetry.message contains "The node was low on resource"'
+    ' || lastRetry.message contains "imminent node shutdown"'
+)
+
+
+def retry(site: Site) -> RetryStrategy:
+    """Every step's retry policy: again only when trying again can help. A step says so
+    with exit 75 (fabrique's and the checkout's and build's scripts, when a server was
+    unreachable or answered 5xx); a wrong answer (a digest mismatch, a missing
+    Dockerfile, a failing ``RUN``) is never retried. Argo evaluates the expression after
+    the policy (``processNodeRetries``), over the last attempt (``lastRetry``)."""
     return RetryStrategy(
         limit=str(site.build.retries),
         retry_policy="Always",
-        expression=f"asInt(lastRetry.exitCode) == {TRANSIENT_EXIT_CODE}",
+        expression=f"asInt(lastRetry.exitCode) == {TRANSIENT_EXIT_CODE} || {POD_LOST}",
         backoff=backoff(),
     )
 

@@ -16,26 +16,43 @@ import pytest
 
 from fabrique.decisions.plan import make_plan
 from fabrique.site.config import load_site
-from pipelines.build import CHECKOUT_SCRIPT, build_template
+from pipelines.build import build_template
 
 from .conftest import CodeRepo
-from .servers import GitDaemon
+from .servers import GitDaemon, free_port
+
+
+def _container(name: str, **site_env: str) -> dict[str, Any]:
+    template = build_template(load_site(env=site_env)).to_dict()
+    step = next(t for t in template["spec"]["templates"] if t["name"] == name)
+    return dict(step["container"])
+
+
+def _env(container: dict[str, Any], revision: str, inputs: dict[str, str]) -> dict[str, str]:
+    """The container's environment as Argo fills it in (secrets left out)."""
+    env = {}
+    for item in container["env"]:
+        if "value" not in item:
+            continue
+        value = item["value"].replace("{{workflow.parameters.revision}}", revision)
+        for name, input_value in inputs.items():
+            value = value.replace(f"{{{{inputs.parameters.{name}}}}}", input_value)
+        env[item["name"]] = value
+    return env
 
 
 def _run_checkout(
     workspace: Path, repo_url: str, revision: str, context: str, dockerfile: str = "Dockerfile"
 ) -> subprocess.CompletedProcess[str]:
-    env = {
+    container = _container("checkout")
+    inputs = {"repo-url": repo_url, "context": context, "dockerfile": dockerfile}
+    env = _env(container, revision, inputs) | {
         "PATH": os.environ["PATH"],
         "HOME": str(workspace.parent),
         "WORKSPACE": str(workspace),
-        "REPO_URL": repo_url,
-        "REVISION": revision,
-        "CONTEXT": context,
-        "DOCKERFILE": dockerfile,
     }
     return subprocess.run(
-        ["sh", "-c", CHECKOUT_SCRIPT],
+        container["command"],
         env=env,
         capture_output=True,
         text=True,
@@ -81,7 +98,18 @@ def test_checkout_fails_on_an_unknown_revision(
     result = _run_checkout(
         tmp_path / "w", git_daemon.url("atlas/atlas.git"), "f" * 40, "dataops/citation-dagster"
     )
-    assert result.returncode != 0
+    # the server answered: a wrong answer, which a retry would not change
+    assert result.returncode == 3, result.stderr
+    assert f"the git server refused to fetch {'f' * 40}" in result.stderr
+
+
+@pytest.mark.parametrize("scheme", ["git", "http"])
+def test_checkout_of_an_unreachable_server_is_transient(tmp_path: Path, scheme: str) -> None:
+    """Exit 75, the one failure of the checkout its retry policy retries."""
+    url = f"{scheme}://127.0.0.1:{free_port()}/atlas/atlas.git"
+    result = _run_checkout(tmp_path / "w", url, "a" * 40, "dataops/citation-dagster")
+    assert result.returncode == 75, result.stderr
+    assert "not reached: transient, the step retries" in result.stderr
 
 
 def test_checkout_fails_when_the_dockerfile_is_missing(
@@ -105,17 +133,16 @@ for arg in "$@"; do printf '%s\\n' "$arg"; done > "$ARGV_FILE"
 """
 
 
-def _run_build(tmp_path: Path, env_overrides: dict[str, str], **site_env: str) -> list[str]:
-    site = load_site(env=site_env)
-    template = build_template(site).to_dict()
-    build = next(t for t in template["spec"]["templates"] if t["name"] == "build")
-    container: dict[str, Any] = build["container"]
+def _run_build(
+    tmp_path: Path, env_overrides: dict[str, str], buildctl: str = RECORDER, **site_env: str
+) -> subprocess.CompletedProcess[str]:
+    container = _container("build", **site_env)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     recorder = bin_dir / "buildctl-daemonless.sh"
-    recorder.write_text(RECORDER)
+    recorder.write_text(buildctl)
     recorder.chmod(0o755)
-    plan = make_plan(site, "citation", "a" * 40)
+    plan = make_plan(load_site(env=site_env), "citation", "a" * 40)
     inputs = {
         "image-ref": plan.image_ref,
         "cache-ref": plan.cache_ref,
@@ -124,22 +151,24 @@ def _run_build(tmp_path: Path, env_overrides: dict[str, str], **site_env: str) -
         "build-opts": plan.build_opts,
         **env_overrides,
     }
-    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "ARGV_FILE": str(tmp_path / "argv")}
-    for item in container["env"]:
-        value = item["value"].replace("{{workflow.parameters.revision}}", "a" * 40)
-        for name, input_value in inputs.items():
-            value = value.replace(f"{{{{inputs.parameters.{name}}}}}", input_value)
-        env[item["name"]] = value
-    env["WORKSPACE"] = str(tmp_path / "workspace")
-    result = subprocess.run(
+    env = _env(container, "a" * 40, inputs) | {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "ARGV_FILE": str(tmp_path / "argv"),
+        "WORKSPACE": str(tmp_path / "workspace"),
+    }
+    return subprocess.run(
         container["command"], env=env, capture_output=True, text=True, timeout=30, check=False
     )
+
+
+def _build_argv(tmp_path: Path, env_overrides: dict[str, str], **site_env: str) -> list[str]:
+    result = _run_build(tmp_path, env_overrides, **site_env)
     assert result.returncode == 0, result.stderr
     return (tmp_path / "argv").read_text().splitlines()
 
 
 def test_build_command_line(tmp_path: Path) -> None:
-    argv = _run_build(tmp_path, {})
+    argv = _build_argv(tmp_path, {})
     src = f"{tmp_path}/workspace/src/dataops/citation-dagster"
     assert argv == [
         "build",
@@ -168,7 +197,7 @@ def test_build_command_line(tmp_path: Path) -> None:
 
 def test_build_args_stay_whole_and_cannot_inject_shell(tmp_path: Path) -> None:
     opts = 'build-arg:GREETING=hello world; rm -rf / $(id) "quoted"\nbuild-arg:EMPTY='
-    argv = _run_build(tmp_path, {"build-opts": opts})
+    argv = _build_argv(tmp_path, {"build-opts": opts})
     assert argv[-4:] == [
         "--opt",
         'build-arg:GREETING=hello world; rm -rf / $(id) "quoted"',
@@ -178,7 +207,7 @@ def test_build_args_stay_whole_and_cannot_inject_shell(tmp_path: Path) -> None:
 
 
 def test_nested_dockerfile_path(tmp_path: Path) -> None:
-    argv = _run_build(tmp_path, {"dockerfile": "docker/Dockerfile.prod"})
+    argv = _build_argv(tmp_path, {"dockerfile": "docker/Dockerfile.prod"})
     src = f"{tmp_path}/workspace/src/dataops/citation-dagster"
     assert f"dockerfile={src}/docker" in argv
     assert "filename=Dockerfile.prod" in argv
@@ -186,7 +215,7 @@ def test_nested_dockerfile_path(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("cache", "attest"), [("false", "true")])
 def test_build_switches(tmp_path: Path, cache: str, attest: str) -> None:
-    argv = _run_build(
+    argv = _build_argv(
         tmp_path, {}, FABRIQUE_BUILD__CACHE=cache, FABRIQUE_BUILD__ATTESTATIONS=attest
     )
     assert "--export-cache" not in argv and "--import-cache" not in argv
@@ -207,3 +236,55 @@ def test_checkout_of_a_sha256_repository(
     )
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "w/src/dataops/citation-dagster/Dockerfile").exists()
+
+
+def _failing_buildctl(last_line: str) -> str:
+    """buildctl-daemonless.sh that shows progress, then fails as buildctl does: its last
+    line is ``error: <cause>`` on stderr, and it exits 1."""
+    return (
+        "#!/bin/sh\n"
+        "echo '#5 [2/2] RUN curl -f http://example.invalid: connection refused'\n"
+        f"echo '{last_line}' >&2\n"
+        "exit 1\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("cause", "code"),
+    [
+        (
+            "error: failed to solve: failed to push registry:80/citation-dagster:aaaaaaaaaaaa:"
+            ' failed to do request: Put "http://registry:80/v2/": dial tcp 10.0.0.9:80:'
+            " connect: connection refused",
+            75,
+        ),
+        (
+            "error: failed to solve: registry:80/base:1: failed to resolve source metadata:"
+            " unexpected status from HEAD request: 503 Service Unavailable",
+            75,
+        ),
+        (
+            'error: failed to solve: process "/bin/sh -c curl -f http://example.invalid"'
+            " did not complete successfully: exit code: 7",
+            1,
+        ),
+        ("error: failed to solve: dockerfile parse error on line 2: unknown instruction", 1),
+    ],
+    ids=["push-refused", "registry-503", "run-failed", "bad-dockerfile"],
+)
+def test_the_build_says_which_failures_a_retry_may_fix(
+    tmp_path: Path, cause: str, code: int
+) -> None:
+    """The registry or the network not answering is transient (75, retried); the app's own
+    failure is not, even when its RUN's output names a refused connection."""
+    result = _run_build(tmp_path, {}, buildctl=_failing_buildctl(cause))
+    assert result.returncode == code, result.stdout + result.stderr
+    assert cause in result.stdout  # buildctl's own words stay in the step's log
+    assert ("transient, the step retries" in result.stderr) is (code == 75)
+
+
+def test_a_build_that_passes_exits_0_with_its_progress_in_the_log(tmp_path: Path) -> None:
+    progress = "#!/bin/sh\necho '#7 pushing manifest done' >&2\n"
+    result = _run_build(tmp_path, {}, buildctl=progress)
+    assert result.returncode == 0, result.stderr
+    assert "#7 pushing manifest done" in result.stdout

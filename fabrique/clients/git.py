@@ -55,6 +55,9 @@ TRANSIENT = re.compile(
     r"ssh: could not resolve hostname|kex_exchange_identification",
     re.I,
 )
+# The same, as a POSIX extended regular expression for `grep -Ei`: the build's checkout
+# step is a shell script in the git image, and exits 75 on these too.
+TRANSIENT_ERE = TRANSIENT.pattern.replace("(?:", "(")
 OBJECT_FORMAT_MISMATCH = re.compile(r"mismatched algorithms: client \w+; server (?P<server>\w+)")
 REJECTED = re.compile(
     r"\[rejected\]|non-fast-forward|fetch first|\[remote rejected\]|cannot lock ref|"

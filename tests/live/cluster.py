@@ -23,6 +23,7 @@ ARGO = "/apis/argoproj.io/v1alpha1"
 # the controller's annotation on each step pod: the node it runs (the executor's report
 # is named after it)
 NODE_ID = "workflows.argoproj.io/node-id"
+WORKFLOW_LABEL = "workflows.argoproj.io/workflow"
 
 
 @dataclass(frozen=True)
@@ -218,6 +219,24 @@ class Cluster:
         )
         assert answer.status == 200, answer.message
 
+    def evict(self, pod: dict[str, Any], message: str) -> None:
+        """Evict a running pod with the kubelet's ``message``: kwok's pod-evict stage."""
+        meta = pod["metadata"]
+        answer = self.request(
+            "PATCH",
+            f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+            {"metadata": {"annotations": {"fabrique.test/evicted": message}}},
+            content_type="application/merge-patch+json",
+        )
+        assert answer.status == 200, answer.message
+
+    def delete(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        answer = self.request(
+            "DELETE", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+        )
+        assert answer.status == 200, answer.message
+
     def report_outputs(
         self,
         pod: dict[str, Any],
@@ -229,7 +248,7 @@ class Cluster:
         WorkflowTaskResult named after the node, with the step's output parameters,
         created with the executor's ServiceAccount (``as_user``)."""
         meta = pod["metadata"]
-        workflow = meta["labels"]["workflows.argoproj.io/workflow"]
+        workflow = meta["labels"][WORKFLOW_LABEL]
         node_id = meta["annotations"][NODE_ID]
         owner = self.workflow(meta["namespace"], workflow)
         body = {

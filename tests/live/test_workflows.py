@@ -18,7 +18,7 @@ from .. import payloads
 from ..conftest import run_cli
 from ..doubles.sensor import fire
 from ..manifests import find
-from .cluster import ARGO, Answer, Cluster
+from .cluster import ARGO, NODE_ID, WORKFLOW_LABEL, Answer, Cluster
 
 SITE = load_site(env={})
 BUILD_NS = "fabrique-build"
@@ -239,6 +239,53 @@ def test_a_failed_step_fails_the_workflow_and_the_exit_handler_reports(
         lambda: phase(cluster, BUILD_NS, workflow) == "Failed" or None,
         timeout=90,
     )
+
+
+def delete_running(cluster: Cluster, pod: dict[str, Any]) -> None:
+    """Delete a step's pod once Argo holds its node Running: a pod gone while its node is
+    still Pending is only made again, on the same node (``podReconciliation``)."""
+    meta = pod["metadata"]
+    workflow, node_id = meta["labels"][WORKFLOW_LABEL], meta["annotations"][NODE_ID]
+    cluster.wait(
+        f"{meta['name']}'s node Running",
+        lambda: cluster.nodes_of(BUILD_NS, workflow)[node_id]["phase"] == "Running" or None,
+    )
+    cluster.delete(pod)
+
+
+def test_a_step_is_retried_only_when_a_retry_may_fix_it(cluster: Cluster, applied: Path) -> None:
+    """The real controller evaluates the retry expression: exit 75, a deleted pod and a
+    node-pressure eviction get a second attempt; a wrong answer (exit 3) and an eviction
+    for the pod's own excess do not. One Workflow per ending, run side by side (the first
+    backoff is 10 s)."""
+    ends: dict[str, Any] = {
+        "transient": lambda pod: cluster.finish(pod, 75),
+        "deleted": lambda pod: delete_running(cluster, pod),
+        "node-pressure": lambda pod: cluster.evict(
+            pod, "The node was low on resource: ephemeral-storage. "
+        ),
+        "wrong-answer": lambda pod: cluster.finish(pod, 3),
+        "own-excess": lambda pod: cluster.evict(
+            pod, "Pod ephemeral local storage usage exceeds the total limit of containers 2Gi. "
+        ),
+    }
+    workflows = {end: start(cluster) for end in ends}
+    for end, workflow in workflows.items():
+        ends[end](step_pod(cluster, workflow, "plan", phase="Running"))
+    for end in ("transient", "deleted", "node-pressure"):
+        assert step_pod(cluster, workflows[end], "plan(1)", phase="Running"), end
+    for end in ("wrong-answer", "own-excess"):
+
+        def plan_ended(workflow: str = workflows[end]) -> dict[str, Any] | None:
+            nodes = cluster.nodes_of(BUILD_NS, workflow).values()
+            retry = next(
+                n for n in nodes if n.get("type") == "Retry" and n["displayName"] == "plan"
+            )
+            return retry if retry.get("phase") in ("Failed", "Error") else None
+
+        retry = cluster.wait(f"the plan of {end} ended", plan_ended, timeout=60)
+        assert retry["message"] == "retryStrategy.expression evaluated to false", end
+        assert cluster.node(BUILD_NS, workflows[end], "plan(1)") is None, end
 
 
 def test_every_pod_of_a_build_is_admitted_by_pod_security(cluster: Cluster, applied: Path) -> None:
