@@ -100,6 +100,7 @@ PLAN_OUTPUTS = (
 DIGEST_FILE = "/tmp/fabrique/digest"
 WRITEBACK_DIR = "/tmp/fabrique/writeback"
 WRITEBACK_OUTPUTS = ("outcome", "commit")
+BUILD_INPUTS = ("image-ref", "cache-ref", "context", "dockerfile", "build-opts")
 EXIT_HANDLER = "exit-handler"
 BUILD_SECONDS_BUCKETS = (30, 60, 120, 300, 600, 900, 1800, 3600)
 BUILDER_UID = 1000
@@ -407,7 +408,7 @@ def build_template(site: Site) -> WorkflowTemplate:
             labels=POD_LABELS | {STEP_LABEL: "build"},
             image=site.images.buildkit,
             command=["sh", "-c", _build_script(site)],
-            inputs=inputs("image-ref", "cache-ref", "context", "dockerfile", "build-opts"),
+            inputs=inputs(*BUILD_INPUTS),
             env=env(
                 BUILDKITD_FLAGS="--oci-worker-no-process-sandbox",
                 WORKSPACE=WORKSPACE,
@@ -449,7 +450,6 @@ def build_template(site: Site) -> WorkflowTemplate:
             resources=resources("500m", "1Gi", "4Gi", ephemeral_limit=site.build.ephemeral_limit),
             retry_strategy=retry(site),
             termination_message_policy=LOG_TAIL_ON_ERROR,
-            metrics=_build_metrics(),
         )
         verify = tools_step(
             site,
@@ -481,7 +481,6 @@ def build_template(site: Site) -> WorkflowTemplate:
                 Parameter(name=name, value_from=m.ValueFrom(path=f"{WRITEBACK_DIR}/{name}"))
                 for name in WRITEBACK_OUTPUTS
             ],
-            metrics=_writeback_metrics(),
         )
         report_pending = _report_step(site, "report-pending", "pending")
         report_skipped = _report_step(site, "report-skipped", "skipped")
@@ -504,6 +503,16 @@ def build_template(site: Site) -> WorkflowTemplate:
             *("--failures", "{{workflow.failures}}"),
         )
 
+        # Argo emits a retried template's metrics for each failed attempt, and again for
+        # the whole; a Steps template's once, when it ends. The counted steps run inside one.
+        build_once = _once(build, BUILD_INPUTS, metrics=_build_metrics())
+        write_back_once = _once(
+            write_back, ("digest",), WRITEBACK_OUTPUTS, metrics=_writeback_failed_metric()
+        )
+        report_success_once = _once(
+            report_success, ("digest", *WRITEBACK_OUTPUTS), metrics=_writeback_outcome_metric()
+        )
+
         with Steps(name="main") as main:
             planned = plan()
             assert isinstance(planned, Step)
@@ -521,11 +530,9 @@ def build_template(site: Site) -> WorkflowTemplate:
                     },
                     when=changed,
                 )
-            build(
-                arguments={
-                    name: planned.get_parameter(name).value
-                    for name in ("image-ref", "cache-ref", "context", "dockerfile", "build-opts")
-                },
+            build_once(
+                name="build",
+                arguments={name: planned.get_parameter(name).value for name in BUILD_INPUTS},
                 when=changed,
             )
             verified = verify(when=changed)
@@ -533,9 +540,10 @@ def build_template(site: Site) -> WorkflowTemplate:
             digest = verified.get_parameter(VERIFIED_OUTPUT).value
             if sign is not None:
                 sign(arguments={"digest": digest}, when=changed)
-            written = write_back(arguments={"digest": digest}, when=changed)
+            written = write_back_once(name="write-back", arguments={"digest": digest}, when=changed)
             assert isinstance(written, Step)
-            report_success(
+            report_success_once(
+                name="report-success",
                 arguments={"digest": digest}
                 | {name: written.get_parameter(name).value for name in WRITEBACK_OUTPUTS},
                 when=changed,
@@ -576,7 +584,10 @@ def _build_metrics() -> m.Metrics:
         prometheus=[
             m.Prometheus(
                 name="fabrique_build_duration_seconds",
-                help="Duration of the rootless BuildKit build step, per app and step status.",
+                help=(
+                    "Duration of the BuildKit build step per app and final status, once per run:"
+                    " every attempt and the waits between them."
+                ),
                 labels=[_label("app", APP), _label("status", "{{status}}")],
                 histogram=m.Histogram(
                     buckets=[m.Amount(b) for b in BUILD_SECONDS_BUCKETS], value="{{duration}}"
@@ -586,28 +597,73 @@ def _build_metrics() -> m.Metrics:
     )
 
 
-def _writeback_metrics() -> m.Metrics:
-    # one series per outcome; a failed write-back has no outcome output, hence two entries
-    # of the same metric (same name, help and labels, as Prometheus requires)
-    help_text = "Write-back outcomes per app: changed, unchanged, superseded or failed."
+WRITEBACK_HELP = (
+    "Write-back outcomes per app, one per run that reached the write-back: changed, "
+    "unchanged, superseded, held or failed."
+)
+
+
+def _writeback_failed_metric() -> m.Metrics:
+    """``failed`` once per run whose write-back failed, all its attempts spent. A failed
+    run has no outputs to name its outcome, so the other outcomes are counted where
+    they are an input (``_writeback_outcome_metric``)."""
     return m.Metrics(
         prometheus=[
             m.Prometheus(
                 name="fabrique_writeback_total",
-                help=help_text,
-                labels=[_label("app", APP), _label("outcome", "{{outputs.parameters.outcome}}")],
-                when="{{status}} == Succeeded",
-                counter=m.Counter(value="1"),
-            ),
-            m.Prometheus(
-                name="fabrique_writeback_total",
-                help=help_text,
+                help=WRITEBACK_HELP,
                 labels=[_label("app", APP), _label("outcome", "failed")],
                 when="{{status}} != Succeeded",
                 counter=m.Counter(value="1"),
-            ),
+            )
         ]
     )
+
+
+def _writeback_outcome_metric() -> m.Metrics:
+    """The outcome of a write-back that passed, counted by the step that reports it,
+    whatever that report's own fate (it is an input there, always known)."""
+    return m.Metrics(
+        prometheus=[
+            m.Prometheus(
+                name="fabrique_writeback_total",
+                help=WRITEBACK_HELP,
+                labels=[_label("app", APP), _label("outcome", "{{inputs.parameters.outcome}}")],
+                counter=m.Counter(value="1"),
+            )
+        ]
+    )
+
+
+def _once(
+    step: Container,
+    inputs_: tuple[str, ...],
+    outputs: tuple[str, ...] = (),
+    *,
+    metrics: m.Metrics,
+) -> Steps:
+    """``<step>-once``: a Steps template that runs the retried ``step`` and carries its
+    metrics. Argo emits a retried template's metrics for each failed attempt and for the
+    whole (``executeTemplate``, operator.go: the last child while the retry node waits,
+    then the retry node), but a Steps node's once, when it ends: its ``{{status}}`` is
+    the step's final one and its ``{{duration}}`` spans every attempt."""
+    name = str(step.name)
+    with Steps(
+        name=f"{name}-once",
+        inputs=inputs(*inputs_),
+        outputs=[
+            Parameter(
+                name=output,
+                value_from=m.ValueFrom(
+                    parameter=f"{{{{steps.{name}.outputs.parameters.{output}}}}}"
+                ),
+            )
+            for output in outputs
+        ],
+        metrics=metrics,
+    ) as wrapper:
+        step(arguments={n: f"{{{{inputs.parameters.{n}}}}}" for n in inputs_})
+    return wrapper
 
 
 # `hera generate yaml pipelines/` finds this object; `fabrique render` calls

@@ -406,6 +406,17 @@ class ControlPlane:
             60,
         )
 
+    def metrics(self) -> dict[str, float]:
+        """The Argo controller's metrics, as ``name{labels}`` (Prometheus' own text) to
+        value: what a Prometheus scraping it would store."""
+        text = httpx.get(f"http://127.0.0.1:{self.ports['argo-metrics']}/metrics").text
+        series = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                key, _, value = line.rpartition(" ")
+                series[key] = float(value)
+        return series
+
     # -- what a cluster running fabrique has before fabrique ------------------------------
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
@@ -499,6 +510,12 @@ class ControlPlane:
                 # no executor runs to report a step's outputs unless a test plays it: a
                 # step without a report is taken as done after this, not after 10 minutes
                 "TASK_RESULT_TIMEOUT_DURATION": "3s",
+                # a Workflow is looked at again 2 s after a change, not 10 (rate_limiters.go:
+                # "some users may wish to have this as low as 2s"): a step takes seconds here
+                "DEFAULT_REQUEUE_TIME": "2s",
+                # a pod missing from a node that started more than this ago is "pod
+                # deleted" (Error), not made again (podReconciliation; 10 s upstream)
+                "RECENTLY_STARTED_POD_DURATION": "3s",
             },
         )
         self._wait(

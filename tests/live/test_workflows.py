@@ -5,6 +5,8 @@ run by the real Argo controller, with kwok as the kubelet."""
 from __future__ import annotations
 
 import copy
+import datetime
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -194,38 +196,87 @@ PLAN_OUTPUTS = {
 DIGEST = "sha256:" + "ab" * 32
 
 
+OUTPUTS = {
+    "plan": PLAN_OUTPUTS,
+    "verify-digest": {"digest": DIGEST},
+    "write-back": {"outcome": "changed", "commit": "c0" * 20},
+}
+WORKSPACE_STEPS = ("checkout", "build", "verify-digest")
+
+
+def walk(cluster: Cluster, workflow: str, steps: list[tuple[str, int]]) -> None:
+    """Play each step's attempt as the kubelet and the executor would: its pod runs, its
+    outputs are reported (when it passes), it exits with the code given. ``build(1)`` is
+    the build's second attempt."""
+    for step, code in steps:
+        pod = step_pod(cluster, workflow, step, phase="Running")
+        name = step.split("(")[0]
+        if name in WORKSPACE_STEPS:
+            # the builder never runs on the control plane, nor any pod of its workspace
+            # (the plane offers volumes on both nodes: the scheduler chooses)
+            assert pod["spec"]["nodeName"] == "kwok-worker-0", f"{step} on the control plane"
+        if name in OUTPUTS and code == 0:
+            answer = cluster.report_outputs(pod, OUTPUTS[name], as_user=EXECUTOR)
+            assert answer.status == 201, answer.message
+        cluster.finish(pod, code)
+
+
+def ended(cluster: Cluster, workflow: str, phase_: str) -> None:
+    cluster.wait(
+        f"{workflow} {phase_}",
+        lambda: phase(cluster, BUILD_NS, workflow) == phase_ or None,
+        timeout=120,
+    )
+
+
 def test_a_build_runs_step_by_step_and_the_builder_lands_on_a_worker(
     cluster: Cluster, applied: Path
 ) -> None:
     workflow = start(cluster)
-    outputs = {
-        "plan": PLAN_OUTPUTS,
-        "verify-digest": {"digest": DIGEST},
-        "write-back": {"outcome": "changed", "commit": "c0" * 20},
-    }
-    for step in (
-        "plan",
-        "report-pending",
-        "checkout",
-        "build",
-        "verify-digest",
-        "write-back",
-        "report-success",
-    ):
-        pod = step_pod(cluster, workflow, step, phase="Running")
-        if step in ("checkout", "build", "verify-digest"):
-            # the builder never runs on the control plane, nor any pod of its workspace
-            # (the plane offers volumes on both nodes: the scheduler chooses)
-            assert pod["spec"]["nodeName"] == "kwok-worker-0", f"{step} on the control plane"
-        if step in outputs:
-            answer = cluster.report_outputs(pod, outputs[step], as_user=EXECUTOR)
-            assert answer.status == 201, answer.message
-        cluster.finish(pod, 0)
-    cluster.wait(
-        f"{workflow} Succeeded",
-        lambda: phase(cluster, BUILD_NS, workflow) == "Succeeded" or None,
-        timeout=120,
+    walk(
+        cluster,
+        workflow,
+        [
+            ("plan", 0),
+            ("report-pending", 0),
+            ("checkout", 0),
+            ("build", 0),
+            ("verify-digest", 0),
+            ("write-back", 0),
+            ("report-success", 0),
+        ],
     )
+    ended(cluster, workflow, "Succeeded")
+
+
+def test_metrics_count_each_runs_outcome_once(cluster: Cluster, applied: Path) -> None:
+    """The real controller's metrics endpoint: a build and a write-back that pass on their
+    second attempt count once, as passed; a write-back refused for good counts once, as
+    failed. No run carries a MetricsError condition."""
+    retried, refused = start(cluster), start(cluster)
+    walk(cluster, retried, [("plan", 0), ("report-pending", 0), ("checkout", 0), ("build", 75)])
+    walk(cluster, refused, [("plan", 0), ("report-pending", 0), ("checkout", 0), ("build", 0)])
+    walk(cluster, refused, [("verify-digest", 0), ("write-back", 3), ("report-failure", 0)])
+    walk(cluster, retried, [("build(1)", 0), ("verify-digest", 0), ("write-back", 75)])
+    walk(cluster, retried, [("write-back(1)", 0), ("report-success", 0)])
+    ended(cluster, retried, "Succeeded")
+    ended(cluster, refused, "Failed")
+    series = cluster.plane.metrics()
+    app = {
+        name: cluster.workflow(BUILD_NS, name)["metadata"]["labels"]["fabrique.io/app"]
+        for name in (retried, refused)
+    }
+    build = "argo_workflows_fabrique_build_duration_seconds_count"
+    writeback = "argo_workflows_fabrique_writeback_total"
+    assert series.get(f'{build}{{app="{app[retried]}",status="Succeeded"}}') == 1
+    assert series.get(f'{build}{{app="{app[retried]}",status="Failed"}}') is None
+    assert series.get(f'{writeback}{{app="{app[retried]}",outcome="changed"}}') == 1
+    assert series.get(f'{writeback}{{app="{app[retried]}",outcome="failed"}}') is None
+    assert series.get(f'{writeback}{{app="{app[refused]}",outcome="failed"}}') == 1
+    assert series.get(f'{build}{{app="{app[refused]}",status="Succeeded"}}') == 1
+    for name in (retried, refused):
+        conditions = cluster.workflow(BUILD_NS, name)["status"].get("conditions") or []
+        assert [c for c in conditions if c["type"] == "MetricsError"] == [], name
 
 
 def test_a_failed_step_fails_the_workflow_and_the_exit_handler_reports(
@@ -242,14 +293,19 @@ def test_a_failed_step_fails_the_workflow_and_the_exit_handler_reports(
 
 
 def delete_running(cluster: Cluster, pod: dict[str, Any]) -> None:
-    """Delete a step's pod once Argo holds its node Running: a pod gone while its node is
-    still Pending is only made again, on the same node (``podReconciliation``)."""
+    """Delete a step's pod as a preemption or a drain would, once Argo holds its node
+    Running for longer than its grace for a missing pod (the plane's
+    RECENTLY_STARTED_POD_DURATION): sooner, the controller only makes the same pod again
+    (``podReconciliation``, then ``createWorkflowPod``)."""
     meta = pod["metadata"]
     workflow, node_id = meta["labels"][WORKFLOW_LABEL], meta["annotations"][NODE_ID]
-    cluster.wait(
+    node = cluster.wait(
         f"{meta['name']}'s node Running",
-        lambda: cluster.nodes_of(BUILD_NS, workflow)[node_id]["phase"] == "Running" or None,
+        lambda: (n := cluster.nodes_of(BUILD_NS, workflow)[node_id])["phase"] == "Running" and n,
     )
+    started = datetime.datetime.fromisoformat(node["startedAt"].replace("Z", "+00:00"))
+    grace = started + datetime.timedelta(seconds=4)
+    time.sleep(max(0.0, (grace - datetime.datetime.now(datetime.UTC)).total_seconds()))
     cluster.delete(pod)
 
 
