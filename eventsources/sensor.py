@@ -145,7 +145,7 @@ def sensor(site: Site) -> dict[str, Any]:
             "template": {"name": f"build-{app.name}", "conditions": dep, "k8s": k8s},
             # at-most-once unless told: a Sensor that dies between ack and create would lose it
             "atLeastOnce": True,
-            "retryStrategy": {"steps": 3, "duration": "5s", "factor": 2, "jitter": 0.2},
+            "retryStrategy": RETRY_STRATEGY,
             "rateLimit": dump(
                 RateLimit(unit="Second", requests_per_unit=site.events.triggers_per_second)
             ),
@@ -164,6 +164,14 @@ def sensor(site: Site) -> dict[str, Any]:
     }
     return document("Sensor", SENSOR, site.namespaces.control, spec)
 
+
+# The trigger's tries (Argo Events' DoWithRetry, pkg/shared/util/retry.go: a
+# k8s.io/apimachinery wait.Backoff, `steps` tries, the wait doubling from `duration`, each
+# stretched by up to `jitter`): 2, 4, 8, 16 and 32 s between six tries, so an API server
+# away for a minute loses no event. DoWithRetry retries every error alike: a redelivered
+# commit's 409 AlreadyExists holds that app's trigger for the same minute, then counts
+# one argo_events_action_retries_failed_total, harmlessly (README, The safety net).
+RETRY_STRATEGY = {"steps": 6, "duration": "2s", "factor": 2, "jitter": 0.2}
 
 def sensor_rbac(site: Site) -> list[dict[str, Any]]:
     """The Sensor's ServiceAccount may create Workflows in the build namespace; nothing else."""

@@ -13,6 +13,8 @@ from fabrique.site.objects import object_meta
 
 STEP_LABEL = "fabrique.io/step"
 NATS_CLIENT, NATS_CLUSTER, NATS_MONITOR = 4222, 6222, 8222
+# the metrics port of Argo Events' EventSource and Sensor pods (SensorMetricsPort, const.go)
+ARGO_EVENTS_METRICS = 7777
 # every pod of a build (the build namespace runs nothing else)
 FABRIQUE_PODS = {"matchLabels": {LABEL_PART_OF: "fabrique"}}
 # the control namespace's Workflow pods: the safety net and the mirror sync
@@ -166,6 +168,22 @@ def control_namespace(site: Site) -> list[dict[str, Any]]:
         "to": [{"podSelector": EVENTBUS_POD}],
         "ports": [{"protocol": "TCP", "port": NATS_CLIENT}],
     }
+    scrapes = (
+        [
+            {
+                "from": [
+                    {
+                        "namespaceSelector": _ns_selector(scraper.namespace),
+                        "podSelector": {"matchLabels": dict(scraper.pod_labels)},
+                    }
+                    for scraper in site.netpol.metrics_scrapers
+                ],
+                "ports": [{"protocol": "TCP", "port": ARGO_EVENTS_METRICS}],
+            }
+        ]
+        if site.netpol.metrics_scrapers
+        else []
+    )
     return [
         _default_deny(ns),
         _policy(
@@ -176,11 +194,14 @@ def control_namespace(site: Site) -> list[dict[str, Any]]:
                 {
                     "from": [{"namespaceSelector": _ns_selector(site.namespaces.gitea)}],
                     "ports": [{"protocol": "TCP", "port": WEBHOOK_PORT}],
-                }
+                },
+                *scrapes,
             ],
             egress=[_dns(site), to_bus],
         ),
-        _policy("sensor", ns, SENSOR_POD, ingress=[], egress=[_dns(site), to_bus, _api(site)]),
+        _policy(
+            "sensor", ns, SENSOR_POD, ingress=scrapes, egress=[_dns(site), to_bus, _api(site)]
+        ),
         # the safety net reads Gitea and the registry and creates Workflows through the
         # API (its executor reports there too); no ingress
         _policy(

@@ -157,7 +157,7 @@ def test_every_string_filter_is_anchored(rendered_sensor: dict[str, Any]) -> Non
 def test_trigger_creates_the_raw_workflow_once(rendered_sensor: dict[str, Any]) -> None:
     (trigger,) = rendered_sensor["spec"]["triggers"]
     assert trigger["atLeastOnce"] is True
-    assert trigger["retryStrategy"]["steps"] >= 1
+    assert trigger["retryStrategy"]["steps"] > 1
     assert trigger["rateLimit"] == {"unit": "Second", "requestsPerUnit": 10}
     k8s = trigger["template"]["k8s"]
     assert k8s["operation"] == "create"
@@ -166,6 +166,28 @@ def test_trigger_creates_the_raw_workflow_once(rendered_sensor: dict[str, Any]) 
     assert resource["kind"] == "Workflow"
     assert resource["spec"]["workflowTemplateRef"] == {"name": "fabrique-build"}
     assert resource["metadata"]["namespace"] == "fabrique-build"
+
+
+def _waits(backoff: dict[str, Any], jitter: bool) -> list[float]:
+    """The waits between a trigger's tries, as Argo Events' DoWithRetry makes them
+    (pkg/shared/util/retry.go, Convert2WaitBackoff then wait.ExponentialBackoff): `steps`
+    tries, so steps - 1 waits, each `duration` times `factor` to the try's rank, each
+    stretched by at most `jitter` of itself."""
+    duration = float(backoff["duration"].removesuffix("s"))
+    waits = [duration * float(backoff["factor"]) ** i for i in range(int(backoff["steps"]) - 1)]
+    return [w * (1 + float(backoff["jitter"])) for w in waits] if jitter else waits
+
+
+def test_the_trigger_rides_out_a_minute_without_the_api(rendered_sensor: dict[str, Any]) -> None:
+    """Its last try comes a minute or more after the first: an API server restarting, a
+    control-plane upgrade's blip, loses no event. And less than the safety net's period
+    after it, so the net still catches what the Sensor gives up on within one period."""
+    (trigger,) = rendered_sensor["spec"]["triggers"]
+    backoff = trigger["retryStrategy"]
+    assert sum(_waits(backoff, jitter=False)) >= 60
+    site = load_site(env={})
+    assert site.reconcile.schedule == "*/5 * * * *"
+    assert sum(_waits(backoff, jitter=True)) < 5 * 60
 
 
 def test_sensor_names_the_workflow_as_submit_does(rendered_sensor: dict[str, Any]) -> None:

@@ -111,6 +111,27 @@ def test_sensor_reaches_only_dns_the_bus_and_the_api() -> None:
     assert targets[2] == {"ipBlock": {"cidr": "192.0.2.1/32"}}
 
 
+def test_the_sites_scrapers_alone_reach_the_event_pods_metrics(tmp_path: Path, specs: Path) -> None:
+    """What the Sensor drops is counted on its metrics port (7777): the scrapers the site
+    names reach it there, on the Sensor and the EventSource, and nothing else does."""
+    scraper = {"namespace": "monitoring", "podLabels": {"app.kubernetes.io/name": "prometheus"}}
+    values = write_values(tmp_path / "site.yaml", **{"netpol.metricsScrapers": [scraper]})
+    out = tmp_path / "m"
+    assert run_cli("--values", str(values), "render", "--out", str(out)).exit_code == 0
+    scrape = {
+        "from": [
+            {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+            }
+        ],
+        "ports": [{"protocol": "TCP", "port": 7777}],
+    }
+    assert find(out, "NetworkPolicy", "sensor")["spec"]["ingress"] == [scrape]
+    assert find(out, "NetworkPolicy", "eventsource")["spec"]["ingress"][1:] == [scrape]
+    assert validate_tree(out, specs) == []
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [

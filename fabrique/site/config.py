@@ -440,6 +440,13 @@ class PeerSelector(_Model):
     port: Annotated[int, Field(ge=1, le=65535)]
 
 
+class PodSelector(_Model):
+    """Pods that reach fabrique's own: a namespace and pod labels."""
+
+    namespace: DnsLabel
+    pod_labels: Annotated[dict[str, str], Field(min_length=1), AfterValidator(_labels)]
+
+
 class WidestPrefix(_Model):
     """The widest block an allowlist of CIDRs may open (``netpol.widestPrefix``)."""
 
@@ -461,6 +468,9 @@ class NetpolConfig(_Model):
     # what the Gitea pods reach in the cluster besides DNS and the EventSource (their
     # database, a cache): their egress policy allows nothing else
     gitea_peers: list[PeerSelector] = Field(default_factory=list)
+    # who scrapes the EventSource's and the Sensor's metrics (Argo Events serves them on
+    # 7777): the Sensor's count of the events it gave up on is there
+    metrics_scrapers: list[PodSelector] = Field(default_factory=list)
     egress_cidrs: list[Cidr]  # TCP 443 for the build, flavor kubernetes
     egress_fqdns: list[Fqdn]  # TCP 443 for the build, flavor cilium
 
