@@ -169,6 +169,13 @@ def test_a_workflow_reads_back_with_its_revision_and_a_missing_one_as_none(
     assert state.revision == sha
     assert state.phase in ("Pending", "Running")  # the live controller may have begun
     assert client.workflow(BUILD_NS, unique("fabrique-citation-none")) is None
+    # one LIST by the labels every build Workflow carries, as the net's sweep reads them
+    listed = client.workflows(
+        BUILD_NS, "app.kubernetes.io/part-of=fabrique,fabrique.io/app=citation"
+    )
+    mine = [w for w in listed if w.name == body["metadata"]["name"]]
+    assert [(w.app, w.revision) for w in mine] == [("citation", sha)]
+    assert client.workflows(BUILD_NS, "fabrique.io/app=no-such-app") == []
 
 
 def test_a_workflow_outside_the_template_is_refused_and_named(api: Api, client: KubeClient) -> None:
@@ -318,6 +325,9 @@ def test_reconcile_submits_remembers_and_a_second_pass_finds_it_in_flight(
     memory = api.read("ConfigMap", *MEMORY)
     assert memory is not None, first.stderr
     assert "memory not saved" not in first.stderr
+    # the sweep lists the build Workflows with the reconciler's own token
+    assert "could not be listed" not in first.stderr, first.stderr
+    assert f"fabrique-citation-{sha[:12]}" in json.loads(memory["data"]["memory.json"])["running"]
 
     again = run_cli("--values", str(values), "reconcile", env=net_env)
     assert again.exit_code == 0, again.stderr

@@ -211,3 +211,85 @@ def test_a_gitea_that_fails_the_status_read_fails_no_decision(
     assert "the commit status of" in result.stderr and "is unknown" in result.stderr
     assert table.stdout.splitlines()[1].split()[-1] == "?"
     assert _history(gitea, revision) == []
+
+
+# ------------------------------------------ older commits' builds that never reported
+
+
+def _status_reads(gitea: GiteaDouble, revision: str) -> int:
+    return sum(1 for r in gitea.requests if r.method == "GET" and revision in r.path)
+
+
+def test_an_older_commits_terminated_build_has_its_pending_status_closed(
+    code_repo: Repo,
+    values: Path,  # noqa: F811
+    env: dict[str, str],  # noqa: F811
+    kube: KubeApiDouble,
+    gitea: GiteaDouble,
+) -> None:
+    """`argo terminate` skips the exit handler: the commit kept `pending` for good, and a
+    newer commit is now the one the net looks after. The net closes it, once."""
+    old = _change(code_repo)
+    _post(gitea, old, "pending", "building")
+    _phase(kube, old, "Failed", failed_step="build", message="Stopped with strategy 'Terminate'")
+    failed = code_repo.commit({"dataops/citation-dagster/app.txt": "v3\n"})
+    _post(gitea, failed, "pending", "building")
+    _phase(kube, failed, "Failed", failed_step="build", message="error: failed to solve")
+    newest = code_repo.commit({"dataops/citation-dagster/app.txt": "v4\n"})
+    result = _reconcile(values, env)
+    assert result.exit_code == 0, result.stderr
+    assert _line(result).startswith("citation: submitted: ")
+    assert _history(gitea, old)[-1] == (
+        "error",
+        "safety net: build: Stopped with strategy 'Terminate'",
+    )
+    # a step that failed for the commit's own sake is a failure, as the exit handler says
+    assert _history(gitea, failed)[-1] == ("failure", "safety net: build: failed to solve")
+    assert _history(gitea, newest) == []
+    # settled: the next passes neither read those statuses again nor post anything
+    reads = _status_reads(gitea, old)
+    for _ in range(2):
+        assert _reconcile(values, env).exit_code == 0
+    assert _status_reads(gitea, old) == reads
+    assert len(_history(gitea, old)) == 2
+
+
+def test_an_older_commits_build_deleted_while_it_ran_has_its_pending_status_closed(
+    code_repo: Repo,
+    values: Path,  # noqa: F811
+    env: dict[str, str],  # noqa: F811
+    kube: KubeApiDouble,
+    gitea: GiteaDouble,
+) -> None:
+    old = _change(code_repo)
+    _post(gitea, old, "pending", "building")
+    name = _phase(kube, old, "Running")
+    code_repo.commit({"dataops/citation-dagster/app.txt": "v3\n"})
+    assert _reconcile(values, env).exit_code == 0
+    assert _history(gitea, old) == [("pending", "building")], "running: left alone"
+    del kube.objects[("fabrique-build", name)]  # `kubectl delete workflow`, mid-build
+    assert _reconcile(values, env).exit_code == 0
+    assert _history(gitea, old)[-1] == (
+        "error",
+        f"safety net: {name} was deleted before it ended",
+    )
+    reads = _status_reads(gitea, old)
+    assert _reconcile(values, env).exit_code == 0
+    assert _status_reads(gitea, old) == reads
+
+
+def test_a_build_that_ended_and_reported_is_read_once_and_left_alone(
+    code_repo: Repo,
+    values: Path,  # noqa: F811
+    env: dict[str, str],  # noqa: F811
+    kube: KubeApiDouble,
+    gitea: GiteaDouble,
+) -> None:
+    old = _change(code_repo)
+    _phase(kube, old, "Failed", failed_step="build", message="error: failed to solve")
+    _post(gitea, old, "failure", "build: failed to solve")  # its exit handler's report
+    code_repo.commit({"dataops/citation-dagster/app.txt": "v3\n"})
+    for _ in range(2):
+        assert _reconcile(values, env).exit_code == 0
+    assert _history(gitea, old) == [("failure", "build: failed to solve")]
+    assert _status_reads(gitea, old) == 1

@@ -47,6 +47,7 @@ class WorkflowState:
     revision: str | None  # its ``revision`` argument
     verified_digest: str | None  # the output of its verify-digest step, if that succeeded
     reason: str  # why it is in that phase, from the failed step or the Workflow ("" if none)
+    app: str | None = None  # its ``app`` argument
 
 
 def workflow_state(name: str, body: dict[str, Any]) -> WorkflowState:
@@ -55,6 +56,7 @@ def workflow_state(name: str, body: dict[str, Any]) -> WorkflowState:
     status = body.get("status") or {}
     params = (spec.get("arguments") or {}).get("parameters") or []
     revision = next((p.get("value") for p in params if p.get("name") == "revision"), None)
+    app = next((p.get("value") for p in params if p.get("name") == "app"), None)
     digests: set[str] = set()
     reasons: list[str] = []
     for node in (status.get("nodes") or {}).values():
@@ -79,6 +81,7 @@ def workflow_state(name: str, body: dict[str, Any]) -> WorkflowState:
         revision=str(revision) if revision is not None else None,
         verified_digest=verified,
         reason=reason.strip().rstrip(":"),
+        app=str(app) if app is not None else None,
     )
 
 
@@ -191,6 +194,32 @@ class KubeClient:
         if not isinstance(body, dict):
             raise KubeError(f"{what}: the API answered something that is not an object")
         return workflow_state(name, body)
+
+    def workflows(self, namespace: str, selector: str) -> list[WorkflowState]:
+        """Every Workflow of ``namespace`` whose labels match ``selector``, in one LIST."""
+        what = f"list Workflows {namespace} ({selector})"
+        try:
+            body = self._call(
+                what,
+                lambda: self._custom.list_namespaced_custom_object(
+                    ARGO_GROUP,
+                    ARGO_VERSION,
+                    namespace,
+                    "workflows",
+                    label_selector=selector,
+                    _request_timeout=self._timeout,
+                ),
+            )
+        except ApiException as exc:
+            raise self._error(what, exc) from None
+        items = body.get("items") if isinstance(body, dict) else None
+        if not isinstance(items, list):
+            raise KubeError(f"{what}: the API answered something that is not a list")
+        return [
+            workflow_state(str((item.get("metadata") or {}).get("name", "")), item)
+            for item in items
+            if isinstance(item, dict)
+        ]
 
     def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The Secret as the API returns it (``data`` base64), or None if there is none."""

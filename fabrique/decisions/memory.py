@@ -59,6 +59,11 @@ class Memory:
     apps: dict[str, Remembered] = field(default_factory=dict)
     # app -> the want whose commit status was seen as success: not read again until it moves
     reported: dict[str, str] = field(default_factory=dict)
+    # build Workflows seen not ended: name -> (app, revision); one gone by the next pass
+    # without having been seen ended may have left its commit's status pending
+    running: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # build Workflows seen ended Failed or Error whose commit status was then dealt with
+    settled: list[str] = field(default_factory=list)
 
     def dumps(self) -> str:
         return json.dumps(
@@ -77,6 +82,8 @@ class Memory:
                     for name, r in sorted(self.apps.items())
                 },
                 "reported": dict(sorted(self.reported.items())),
+                "running": {name: list(pair) for name, pair in sorted(self.running.items())},
+                "settled": sorted(self.settled),
             },
             separators=(",", ":"),
         )
@@ -99,10 +106,15 @@ class Memory:
                     _pair(entry.get("behind")),
                 )
             reported = {str(k): _sha(v) for k, v in (data.get("reported") or {}).items()}
+            running = {}
+            for name, pair in (data.get("running") or {}).items():
+                app, revision = pair
+                running[str(name)] = (str(app), _sha(revision))
+            settled = [str(name) for name in data.get("settled") or []]
         except (ValueError, KeyError, TypeError, AttributeError):
             log.warning("the reconcile memory is unreadable; asking every app again")
             return None
-        return cls(repo, branch, head, apps, reported)
+        return cls(repo, branch, head, apps, reported, running, settled)
 
 
 def _pair(value: Any) -> tuple[str, str] | None:

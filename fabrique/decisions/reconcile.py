@@ -34,7 +34,9 @@ The pass also reads the wanted commit's status ``fabrique/<app>`` in Gitea, and 
 it when the build's own report was lost or the net did the write-back itself
 (``status.repair``): for every app that is not current, and for a current app until its
 success has been seen once for that want (the memory keeps it), so that a pass where
-nothing changed asks Gitea nothing more.
+nothing changed asks Gitea nothing more. It then lists the build Workflows once and closes
+the ``pending`` statuses that older commits' builds left when they ended without
+reporting or were deleted (``Reconciler._sweep``).
 One app's failure does not stop the others; the pass exits non-zero only when a check
 itself failed (Gitea, the registry or the Kubernetes API).
 """
@@ -52,12 +54,12 @@ from fabrique.clients.kube import KubeClient, WorkflowState
 from fabrique.clients.registry import RegistryClient
 from fabrique.site.config import AppConfig, Site
 from fabrique.site.errors import FabriqueError, ImageNotFound, RemoteError, TargetError
-from fabrique.site.names import short_sha, workflow_name
+from fabrique.site.names import LABEL_MANAGED_BY, LABEL_PART_OF, short_sha, workflow_name
 
 from .holds import Hold
 from .memory import Memory, MemoryStore, NoMemory
 from .signature import signature_gate
-from .status import StatusReporter, repair
+from .status import INFRASTRUCTURE, SAFETY_NET, Report, StatusReporter, repair, step_reason
 from .survey import PassTransport, Seen, survey
 from .workflow import build_workflow
 from .writeback import Deploy, Transport, write_back_file
@@ -382,9 +384,89 @@ class Reconciler:
                 results |= {r.app: r for r in group}
             results |= {r.app: r for r in pool.map(self._submit, submits)}
         memory.reported = _reported(reported, [results[app.name] for app in apps])
+        if mode == "act":
+            self._sweep(apps, [results[app.name] for app in apps], remembered, memory)
         if mode == "act" and memory.dumps() != text:  # a pass that learnt nothing writes nothing
             self.memory.save(memory.dumps())
         return [results[app.name] for app in apps]
+
+    def _sweep(
+        self,
+        apps: Sequence[AppConfig],
+        results: Sequence[AppResult],
+        remembered: Memory | None,
+        memory: Memory,
+    ) -> None:
+        """Close the ``pending`` statuses the builds of older commits left behind.
+
+        A Workflow terminated, cut by its deadline before its exit handler, or deleted
+        while it ran never reports its end: its commit keeps ``pending`` for good. The
+        per-app decisions repair the wanted commit only; this looks at every other build
+        Workflow, in one LIST: one that ended Failed or Error is read once (the memory
+        settles it), one the previous pass saw running and that is now gone without
+        having been seen ended is read once. A ``pending`` found there becomes
+        ``failure`` (a step failed) or ``error`` (anything else), with the reason. A
+        Kubernetes API or Gitea that fails here only delays it to a later pass."""
+        if self.statuses is None:
+            return
+        before = remembered or Memory("", "", "")
+        memory.running, memory.settled = dict(before.running), list(before.settled)
+        try:
+            listed = self.kube.workflows(
+                self.site.namespaces.build, f"{LABEL_PART_OF}=fabrique,{LABEL_MANAGED_BY}=fabrique"
+            )
+        except FabriqueError as err:
+            log.warning("the build Workflows could not be listed: %s", err)
+            return
+        names = {app.name for app in apps}
+        wanted = {(r.app, r.facts.want) for r in results if r.facts is not None}
+        settled, running = set(before.settled), {}
+        for state in listed:
+            if state.app not in names or state.revision is None:
+                continue
+            if state.phase in ("Pending", "Running"):
+                running[state.name] = (state.app, state.revision)
+            elif state.phase in ("Failed", "Error") and state.name not in settled:
+                if (state.app, state.revision) in wanted or self._close(
+                    state.app, state.revision, state.name, _ended(state)
+                ):
+                    settled.add(state.name)
+        present = {state.name for state in listed}
+        for name, (app, revision) in before.running.items():
+            if name not in present and app in names and (app, revision) not in wanted:
+                gone = Report("error", f"{SAFETY_NET}{name} was deleted before it ended")
+                if not self._close(app, revision, name, gone):
+                    running[name] = (app, revision)  # asked again by the next pass
+        memory.running = running
+        memory.settled = sorted(settled & present)  # a Workflow gone is never listed again
+
+    def _close(self, app: str, revision: str, workflow: str, report: Report) -> bool:
+        """Post ``report`` on ``revision`` if its status is still ``pending``; False when
+        Gitea could not say or take it."""
+        assert self.statuses is not None
+        try:
+            current = self.statuses.current(app, revision)
+        except RemoteError as err:
+            log.warning("%s: the commit status of %s is unknown: %s", app, revision[:12], err)
+            return False
+        if current is None or current.state != "pending":
+            return True
+        posted = self.statuses.post(
+            app, revision, report, workflow=workflow, known=True, current=current
+        )
+        if posted == "not-posted":
+            return False
+        log.info("%s: %s on %s: status %s posted", app, workflow, revision[:12], report.state)
+        return True
+
+
+def _ended(state: WorkflowState) -> Report:
+    """The status of a build that ended without reporting: ``failure`` when one of its
+    steps failed for the commit's own sake, ``error`` otherwise (terminated, its
+    deadline, its infrastructure), as the exit handler would have said it."""
+    reason = step_reason(state.reason) or f"{state.name} {state.phase}"
+    own = state.phase == "Failed" and not INFRASTRUCTURE.search(reason) and ": " in reason
+    return Report("failure" if own else "error", f"{SAFETY_NET}{reason}")
 
 
 @dataclass(frozen=True)

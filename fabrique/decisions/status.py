@@ -58,9 +58,9 @@ _GENERIC = re.compile(
     re.S,
 )
 # causes outside the commit itself: the build could not finish
-_INFRASTRUCTURE = re.compile(
+INFRASTRUCTURE = re.compile(
     r"deadline|OOMKilled|exit code 137|out of memory|evicted|pod deleted|ImagePull|ErrImage|"
-    r"unreachable|timed out|HTTP 5[0-9][0-9]|Unschedulable|exit code 75",
+    r"unreachable|timed out|HTTP 5[0-9][0-9]|Unschedulable|exit code 75|Stopped with strategy",
     re.I,
 )
 _STEP_GROUP = re.compile(r"^\[\d+\]$")
@@ -190,7 +190,7 @@ def failed(workflow_status: str, failures: str | None, workflow: str) -> Report 
         return Report("error", f"the Workflow ended {workflow_status} before any step failed")
     step, reason, phase = found
     infrastructure = (
-        workflow_status != "Failed" or phase == "Error" or bool(_INFRASTRUCTURE.search(reason))
+        workflow_status != "Failed" or phase == "Error" or bool(INFRASTRUCTURE.search(reason))
     )
     # a step that names itself (the checkout script says "checkout: …") is named once
     said = reason if reason.startswith(f"{step}: ") else f"{step}: {reason}"
@@ -198,6 +198,12 @@ def failed(workflow_status: str, failures: str | None, workflow: str) -> Report 
 
 
 # ------------------------------------------------------------ the safety net's repair
+
+
+def step_reason(reason: str) -> str:
+    """The reconciler names the attempt's node (``build(0): …``): name the step, as Argo's
+    UI does (``build: …``)."""
+    return re.sub(r"^([A-Za-z0-9.-]+)\(\d+\): ", r"\1: ", reason)
 
 
 def repair(
@@ -232,8 +238,7 @@ def repair(
     if result == "ok" and deployed_is_want and deployed_digest and state != "success":
         return Report("success", f"{SAFETY_NET}{deployed_digest} deployed")
     if result == "failed" and state in (None, "pending") and workflow and phase:
-        # the reconciler names the attempt's node (build(0)): name the step, as Argo's UI does
-        why = re.sub(r"^([A-Za-z0-9.-]+)\(\d+\): ", r"\1: ", reason) or f"{workflow} {phase}"
+        why = step_reason(reason) or f"{workflow} {phase}"
         return Report("failure" if phase == "Failed" else "error", f"{SAFETY_NET}{why}")
     if result == "submitted" and state == "pending" and workflow:
         return Report("error", f"{SAFETY_NET}{workflow} no longer exists; resubmitted")

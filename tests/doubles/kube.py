@@ -106,6 +106,8 @@ class KubeApiDouble:
             namespace, name = match[1], match[2]
             if request.method == "POST" and name is None:
                 return self._create(namespace, request.json())
+            if request.method == "GET" and name is None:
+                return 200, self._list(namespace, request)
             if request.method == "GET" and name is not None:
                 found = self.objects.get((namespace, name))
                 if found is None:
@@ -116,6 +118,23 @@ class KubeApiDouble:
             return 405, status(
                 405, "MethodNotAllowed", f"{request.method} not served by the double"
             )
+
+    def _list(self, namespace: str, request: Request) -> dict[str, Any]:
+        """A WorkflowList, filtered by an equality ``labelSelector`` (``k=v,k=v``)."""
+        selector = request.query.get("labelSelector", "")
+        wanted = dict(term.split("=", 1) for term in selector.split(",") if term)
+        items = [
+            body
+            for (ns, _), body in sorted(self.objects.items())
+            if ns == namespace
+            and all(body["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())
+        ]
+        return {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "WorkflowList",
+            "metadata": {"resourceVersion": str(self.version)},
+            "items": items,
+        }
 
     def _secret(
         self,
