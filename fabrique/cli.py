@@ -938,6 +938,8 @@ def seed(
             click.confirm("apply?", abort=True, err=True)
         for step in seeder.run(dry_run=False):
             click.echo(step.line())
+            if step.state == "missing":
+                click.echo(f"warning: {step.name}: {step.detail}", err=True)
     click.echo(f"notice: {allowed_host_notice(site)}", err=True)
 
 

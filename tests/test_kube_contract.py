@@ -31,7 +31,7 @@ from .servers import Registry
 
 BUILD_NS = "fabrique-build"
 SITE = load_site(env={})
-CORE = {"Secret": "secrets", "ConfigMap": "configmaps"}
+CORE = {"Secret": "secrets", "ConfigMap": "configmaps", "Service": "services"}
 
 
 class Api(Protocol):
@@ -49,19 +49,21 @@ class DoubleApi:
         return self.double.kubeconfig(path, context)
 
     def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        store = {
+        return self._store(kind).get((namespace, name))
+
+    def _store(self, kind: str) -> dict[tuple[str, str], dict[str, Any]]:
+        return {
             "Workflow": self.double.objects,
             "Secret": self.double.secrets,
             "ConfigMap": self.double.configmaps,
+            "Service": self.double.services,
         }[kind]
-        return store.get((namespace, name))
 
     def forget(self, kind: str, namespace: str, name: str) -> None:
-        store = self.double.secrets if kind == "Secret" else self.double.configmaps
-        store.pop((namespace, name), None)
+        self._store(kind).pop((namespace, name), None)
 
     def put(self, body: dict[str, Any]) -> None:
-        store = self.double.secrets if body["kind"] == "Secret" else self.double.configmaps
+        store = self._store(body["kind"])
         meta = body["metadata"]
         store[(meta["namespace"], meta["name"])] = {
             **body,
@@ -136,6 +138,18 @@ def unique(prefix: str) -> str:
 
 def revision() -> str:
     return uuid.uuid4().hex + uuid.uuid4().hex[:8]
+
+
+def the_namespace_exists(api: Api, namespace: str) -> None:
+    """A derived Secret's namespace is the app's: the site has it before fabrique."""
+    api.put(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "placeholder", "namespace": namespace},
+            "data": {},
+        }
+    )
 
 
 # -- Workflows ------------------------------------------------------------------------------
@@ -259,14 +273,7 @@ def test_derive_secrets_copies_then_changes_nothing(api: Api, tmp_path: Path) ->
             "data": {"username": _b64("pgvector"), "password": _b64("s3cr3t")},
         }
     )
-    api.put(  # the target's namespace exists (the Secret itself does not)
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": "placeholder", "namespace": "dagster"},
-            "data": {},
-        }
-    )
+    the_namespace_exists(api, "dagster")  # the Secret itself does not
     values = write_values(
         tmp_path / "site.yaml",
         derivedSecrets=[
@@ -377,6 +384,7 @@ def test_seed_runs_its_cluster_steps_and_a_replay_is_unchanged(
             "data": dict(test_seed.SOURCE),
         }
     )
+    the_namespace_exists(api, "dagster")
     api.forget("Secret", "dagster", "pgvector-pg-auth")
     push_image(registry.url, "citation-dagster", code_repo.head()[:12])
     values = test_seed._values(tmp_path, gitea, registry)
@@ -398,3 +406,40 @@ def test_seed_runs_its_cluster_steps_and_a_replay_is_unchanged(
     again = run_cli("--values", str(values), "seed", "--app", "citation", env=env)
     assert again.exit_code == 0, again.stderr
     assert "secrets: unchanged" in again.stdout
+
+
+# -- seed's check of the registry's bare name ------------------------------------------------
+
+
+def service(namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "registry", "namespace": namespace},
+        "spec": spec,
+    }
+
+
+def test_seed_checks_the_registrys_bare_name_resolves_in_both_namespaces(
+    api: Api, client: KubeClient
+) -> None:
+    from fabrique.gestures.seed import registry_name
+
+    site = load_site(env={})  # registry:80
+    for namespace in (BUILD_NS, "fabrique"):
+        api.forget("Service", namespace, "registry")
+    missing = registry_name(site, client)
+    assert missing.state == "missing"
+    assert missing.detail.startswith("no Service registry in fabrique-build; no Service registry")
+    api.put(service(BUILD_NS, {"type": "ExternalName", "externalName": "registry.registry.svc"}))
+    api.put(service("fabrique", {"ports": [{"port": 5000}]}))
+    wrong_port = registry_name(site, client)
+    assert wrong_port.detail.startswith("Service fabrique/registry serves no port 80")
+    api.put(service("fabrique", {"ports": [{"port": 80}]}))
+    found = registry_name(site, client)
+    assert (found.state, found.detail) == (
+        "unchanged",
+        "fabrique-build/registry -> registry.registry.svc, fabrique/registry:80",
+    )
+    dotted = load_site(env={"FABRIQUE_REGISTRY__HOST": "registry.example.org:5000"})
+    assert registry_name(dotted, client).state == "skipped"

@@ -129,13 +129,16 @@ def test_dry_run_writes_nothing(
     lines = result.stdout.splitlines()
     assert lines[0] == "plan for citation on prod (cluster-prod):"
     assert [line.split(":")[0].strip() for line in lines[1:]] == [
+        "registry-name",
         "image",
         "write-back",
         "secrets",
         "webhook",
         "application",
     ]
-    assert all(": changed" in line for line in lines[2:]), lines
+    # the loopback registry's address resolves as written: nothing to check
+    assert lines[1] == "  registry-name: skipped (127.0.0.1 resolves as written)"
+    assert all(": changed" in line for line in lines[3:]), lines
     assert _writes(gitea, kube_with_secrets) == []
 
 

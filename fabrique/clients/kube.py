@@ -225,6 +225,9 @@ class KubeClient:
         """The Secret as the API returns it (``data`` base64), or None if there is none."""
         return self._read_core("Secret", namespace, name)
 
+    def get_service(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._read_core("Service", namespace, name)
+
     def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The ConfigMap as the API returns it, or None if there is none."""
         return self._read_core("ConfigMap", namespace, name)
@@ -244,7 +247,7 @@ class KubeClient:
         self._write_core("replace", "Secret", body)
 
     # the core kinds fabrique reads and writes, by the client's method names
-    _CORE = {"Secret": "secret", "ConfigMap": "config_map"}
+    _CORE = {"Secret": "secret", "ConfigMap": "config_map", "Service": "service"}
 
     def _read_core(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         what = f"get {kind} {namespace}/{name}"

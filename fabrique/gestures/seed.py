@@ -1,6 +1,7 @@
 """``fabrique seed``: the one operator gesture, from a workstation, replayable.
 
-In order: check the kube context is the target's; verify the app's image exists by
+In order: check the kube context is the target's; check the registry's bare name can
+resolve in fabrique's namespaces; verify the app's image exists by
 digest; write the digest back; derive the app's Secrets; seed webhook #2; create the Argo
 CD Application in the apps repository. Each step reports ``changed``, ``unchanged`` or
 ``skipped``; run again, everything is ``unchanged``. Nothing is written in ``--dry-run``,
@@ -10,6 +11,7 @@ and a step that cannot proceed stops the seed before any write of its own.
 from __future__ import annotations
 
 import base64
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +37,7 @@ GITEA_ADMIN_SECRET = "gitea-admin"
 @dataclass(frozen=True)
 class Step:
     name: str
-    state: str  # changed | unchanged | skipped
+    state: str  # changed | unchanged | skipped | missing (a check that found nothing)
     detail: str
 
     def line(self) -> str:
@@ -53,6 +55,39 @@ def check_target(site: Site, target: str, context: str) -> None:
             f"kube context {context!r} is not target {target!r}'s ({wanted_context!r}); "
             "nothing was done (switch context or pass --context)"
         )
+
+
+def registry_name(site: Site, kube: KubeClient) -> Step:
+    """Whether the registry's bare host name (``registry`` of ``registry:80``) can resolve
+    in the build and control namespaces: a pod looks a bare name up through its DNS
+    search path, so each namespace needs a Service of that name (an ExternalName to the
+    registry's Service, or one with its endpoints on the registry's port). A cluster DNS
+    rewrite would do too, which the API does not show: a missing Service is ``missing``,
+    a warning, not a failure. A dotted name or an address resolves as written."""
+    address = re.fullmatch(r"(\[[^\]]+\]|[^:]+)(?::(\d+))?", site.registry.host)
+    assert address is not None  # the config checked host[:port]
+    host, port = address[1], address[2] or ("80" if site.registry.plain_http else "443")
+    if "." in host or host.startswith("["):
+        return Step("registry-name", "skipped", f"{host} resolves as written")
+    problems, found = [], []
+    for namespace in (site.namespaces.build, site.namespaces.control):
+        service = kube.get_service(namespace, host)
+        spec = (service or {}).get("spec") or {}
+        if service is None:
+            problems.append(f"no Service {host} in {namespace}")
+        elif spec.get("type") == "ExternalName":
+            found.append(f"{namespace}/{host} -> {spec.get('externalName')}")
+        elif not any(str(p.get("port")) == port for p in spec.get("ports") or []):
+            problems.append(f"Service {namespace}/{host} serves no port {port}")
+        else:
+            found.append(f"{namespace}/{host}:{port}")
+    if problems:
+        detail = "; ".join(problems) + (
+            f": pods resolve {site.registry.host} only through a cluster DNS rewrite "
+            "(README, Troubleshooting: lookup registry … no such host)"
+        )
+        return Step("registry-name", "missing", detail)
+    return Step("registry-name", "unchanged", ", ".join(found))
 
 
 def gitea_admin_token(kube: KubeClient, site: Site) -> str:
@@ -114,7 +149,7 @@ class Seeder:
 
     def run(self, *, dry_run: bool) -> list[Step]:
         revision, digest, image = self.image()
-        steps = [image]
+        steps = [registry_name(self.site, self.kube), image]
         steps.append(self.write_back(revision, digest, dry_run))
         steps.append(self.secrets(dry_run))
         steps.append(self.webhook_step(dry_run))

@@ -34,6 +34,7 @@ DATA_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
 
 WORKFLOWS = re.compile(r"^/apis/argoproj\.io/v1alpha1/namespaces/([^/]+)/workflows(?:/([^/]+))?$")
 SECRETS = re.compile(r"^/api/v1/namespaces/([^/]+)/(secrets|configmaps)(?:/([^/]+))?$")
+SERVICE = re.compile(r"^/api/v1/namespaces/([^/]+)/services/([^/]+)$")
 
 
 def status(code: int, reason: str, message: str, name: str | None = None) -> dict[str, Any]:
@@ -58,6 +59,7 @@ class KubeApiDouble:
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
         self.secrets: dict[tuple[str, str], dict[str, Any]] = {}
         self.configmaps: dict[tuple[str, str], dict[str, Any]] = {}
+        self.services: dict[tuple[str, str], dict[str, Any]] = {}  # read only
         self.version = 100
         self.requests: list[Request] = []
         self.faults: list[int] = []
@@ -96,6 +98,12 @@ class KubeApiDouble:
             if self.faults:
                 code = self.faults.pop(0)
                 return code, status(code, "ServiceUnavailable", "injected fault")
+            service = SERVICE.match(request.path)
+            if service and request.method == "GET":
+                found = self.services.get((service[1], service[2]))
+                if found is None:
+                    return 404, status(404, "NotFound", f'services "{service[2]}" not found')
+                return 200, found
             secret = SECRETS.match(request.path)
             if secret:
                 store = self.secrets if secret[2] == "secrets" else self.configmaps
