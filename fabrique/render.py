@@ -173,6 +173,13 @@ def jetstream_version(site: Site, vendor: Path | None = None) -> str:
     except VendorError as exc:
         raise RenderError(f"events.jetstream.version: {exc}") from None
     chosen = site.events.jetstream.version or known.default
+    if chosen in known.unpinned:
+        raise RenderError(
+            f"events.jetstream.version: {chosen} is listed by {known.source}, but by tag: "
+            "the controller would run its images unpinned and from outside the air-gap; "
+            f"choose one of {', '.join(known.listed) or 'none'}, or pin its image set "
+            "(components.jetstream) and run fabrique vendor --update"
+        )
     if chosen not in known.listed:
         raise RenderError(
             f"events.jetstream.version: {chosen} is not listed by {known.source} "

@@ -76,9 +76,13 @@ def test_three_replicas_move_the_stream_replicas_too() -> None:
     assert yaml.safe_load(bus["streamConfig"])["replicas"] == 3
 
 
-def _events_vendor(root: Path, listed: list[str] | None) -> Path:
+PIN = "@sha256:" + "0" * 64
+
+
+def _events_vendor(root: Path, listed: list[str] | None, pinned: tuple[str, ...] = ()) -> Path:
     """A vendor/ whose lock pins JetStream 2.10.29; ``listed``: a vendored Argo Events
-    bundle whose controller config lists those versions (None: not vendored yet)."""
+    bundle whose controller config lists those versions (None: not vendored yet), by tag
+    except the ``pinned`` ones, whose images are by digest as `fabrique vendor` pins them."""
     lock = {
         "components": {
             "jetstream": {"version": "2.10.29", "images": {"nats:2.10.29": {}}},
@@ -88,7 +92,21 @@ def _events_vendor(root: Path, listed: list[str] | None) -> Path:
     root.mkdir(parents=True)
     (root / "lock.yaml").write_text(yaml.safe_dump(lock))
     if listed is not None:
-        config = {"eventBus": {"jetstream": {"versions": [{"version": v} for v in listed]}}}
+        versions = [
+            {
+                "version": v,
+                **{
+                    key: f"{image}:{v}{PIN if v in pinned else ''}"
+                    for key, image in (
+                        ("natsImage", "nats"),
+                        ("metricsExporterImage", "natsio/prometheus-nats-exporter"),
+                        ("configReloaderImage", "natsio/nats-server-config-reloader"),
+                    )
+                },
+            }
+            for v in listed
+        ]
+        config = {"eventBus": {"jetstream": {"versions": versions}}}
         bundle = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -115,11 +133,34 @@ def test_a_jetstream_version_the_vendored_argo_events_does_not_list_fails_render
     old = load_site(env={"FABRIQUE_EVENTS__JETSTREAM__VERSION": "2.10.10"})
     with pytest.raises(RenderError, match=r"^events\.jetstream\.version: 2\.10\.10 is not listed"):
         jetstream_version(old, _events_vendor(tmp_path / "a", None))
-    vendored = _events_vendor(tmp_path / "b", ["latest", "2.9.16", "2.10.29"])
+    vendored = _events_vendor(
+        tmp_path / "b", ["latest", "2.9.16", "2.10.29"], pinned=("2.9.16", "2.10.29")
+    )
     with pytest.raises(RenderError, match=r"2\.10\.10 is not listed by .*bundle\.yaml"):
         jetstream_version(old, vendored)
     older = load_site(env={"FABRIQUE_EVENTS__JETSTREAM__VERSION": "2.9.16"})
-    assert jetstream_version(older, vendored) == "2.9.16", "any version the bundle lists"
+    assert jetstream_version(older, vendored) == "2.9.16", "a version the bundle pins"
+
+
+@pytest.mark.parametrize("version", ["2.9.16", "2.9.16-alpine"])
+def test_a_version_the_controller_would_run_by_tag_fails_render(
+    tmp_path: Path, version: str
+) -> None:
+    """Upstream's controller config lists nine versions by tag; `fabrique vendor` pins
+    the lock's. Any other would run NATS by a mutable tag, from outside the air-gap
+    (`latest` the config itself refuses)."""
+    from fabrique.render import jetstream_version
+    from fabrique.site.errors import RenderError
+
+    vendored = _events_vendor(
+        tmp_path / "v", ["latest", "2.9.16", "2.9.16-alpine", "2.10.29"], pinned=("2.10.29",)
+    )
+    site = load_site(env={"FABRIQUE_EVENTS__JETSTREAM__VERSION": version})
+    with pytest.raises(
+        RenderError, match=rf"^events\.jetstream\.version: {version} is listed .* by tag"
+    ):
+        jetstream_version(site, vendored)
+    assert jetstream_version(SITE, vendored) == "2.10.29"
 
 
 def test_render_fails_whole_on_an_unlisted_jetstream_version(tmp_path: Path) -> None:

@@ -298,8 +298,9 @@ def add_jetstream_version(documents: list[Any], version: str, images: dict[str, 
     )
 
 
-def controller_jetstream_versions(documents: list[Any]) -> list[str]:
-    """The JetStream versions the Argo Events controller config of a bundle lists."""
+def controller_jetstream_entries(documents: list[Any]) -> list[dict[str, Any]]:
+    """The JetStream versions the Argo Events controller config of a bundle lists, each
+    with the images the controller runs for it (``eventBus.jetstream.versions``)."""
     for doc in documents:
         if (
             isinstance(doc, dict)
@@ -310,8 +311,24 @@ def controller_jetstream_versions(documents: list[Any]) -> list[str]:
                 config = yaml.safe_load(text or "") or {}
                 jetstream = (config.get("eventBus") or {}).get("jetstream") or {}
                 versions = jetstream.get("versions") or []
-                return [str(v.get("version")) for v in versions if isinstance(v, dict)]
+                return [v for v in versions if isinstance(v, dict)]
     return []
+
+
+def controller_jetstream_versions(documents: list[Any]) -> list[str]:
+    """The JetStream versions the Argo Events controller config of a bundle lists."""
+    return [str(v.get("version")) for v in controller_jetstream_entries(documents)]
+
+
+JETSTREAM_IMAGES = ("natsImage", "metricsExporterImage", "configReloaderImage")
+
+
+def _pinned(entry: dict[str, Any]) -> bool:
+    """The controller runs every image of this version by digest."""
+    return all(DIGEST_SUFFIX.search(str(entry.get(key) or "")) for key in JETSTREAM_IMAGES)
+
+
+DIGEST_SUFFIX = re.compile(r"@sha256:[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -321,8 +338,9 @@ class JetStreamVersions:
     the one version ``fabrique vendor`` will add to it), and where that was read."""
 
     default: str
-    listed: tuple[str, ...]
+    listed: tuple[str, ...]  # the controller runs their images by digest
     source: str
+    unpinned: tuple[str, ...] = ()  # listed, but their images are tags
 
 
 def jetstream_versions(root: Path) -> JetStreamVersions:
@@ -335,8 +353,13 @@ def jetstream_versions(root: Path) -> JetStreamVersions:
     bundle = root / "argo-events" / events.version / BUNDLE if events else None
     if bundle is not None and bundle.is_file():
         documents = [d for d in yaml.safe_load_all(bundle.read_text("utf-8")) if d is not None]
-        listed = controller_jetstream_versions(documents)
-        return JetStreamVersions(js.version, tuple(listed), f"{bundle} ({CONTROLLER_CONFIG})")
+        entries = controller_jetstream_entries(documents)
+        return JetStreamVersions(
+            js.version,
+            tuple(str(e.get("version")) for e in entries if _pinned(e)),
+            f"{bundle} ({CONTROLLER_CONFIG})",
+            tuple(str(e.get("version")) for e in entries if not _pinned(e)),
+        )
     # not vendored yet: vendoring adds the lock's version, pinned, and that is all we know
     return JetStreamVersions(js.version, (js.version,), f"{root / LOCK} (components.jetstream)")
 
