@@ -35,7 +35,12 @@ def _validate(tree: Path, specs: Path, *extra: str):  # type: ignore[no-untyped-
 
 
 def _steps_template(spec: Doc) -> tuple[int, Doc]:
-    return next((i, t) for i, t in enumerate(spec["templates"]) if "steps" in t)
+    """The entrypoint's Steps template (others, like `build-once`, hold one step)."""
+    return next(
+        (i, t)
+        for i, t in enumerate(spec["templates"])
+        if "steps" in t and t["name"] in (spec["entrypoint"], "main")
+    )
 
 
 def _problems(result: Any) -> list[str]:
