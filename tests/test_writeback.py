@@ -688,3 +688,62 @@ def test_git_transport_writes_back_in_a_sha256_repository(
     late = _writeback(values, first, DIGEST_A)
     assert late.exit_code == 0, late.stderr
     assert late.stdout.startswith(f"superseded: citation deployed revision {second}")
+
+
+@pytest.mark.parametrize("transport", ["gitea", "git"])
+def test_a_lost_race_in_another_repository_never_rolls_back(
+    gitea: GiteaDouble,
+    code_repo: Repo,
+    apps_repo: Repo,
+    git_daemon: GitDaemon,
+    transport: str,
+) -> None:
+    """The safety net's pass asked the code repository's head at its start (its want),
+    and writes an Application in `cluster/apps`. A newer push's write-back lands there
+    first: the net's write loses, it re-reads the newer deploy, and the head it compares
+    with must be the code repository's head now, not the one its pass remembered."""
+    from fabrique.decisions.survey import PassTransport
+
+    site = parse_site(
+        merge(
+            default_values(),
+            {
+                "gitea": {"url": gitea.url},
+                "network": {"backoffSeconds": 0.01},
+                "writeback": {
+                    "transport": transport,
+                    "gitUrl": f"git://127.0.0.1:{git_daemon.port}",
+                },
+                "apps": [
+                    {
+                        "name": "citation",
+                        "image": "citation-dagster",
+                        "context": "dataops/citation-dagster",
+                        "writeback": {
+                            "kind": "argocd-application",
+                            "repo": "cluster/apps",
+                            "path": APPLICATION,
+                        },
+                    }
+                ],
+            },
+        )
+    )
+    token = GITEA_TOKEN if transport == "gitea" else None
+    deployed = code_repo.commit({"dataops/citation-dagster/app.txt": "v1\n"})
+    with open_transport(site, token) as first:
+        assert write_back(site, first, "citation", deployed, DIGEST_A).state == "changed"
+    want = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    with open_transport(site, token) as inner:
+        net = PassTransport(inner)
+        assert net.head("atlas/atlas", "main") == want  # the survey's question
+        net.read("cluster/apps", "main", APPLICATION)  # and its read of the target
+        newer = code_repo.commit({"dataops/citation-dagster/app.txt": "v3\n"})
+        with open_transport(site, token) as sensor:
+            assert write_back(site, sensor, "citation", newer, DIGEST_B).state == "changed"
+        outcome = write_back(site, net, "citation", want, DIGEST_A)
+    assert outcome.state == "superseded", outcome
+    app = yaml.safe_load(apps_repo.show(APPLICATION))
+    assert app["spec"]["sources"][1]["kustomize"]["images"] == [
+        f"citation-dagster=registry:80/citation-dagster:{newer[:12]}@{DIGEST_B}"
+    ]

@@ -62,8 +62,8 @@ class _Once:
 class PassTransport:
     """A transport that answers each read-only question once per pass.
 
-    Commits are immutable, so ``resolve`` and ``is_ancestor`` keep their answers; a branch
-    head and a file are kept until this pass writes there. An answer that raised is not
+    Commits are immutable, so ``resolve`` and ``is_ancestor`` keep their answers; a file
+    is kept until this pass writes there, and every branch head until it writes anywhere. An answer that raised is not
     kept: the next asker asks again."""
 
     def __init__(self, inner: Transport) -> None:
@@ -97,10 +97,15 @@ class PassTransport:
         finally:  # written, or lost to another writer: either way what was read is stale
 
             def keep(key: Hashable) -> bool:
-                if not isinstance(key, tuple) or key[1:3] != (repo, branch):
+                if not isinstance(key, tuple):
                     return True
                 if key[0] == "head":
+                    # every branch head: a write lost to a newer build's write-back means
+                    # a newer push, in the code repository, whatever repository the target
+                    # lives in; the never-roll-back guard compares with the head now
                     return False
+                if key[1:3] != (repo, branch):
+                    return True
                 return key[0] != "read" or (self._lease_is_file and key[3] != path)
 
             self._forget(keep)
