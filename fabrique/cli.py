@@ -571,6 +571,8 @@ def release(state: _State, app: str, by: str | None, dry_run: bool) -> None:
     if outcome.diff:
         click.echo(outcome.diff, nl=False)
     was = f"; it was {outcome.previous.describe()}" if outcome.previous else ""
+    if outcome.still_held:
+        was += f"; still held: {', '.join(outcome.still_held)} (the file-wide hold, now their own)"
     if outcome.state == "unchanged":
         click.echo(f"unchanged: {app} is not held ({outcome.where})")
     elif outcome.state == "would-change":

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from fabrique.decisions.holds import HOLD_ANNOTATION, Hold, apply_hold, read_hold
+from fabrique.decisions.holds import Hold, apply_hold, hold_key, read_hold
 from fabrique.decisions.reconcile import decide
 from fabrique.site.errors import InputError, TargetError
 
@@ -28,6 +28,7 @@ from .oci import push_image
 from .servers import GitDaemon, Registry
 from .test_reconcile import _facts, _phase, _posts
 
+KEY = hold_key("citation")  # the app's own hold
 HOLD = Hold(by="alice", at="2026-12-03T07:00:00Z", reason="the 2.3 release loses uploads")
 WHERE = "atlas/atlas:kustomization.yaml"
 DIGEST_A = "sha256:" + "a" * 64
@@ -62,47 +63,47 @@ images: []
     ],
 )
 def test_hold_then_release_gives_back_the_very_same_bytes(text: str) -> None:
-    held = apply_hold(text, HOLD, where=WHERE)
-    assert read_hold(text, WHERE) is None
-    assert read_hold(held, WHERE) == HOLD
+    held = apply_hold(text, HOLD, where=WHERE, app="citation")
+    assert read_hold(text, WHERE, "citation") is None
+    assert read_hold(held, WHERE, "citation") == HOLD
     data = yaml.safe_load(held)
-    assert json.loads(data["metadata"]["annotations"][HOLD_ANNOTATION]) == {
+    assert json.loads(data["metadata"]["annotations"][KEY]) == {
         "at": HOLD.at,
         "by": HOLD.by,
         "reason": HOLD.reason,
     }
     before = yaml.safe_load(text)
-    del data["metadata"]["annotations"][HOLD_ANNOTATION]
+    del data["metadata"]["annotations"][KEY]
     if not data["metadata"]["annotations"]:
         del data["metadata"]["annotations"]
     if not data["metadata"]:
         del data["metadata"]
     assert data == before, "the hold is the only change"
-    assert apply_hold(held, None, where=WHERE) == text
+    assert apply_hold(held, None, where=WHERE, app="citation") == text
 
 
 def test_only_one_line_is_added_next_to_other_annotations() -> None:
-    held = apply_hold(WITH_ANNOTATIONS, HOLD, where=WHERE)
+    held = apply_hold(WITH_ANNOTATIONS, HOLD, where=WHERE, app="citation")
     added = [line for line in held.splitlines() if line not in WITH_ANNOTATIONS.splitlines()]
-    assert added == [f"        {HOLD_ANNOTATION}: '{HOLD.value()}'"]
+    assert added == [f"        {KEY}: '{HOLD.value()}'"]
 
 
 def test_a_new_hold_replaces_the_old_one_in_place() -> None:
-    held = apply_hold(KUSTOMIZATION_WITH_METADATA, HOLD, where=WHERE)
+    held = apply_hold(KUSTOMIZATION_WITH_METADATA, HOLD, where=WHERE, app="citation")
     other = Hold(by="bob", at="2026-12-04T08:00:00Z", reason="it's the 'db' again")
-    again = apply_hold(held, other, where=WHERE)
-    assert read_hold(again, WHERE) == other
+    again = apply_hold(held, other, where=WHERE, app="citation")
+    assert read_hold(again, WHERE, "citation") == other
     assert len(again.splitlines()) == len(held.splitlines())
 
 
 def test_an_application_keeps_the_hold_in_its_own_metadata() -> None:
     from .conftest import SEED_APPLICATION
 
-    held = apply_hold(SEED_APPLICATION, HOLD, where=WHERE)
+    held = apply_hold(SEED_APPLICATION, HOLD, where=WHERE, app="citation")
     data = yaml.safe_load(held)
     assert data["metadata"]["name"] == "citation"
-    assert read_hold(held, WHERE) == HOLD
-    assert apply_hold(held, None, where=WHERE) == SEED_APPLICATION
+    assert read_hold(held, WHERE, "citation") == HOLD
+    assert apply_hold(held, None, where=WHERE, app="citation") == SEED_APPLICATION
 
 
 def test_a_held_application_is_still_a_valid_application(specs: Path) -> None:
@@ -112,7 +113,7 @@ def test_a_held_application_is_still_a_valid_application(specs: Path) -> None:
 
     validator = Schemas(specs).validator("argoproj.io/v1alpha1", "Application")
     assert validator is not None
-    held = yaml.safe_load(apply_hold(SEED_APPLICATION, HOLD, where=WHERE))
+    held = yaml.safe_load(apply_hold(SEED_APPLICATION, HOLD, where=WHERE, app="citation"))
     assert list(validator.iter_errors(held)) == []
 
 
@@ -125,7 +126,9 @@ def test_kustomize_reads_a_held_kustomization_and_leaks_nothing(tmp_path: Path) 
         "spec: {containers: [{name: a, image: citation-dagster}]}\n"
     )
     text = "resources:\n- pod.yaml\nimages:\n- name: citation-dagster\n  newTag: abc\n"
-    (tmp_path / "kustomization.yaml").write_text(apply_hold(text, HOLD, where=WHERE))
+    (tmp_path / "kustomization.yaml").write_text(
+        apply_hold(text, HOLD, where=WHERE, app="citation")
+    )
     rendered = subprocess.run(
         [kubectl, "kustomize", str(tmp_path)], capture_output=True, text=True, check=True
     )
@@ -136,7 +139,7 @@ def test_kustomize_reads_a_held_kustomization_and_leaks_nothing(tmp_path: Path) 
 
 def test_a_hold_written_by_hand_holds_too() -> None:
     text = 'kind: Kustomization\nmetadata:\n  annotations:\n    fabrique.io/hold: "incident 42"\n'
-    assert read_hold(text, WHERE) == Hold(by="", at="", reason="incident 42")
+    assert read_hold(text, WHERE, "citation") == Hold(by="", at="", reason="incident 42")
     assert "held by unknown since unknown: incident 42" == Hold("", "", "incident 42").describe()
 
 
@@ -150,7 +153,7 @@ def test_a_hold_written_by_hand_holds_too() -> None:
 )
 def test_odd_metadata_is_refused_with_its_field(text: str, message: str) -> None:
     with pytest.raises(TargetError, match=re.escape(message)):
-        apply_hold(text, HOLD, where=WHERE)
+        apply_hold(text, HOLD, where=WHERE, app="citation")
 
 
 def test_a_held_app_is_decided_held_before_anything_else() -> None:
@@ -215,7 +218,7 @@ def test_hold_is_respected_by_writeback_and_reconcile_until_release(
     message = code_repo.git("log", "-1", "--format=%B", "main")
     assert message.startswith("fabrique: hold citation\n\nincident 42\n")
     assert "Held-By: alice" in message
-    assert read_hold(code_repo.show(KUSTOMIZATION), WHERE) is not None
+    assert read_hold(code_repo.show(KUSTOMIZATION), WHERE, "citation") is not None
     head = code_repo.head()
 
     # a replay holds nothing more
@@ -254,7 +257,7 @@ def test_hold_is_respected_by_writeback_and_reconcile_until_release(
     assert released.exit_code == 0, released.stderr
     assert released.stdout.startswith("released: citation ")
     assert "it was held by alice" in released.stdout
-    assert read_hold(code_repo.show(KUSTOMIZATION), WHERE) is None
+    assert read_hold(code_repo.show(KUSTOMIZATION), WHERE, "citation") is None
     assert "Released-By: alice" in code_repo.git("log", "-1", "--format=%B", "main")
     assert fab(values, env, "release", "--app", "citation").stdout.startswith(
         "unchanged: citation is not held"
@@ -271,7 +274,7 @@ def test_hold_dry_run_prints_the_diff_and_writes_nothing(
     head = code_repo.head()
     result = fab(values, env, "hold", "--app", "citation", "--by", "alice", "--dry-run")
     assert result.exit_code == 0, result.stderr
-    assert f"+    {HOLD_ANNOTATION}: '" in result.stdout
+    assert f"+    {KEY}: '" in result.stdout
     assert result.stdout.splitlines()[-1].startswith("would hold: citation")
     assert code_repo.head() == head
 
@@ -304,7 +307,7 @@ def test_an_argocd_application_target_is_held_in_its_metadata(
         },
     )
     assert fab(values, env, "hold", "--app", "citation", "--by", "alice").exit_code == 0
-    hold = read_hold(apps_repo.show(APPLICATION), WHERE)
+    hold = read_hold(apps_repo.show(APPLICATION), WHERE, "citation")
     assert hold is not None and hold.by == "alice"
     assert fab(values, env, "release", "--app", "citation").exit_code == 0
     from .conftest import SEED_APPLICATION
@@ -335,3 +338,87 @@ def test_git_transport_hold_then_held_writeback(
     )
     assert step.stdout.startswith("changed: "), step.stdout
     assert _deployed_tag(code_repo) == revision[:12]
+
+
+# ---------------------------------------------------- apps that share one target file
+
+
+@pytest.fixture()
+def shared(tmp_path: Path, gitea: GiteaDouble, registry: Registry) -> Path:
+    """citation and other pin their images in the same kustomization."""
+    return write_values(
+        tmp_path / "shared.yaml",
+        **{
+            "gitea.url": gitea.url,
+            "registry.host": registry.host,
+            "apps": [
+                {
+                    "name": name,
+                    "image": image,
+                    "context": context,
+                    "writeback": {"repo": "atlas/atlas", "path": KUSTOMIZATION},
+                }
+                for name, image, context in (
+                    ("citation", "citation-dagster", "dataops/citation-dagster"),
+                    ("other", "other-app", "dataops/other-app"),
+                )
+            ],
+        },
+    )
+
+
+def _writeback(
+    values: Path, env: dict[str, str], app: str, revision: str, registry: Registry
+) -> Any:
+    image = {"citation": "citation-dagster", "other": "other-app"}[app]
+    digest = push_image(registry.url, image, revision[:12])
+    return fab(values, env, "writeback", "--app", app, "--revision", revision, "--digest", digest)
+
+
+def test_a_hold_is_the_apps_own_in_a_shared_file(
+    code_repo: Repo, shared: Path, env: dict[str, str], registry: Registry
+) -> None:
+    held = fab(shared, env, "hold", "--app", "other", "--reason", "incident 7", "--by", "bob")
+    assert held.stdout.startswith("held: other held by bob"), held.stdout
+    # citation was never held: releasing it says so and leaves other's hold alone
+    head = code_repo.head()
+    release = fab(shared, env, "release", "--app", "citation", "--by", "alice")
+    assert release.stdout.startswith("unchanged: citation is not held"), release.stdout
+    assert code_repo.head() == head
+    text = code_repo.show(KUSTOMIZATION)
+    assert (
+        read_hold(text, WHERE, "other") is not None and read_hold(text, WHERE, "citation") is None
+    )
+    # holding citation holds it (it was not "already held")
+    both = fab(shared, env, "hold", "--app", "citation", "--reason", "too", "--by", "alice")
+    assert both.stdout.startswith("held: citation held by alice"), both.stdout
+    fab(shared, env, "release", "--app", "citation", "--by", "alice")
+    # the write-backs: citation goes on, other stays held
+    revision = code_repo.commit(
+        {"dataops/citation-dagster/app.txt": "v2\n", "dataops/other-app/x": "2\n"}
+    )
+    assert _writeback(shared, env, "citation", revision, registry).stdout.startswith("changed:")
+    assert _writeback(shared, env, "other", revision, registry).stdout.startswith("held: other")
+    text = code_repo.show(KUSTOMIZATION)
+    assert read_hold(text, WHERE, "other") is not None
+
+
+def test_releasing_one_app_from_a_file_wide_hold_keeps_the_others_held(
+    code_repo: Repo, shared: Path, env: dict[str, str], registry: Registry
+) -> None:
+    """A hand-written (or older) `fabrique.io/hold` holds every app of the file. Releasing
+    one app gives each other app the same hold as its own, and removes the file-wide one."""
+    text = code_repo.show(KUSTOMIZATION)
+    code_repo.commit(
+        {KUSTOMIZATION: apply_hold(text, Hold("", "", "incident 42"), where=WHERE, app=None)}
+    )
+    released = fab(shared, env, "release", "--app", "citation", "--by", "alice")
+    assert released.exit_code == 0, released.stderr
+    assert released.stdout.startswith("released: citation "), released.stdout
+    assert "still held: other (the file-wide hold, now their own)" in released.stdout
+    after = code_repo.show(KUSTOMIZATION)
+    assert "fabrique.io/hold:" not in after
+    assert read_hold(after, WHERE, "citation") is None
+    assert read_hold(after, WHERE, "other") == Hold("", "", "incident 42")
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    assert _writeback(shared, env, "citation", revision, registry).stdout.startswith("changed:")

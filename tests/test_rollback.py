@@ -106,7 +106,7 @@ def test_rollback_writes_the_older_digest_and_a_hold_that_every_path_respects(
     )
     assert f"(commit {head}); held by alice since " in result.stdout
     assert _pin(code_repo)["digest"] == old_digest and _pin(code_repo)["newTag"] == old[:12]
-    hold = read_hold(code_repo.show(KUSTOMIZATION), "k")
+    hold = read_hold(code_repo.show(KUSTOMIZATION), "k", "citation")
     assert hold is not None and (hold.by, hold.reason) == ("alice", "v2 loses uploads")
     message = code_repo.git("log", "-1", "--format=%B", "main")
     assert message.startswith(f"fabrique: roll citation back to citation-dagster {old[:12]}")
@@ -145,7 +145,7 @@ def test_rollback_writes_the_older_digest_and_a_hold_that_every_path_respects(
     forward = fab(values, env, "reconcile")
     assert _line(forward).startswith("citation: written-back: "), forward.stdout
     assert _pin(code_repo)["digest"] == digest and _pin(code_repo)["newTag"] == newest[:12]
-    assert read_hold(code_repo.show(KUSTOMIZATION), "k") is None
+    assert read_hold(code_repo.show(KUSTOMIZATION), "k", "citation") is None
 
 
 def test_rollback_to_a_revision_never_built_exits_2_and_writes_nothing(
@@ -162,7 +162,7 @@ def test_rollback_to_a_revision_never_built_exits_2_and_writes_nothing(
         f"{registry.host}/citation-dagster:{unbuilt[:12]}; nothing written\n"
     )
     assert code_repo.head() == head
-    assert read_hold(code_repo.show(KUSTOMIZATION), "k") is None
+    assert read_hold(code_repo.show(KUSTOMIZATION), "k", "citation") is None
 
 
 @pytest.mark.parametrize(
@@ -212,7 +212,7 @@ def test_rollback_dry_run_prints_the_diff_and_writes_nothing(
     )
     assert result.exit_code == 0, result.stderr
     assert f"+    digest: {old_digest}" in result.stdout
-    assert "+    fabrique.io/hold: '" in result.stdout
+    assert "+    hold.fabrique.io/citation: '" in result.stdout
     assert result.stdout.splitlines()[-1].startswith("would change: citation ")
     assert code_repo.head() == head
 

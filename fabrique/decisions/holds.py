@@ -1,17 +1,18 @@
 """A hold: an operator's "stay on this one", kept in the write-back target itself.
 
-The hold is the annotation ``fabrique.io/hold`` in the target document's
-``metadata.annotations``: the kustomization (kustomize reads its own ``metadata`` and
-passes nothing of it to the resources it renders) or the Argo CD Application (which
-ignores annotations it does not know). Kept there, it is in Git (it survives restarts, it
-is reviewed like any change), it sits next to the pin it protects, a rollback writes the
-pin and the hold in one commit, and every write-back already reads that file: respecting
-it costs no request.
+The hold is the annotation ``hold.fabrique.io/<app>`` in the target document's
+``metadata.annotations`` (one per app: apps may share a file; the bare
+``fabrique.io/hold`` holds every app of the file): the kustomization (kustomize reads
+its own ``metadata`` and passes nothing of it to the resources it renders) or the Argo
+CD Application (which ignores annotations it does not know). Kept there, it is in Git
+(it survives restarts, it is reviewed like any change), it sits next to the pin it
+protects, a rollback writes the pin and the hold in one commit, and every write-back
+already reads that file: respecting it costs no request.
 
 The value is one line of JSON, ``{"at": "…Z", "by": "…", "reason": "…"}``, the way
 ``kubectl.kubernetes.io/last-applied-configuration`` keeps a record in an annotation. Any
-other value (a hand-written ``fabrique.io/hold: "incident 42"``) holds too, its text taken
-as the reason.
+other value (a hand-written ``hold.fabrique.io/citation: "incident 42"``) holds too, its text
+taken as the reason.
 
 Edits splice one line into the original text (plus ``metadata:``/``annotations:`` when
 they are missing, and removing them again when the hold was all they held); the result is
@@ -30,8 +31,16 @@ from fabrique.site.errors import InputError, TargetError
 
 from .targets import _last_line, _load, _load_shared, _plain, _require_block, _Splicer
 
+# One app's hold: ``hold.fabrique.io/<app>`` (apps may share one target file, and a hold
+# belongs to the app). The bare ``fabrique.io/hold`` holds every app of the file: written
+# by hand, or by fabrique before holds were per app.
 HOLD_ANNOTATION = "fabrique.io/hold"
+HOLD_PREFIX = "hold.fabrique.io/"
 MAX_TEXT = 200
+
+
+def hold_key(app: str) -> str:
+    return HOLD_PREFIX + app
 
 
 @dataclass(frozen=True)
@@ -64,13 +73,34 @@ def check_text(option: str, value: str) -> str:
     return value.strip()
 
 
-def read_hold(text: str, where: str) -> Hold | None:
-    """The hold the target document carries, or None."""
+def read_hold(text: str, where: str, app: str) -> Hold | None:
+    """The hold on ``app`` the target document carries (its own, else the file-wide one),
+    or None."""
+    annotations = _annotations(_load_shared(text, where), where)
+    for key in (hold_key(app), HOLD_ANNOTATION):
+        if annotations is not None and key in annotations:
+            return _parse(annotations[key])
+    return None
+
+
+def read_hold_own(text: str, where: str, app: str) -> Hold | None:
+    """``app``'s own hold (``hold.fabrique.io/<app>``), not the file-wide one."""
+    annotations = _annotations(_load_shared(text, where), where)
+    if annotations is None or hold_key(app) not in annotations:
+        return None
+    return _parse(annotations[hold_key(app)])
+
+
+def file_hold(text: str, where: str) -> Hold | None:
+    """The file-wide hold (``fabrique.io/hold``), which holds every app of the file."""
     annotations = _annotations(_load_shared(text, where), where)
     if annotations is None or HOLD_ANNOTATION not in annotations:
         return None
-    raw = annotations[HOLD_ANNOTATION]
-    raw = "" if raw is None else str(raw)
+    return _parse(annotations[HOLD_ANNOTATION])
+
+
+def _parse(value: Any) -> Hold:
+    raw = "" if value is None else str(value)
     try:
         data = json.loads(raw)
     except ValueError:
@@ -84,17 +114,19 @@ def read_hold(text: str, where: str) -> Hold | None:
     return Hold(by="", at="", reason=raw)
 
 
-def apply_hold(text: str, hold: Hold | None, *, where: str) -> str:
-    """The text with ``hold`` set (None: removed), and nothing else changed."""
+def apply_hold(text: str, hold: Hold | None, *, where: str, app: str | None) -> str:
+    """The text with ``app``'s hold set to ``hold`` (None: removed), and nothing else
+    changed; ``app`` None: the file-wide hold."""
+    key = HOLD_ANNOTATION if app is None else hold_key(app)
     data = _load(text, where)
     expected = _plain(data)
     splicer = _Splicer(text, where)
     metadata = data.get("metadata")
     annotations = _annotations(data, where)
-    line = None if hold is None else f"{HOLD_ANNOTATION}: {_single_quoted(hold.value())}\n"
+    line = None if hold is None else f"{key}: {_single_quoted(hold.value())}\n"
     if hold is not None:
         expected.setdefault("metadata", {}).setdefault("annotations", {})
-        expected["metadata"]["annotations"][HOLD_ANNOTATION] = hold.value()
+        expected["metadata"]["annotations"][key] = hold.value()
     if metadata is None:
         if line is None:
             return text
@@ -108,18 +140,17 @@ def apply_hold(text: str, hold: Hold | None, *, where: str) -> str:
         splicer.insert_after(last, f"{pad}annotations:\n{pad}  {line}")
     else:
         _require_block(annotations, where, "metadata.annotations")
-        if HOLD_ANNOTATION in annotations:
-            at = annotations.lc.key(HOLD_ANNOTATION)[0]
-            if annotations.lc.value(HOLD_ANNOTATION)[0] != at:
+        if key in annotations:
+            at = annotations.lc.key(key)[0]
+            if annotations.lc.value(key)[0] != at:
                 raise TargetError(
-                    f"{where}: the {HOLD_ANNOTATION} annotation spans several lines; "
-                    "write it on one line"
+                    f"{where}: the {key} annotation spans several lines; write it on one line"
                 )
             splicer.delete_line(at)
             if line is not None:
-                splicer.insert_after(at, " " * annotations.lc.key(HOLD_ANNOTATION)[1] + line)
+                splicer.insert_after(at, " " * annotations.lc.key(key)[1] + line)
             else:
-                del expected["metadata"]["annotations"][HOLD_ANNOTATION]
+                del expected["metadata"]["annotations"][key]
                 if len(annotations) == 1:  # the hold was all it held: leave no empty key
                     splicer.delete_line(metadata.lc.key("annotations")[0])
                     del expected["metadata"]["annotations"]

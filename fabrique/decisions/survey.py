@@ -63,8 +63,8 @@ class PassTransport:
     """A transport that answers each read-only question once per pass.
 
     Commits are immutable, so ``resolve`` and ``is_ancestor`` keep their answers; a file
-    is kept until this pass writes there, and every branch head until it writes anywhere. An answer that raised is not
-    kept: the next asker asks again."""
+    is kept until this pass writes there, and every branch head until it writes anywhere.
+    An answer that raised is not kept: the next asker asks again."""
 
     def __init__(self, inner: Transport) -> None:
         self.inner = inner
@@ -258,7 +258,7 @@ def _seen(
     t = app.writeback
     deployed = hold = None
     if snapshot.text is not None:
-        hold = read_hold(snapshot.text, f"{t.repo}:{t.path}")
+        hold = read_hold(snapshot.text, f"{t.repo}:{t.path}", app.name)
         deployed = deployed_pin(site, app, snapshot.text)
     tag = deployed.tag if deployed else None
     if want is None or not tag:

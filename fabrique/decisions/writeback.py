@@ -40,7 +40,7 @@ from fabrique.site.config import AppConfig, Site
 from fabrique.site.errors import ProvenanceError, StaleWrite, TargetError
 from fabrique.site.names import check_digest, check_revision, short_sha, workflow_name
 
-from .holds import Hold, apply_hold, read_hold
+from .holds import Hold, apply_hold, file_hold, read_hold, read_hold_own
 from .targets import ImagePin, apply_pin, new_target, read_pin
 
 log = logging.getLogger("fabrique.writeback")
@@ -208,7 +208,7 @@ def write_back(
             new_text = new_target(target.kind, pin, where=where)
         else:
             old_text = old
-            held = read_hold(old_text, where)
+            held = read_hold(old_text, where, app.name)
             if held is not None and rollback is None:
                 log.warning("%s: %s; not writing %s", where, held.describe(), pin.reference)
                 return Outcome("held", app.name, where, pin, detail=held.describe())
@@ -220,7 +220,7 @@ def write_back(
             )
         if rollback is not None and (new_text != old_text or held is None):
             # a replay of the same rollback keeps the hold it made: no commit
-            new_text = apply_hold(new_text, rollback, where=where)
+            new_text = apply_hold(new_text, rollback, where=where, app=app.name)
         if new_text == old_text:
             return Outcome("unchanged", app.name, where, pin)
         if rollback is None and deployed is not None and deployed.tag and deployed.tag != pin.tag:
@@ -307,17 +307,14 @@ def write_back_file(
                     f"{where}: file not found (set apps[].writeback.create: true to create it; "
                     f"not set for {', '.join(refused)})"
                 )
-        else:
-            held = read_hold(old, where)
-            if held is not None:
-                log.warning("%s: %s; not writing %d pins", where, held.describe(), len(pins))
-                return [
-                    Outcome("held", app.name, where, pin, detail=held.describe())
-                    for app, pin in zip(apps, pins, strict=True)
-                ]
         text = old
         for app, d, pin in zip(apps, deploys, pins, strict=True):
             kind, index = app.writeback.kind, app.writeback.source_index
+            held = None if old is None else read_hold(old, where, app.name)
+            if held is not None:  # this app's hold, or the file-wide one: the others go on
+                log.warning("%s: %s; not writing %s", where, held.describe(), pin.reference)
+                decided.append(Outcome("held", app.name, where, pin, detail=held.describe()))
+                continue
             if text is None:
                 deployed, new_text = None, new_target(kind, pin, where=where)
             else:
@@ -443,6 +440,8 @@ class HoldOutcome:
     previous: Hold | None
     commit: str | None = None
     diff: str = ""
+    # released from a file-wide hold: the other apps of the file that keep it, as their own
+    still_held: tuple[str, ...] = ()
 
 
 def set_hold(
@@ -469,21 +468,36 @@ def set_hold(
             f"App: {app.name}\nHeld-By: {hold.by}\n"
         )
     found: list[Hold | None] = []
+    # the other apps of the file: a file-wide hold released for one app keeps them held
+    sharing = [a.name for a in site.apps if a.name != app.name and target_where(site, a) == where]
+    kept: list[str] = []
 
     def edit(old: str | None) -> str | HoldOutcome:
         if old is None:
             raise TargetError(f"{where}: file not found; nothing to hold or release")
-        previous = read_hold(old, where)
+        previous = read_hold(old, where, app.name)
         found[:] = [previous]
         if (previous is None) == (hold is None):
             return HoldOutcome("unchanged", app.name, where, previous, previous)
-        return apply_hold(old, hold, where=where)
+        if hold is not None:
+            return apply_hold(old, hold, where=where, app=app.name)
+        text = old
+        if read_hold_own(text, where, app.name) is not None:
+            text = apply_hold(text, None, where=where, app=app.name)
+        whole = file_hold(text, where)
+        if whole is not None:
+            # the file-wide hold held this app too: the other apps keep it, as their own
+            kept[:] = [name for name in sharing if read_hold_own(text, where, name) is None]
+            for name in kept:
+                text = apply_hold(text, whole, where=where, app=name)
+            text = apply_hold(text, None, where=where, app=None)
+        return text
 
     done = commit_edit(site, transport, app, edit, message, dry_run=dry_run, sleep=sleep)
     if isinstance(done, HoldOutcome):
         return done
     state: Literal["changed", "would-change"] = "would-change" if done.commit is None else "changed"
-    return HoldOutcome(state, app.name, where, hold, found[0], done.commit, done.diff)
+    return HoldOutcome(state, app.name, where, hold, found[0], done.commit, done.diff, tuple(kept))
 
 
 def _newer_deployed(
