@@ -173,6 +173,7 @@ def sensor(site: Site) -> dict[str, Any]:
 # one argo_events_action_retries_failed_total, harmlessly (README, The safety net).
 RETRY_STRATEGY = {"steps": 6, "duration": "2s", "factor": 2, "jitter": 0.2}
 
+
 def sensor_rbac(site: Site) -> list[dict[str, Any]]:
     """The Sensor's ServiceAccount may create Workflows in the build namespace; nothing else."""
     from fabrique.site.objects import service_account

@@ -199,9 +199,7 @@ def control_namespace(site: Site) -> list[dict[str, Any]]:
             ],
             egress=[_dns(site), to_bus],
         ),
-        _policy(
-            "sensor", ns, SENSOR_POD, ingress=scrapes, egress=[_dns(site), to_bus, _api(site)]
-        ),
+        _policy("sensor", ns, SENSOR_POD, ingress=scrapes, egress=[_dns(site), to_bus, _api(site)]),
         # the safety net reads Gitea and the registry and creates Workflows through the
         # API (its executor reports there too); no ingress
         _policy(
