@@ -130,17 +130,50 @@ def test_single_source_application_gets_kustomize_images() -> None:
     ]
 
 
-def test_application_duplicates_for_the_image_are_replaced_by_one_entry() -> None:
-    before = (
+def _application(*entries: str) -> str:
+    return (
         "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata: {name: citation}\n"
         "spec:\n  source:\n    kustomize:\n      images:\n"
-        "      - citation-dagster=registry:80/citation-dagster:aaaaaaaaaaaa\n"
-        "      - other=registry:80/other:1\n"
-        "      - registry:80/citation-dagster:bbbbbbbbbbbb\n"
+        + "".join(f"      - {entry}\n" for entry in entries)
+    )
+
+
+def _entries(text: str) -> list[str]:
+    return list(yaml.safe_load(text)["spec"]["source"]["kustomize"]["images"])
+
+
+def test_an_application_entry_keeps_the_name_its_containers_go_by() -> None:
+    """Argo CD runs `kustomize edit set image <entry>`: the part before `=` (or, without
+    one, the image itself) is the name kustomize matches the containers by. Rewritten
+    under another name, the entry would set no container's image."""
+    registry_named = _application("registry:80/citation-dagster:aaaaaaaaaaaa")
+    assert _entries(apply_pin(registry_named, "argocd-application", PIN, where="a")) == [
+        PIN.reference
+    ]
+    elsewhere = _application("docker.io/acme/citation-dagster:1.0")  # another image: kept
+    assert _entries(apply_pin(elsewhere, "argocd-application", PIN, where="a")) == [
+        "docker.io/acme/citation-dagster:1.0",
+        f"citation-dagster={PIN.reference}",
+    ]
+    plain = _application("citation-dagster:1.0")
+    assert _entries(apply_pin(plain, "argocd-application", PIN, where="a")) == [
+        f"citation-dagster={PIN.reference}"
+    ]
+
+
+def test_application_entries_under_each_name_are_pinned_and_repeats_dropped() -> None:
+    before = _application(
+        "citation-dagster=registry:80/citation-dagster:aaaaaaaaaaaa",
+        "other=registry:80/other:1",
+        "registry:80/citation-dagster:bbbbbbbbbbbb",
+        "citation-dagster=registry:80/citation-dagster:cccccccccccc",
     )
     after = apply_pin(before, "argocd-application", PIN, where="a")
-    images = yaml.safe_load(after)["spec"]["source"]["kustomize"]["images"]
-    assert images == [f"citation-dagster={PIN.reference}", "other=registry:80/other:1"]
+    assert _entries(after) == [
+        f"citation-dagster={PIN.reference}",
+        "other=registry:80/other:1",
+        PIN.reference,
+    ]
 
 
 def test_edited_application_is_still_a_valid_application(specs: Path) -> None:

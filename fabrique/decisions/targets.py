@@ -318,14 +318,44 @@ def _expect_kustomize(data: dict[str, Any], pin: ImagePin) -> None:
 
 def _expect_application(source: dict[str, Any], pin: ImagePin) -> None:
     images = source.setdefault("kustomize", {}).setdefault("images", [])
-    value = f"{pin.image}={pin.reference}"
-    matches = [i for i, v in enumerate(images) if parse_argocd_image(v).image in pin.names()]
-    if not matches:
-        images.append(value)
+    kept, dropped = _application_entries([str(v) for v in images], pin)
+    if not kept:
+        images.append(_argocd_value(None, pin))
         return
-    images[matches[0]] = value
-    for index in reversed(matches[1:]):
+    for index, value in kept.items():
+        images[index] = value
+    for index in reversed(dropped):
         del images[index]
+
+
+def _argocd_value(existing: str | None, pin: ImagePin) -> str:
+    """The Argo CD entry for ``pin``, going by the name ``existing`` goes by: kustomize
+    sets the image of the containers whose image has that name (Argo CD runs ``kustomize
+    edit set image <entry>``), so an entry rewritten under another name deploys nothing.
+    A new entry goes by the plain image name."""
+    if existing is None:
+        return f"{pin.image}={pin.reference}"
+    if "=" not in existing and parse_argocd_image(existing).new_name == pin.new_name:
+        return pin.reference  # `registry:80/<app>:<tag>`: its name is its own image
+    return f"{parse_argocd_image(existing).image}={pin.reference}"
+
+
+def _application_entries(images: list[str], pin: ImagePin) -> tuple[dict[int, str], list[int]]:
+    """The entries for ``pin``, each rewritten under its own name (index -> value), and the
+    later entries that repeat a name already kept (to drop: they would set it again)."""
+    kept: dict[int, str] = {}
+    dropped: list[int] = []
+    names: set[str] = set()
+    for index, value in enumerate(images):
+        name = parse_argocd_image(value).image
+        if name not in pin.names():
+            continue
+        if name in names:
+            dropped.append(index)
+            continue
+        names.add(name)
+        kept[index] = _argocd_value(value, pin)
+    return kept, dropped
 
 
 # ------------------------------------------------------------------ the text edit
@@ -519,7 +549,7 @@ def _pin_kustomize(
 
 
 def _pin_application(splicer: _Splicer, source: CommentedMap, pin: ImagePin, where: str) -> None:
-    value = f"{pin.image}={pin.reference}"
+    value = _argocd_value(None, pin)
     images = _source_images(source, where)
     _require_block(source, where, "the Application source")
     if images is None:
@@ -540,8 +570,8 @@ def _pin_application(splicer: _Splicer, source: CommentedMap, pin: ImagePin, whe
             )
         return
     _require_block(images, where, "kustomize.images")
-    matches = [i for i, v in enumerate(images) if parse_argocd_image(str(v)).image in pin.names()]
-    if not matches:
+    kept, dropped = _application_entries([str(v) for v in images], pin)
+    if not kept:
         if not images:
             raise TargetError(
                 f"{where}: kustomize.images is an empty list; write the entry or remove the key"
@@ -549,9 +579,9 @@ def _pin_application(splicer: _Splicer, source: CommentedMap, pin: ImagePin, whe
         line = _last_line(images, images.lc.item(len(images) - 1)[0])
         splicer.insert_after(line, f"{' ' * _dash_col(splicer, images)}- {yaml_scalar(value)}\n")
         return
-    first = matches[0]
-    if str(images[first]) != value:
-        line, col = images.lc.item(first)
-        splicer.replace_scalar(line, col, value)
-    for index in matches[1:]:
+    for index, wanted in kept.items():
+        if str(images[index]) != wanted:
+            line, col = images.lc.item(index)
+            splicer.replace_scalar(line, col, wanted)
+    for index in dropped:
         splicer.delete_line(images.lc.item(index)[0])

@@ -692,8 +692,9 @@ def _storage_yaml(volumes: int) -> str:
     return yaml.safe_dump_all(docs)
 
 
-def binaries() -> dict[str, Path]:
-    """Every peer binary the control plane runs, built first if need be."""
+def binaries(names: tuple[str, ...] = PLANE_PEERS) -> dict[str, Path]:
+    """Every binary of the peers ``names`` (by default, those the control plane runs),
+    built first if need be."""
     go = peers.find_go()
     if go is None:
         raise ControlPlaneError(
@@ -702,7 +703,7 @@ def binaries() -> dict[str, Path]:
         )
     found: dict[str, Path] = {}
     for peer in peers.peers():
-        if peer.name not in PLANE_PEERS:
+        if peer.name not in names:
             continue
         where = peers.build(peer, go)
         for name in peer.binaries().values():
