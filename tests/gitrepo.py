@@ -65,9 +65,13 @@ class Repo:
         )
         return sha
 
-    def git(self, *args: str) -> str:
+    def git(self, *args: str, input_text: str | None = None) -> str:
         return subprocess.run(
-            ["git", "-C", str(self.bare), *args], capture_output=True, text=True, check=True
+            ["git", "-C", str(self.bare), *args],
+            capture_output=True,
+            text=True,
+            check=True,
+            input=input_text,
         ).stdout
 
     def git_ok(self, *args: str) -> bool:

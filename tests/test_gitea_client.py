@@ -189,3 +189,44 @@ def test_editing_a_hook_resets_what_the_patch_omits(gitea: GiteaDouble) -> None:
         "",
     )
     assert edited["active"] is False and edited["config"]["url"] == "http://es:12000/push"
+
+
+def _orphan(code_repo: Repo, text: str) -> str:
+    """A commit sharing no history with main (an orphan branch, a rewritten history),
+    pushed to the server under refs/heads/orphan."""
+    tree = code_repo.git("mktree", input_text=f"100644 blob {_blob(code_repo, text)}\tREADME.md\n")
+    sha = code_repo.git("commit-tree", tree.strip(), "-m", "orphan").strip()
+    code_repo.git("update-ref", "refs/heads/orphan", sha)
+    return sha
+
+
+def _blob(code_repo: Repo, text: str) -> str:
+    return code_repo.git("hash-object", "-w", "--stdin", input_text=text).strip()
+
+
+def test_compare_of_unrelated_histories_answers_as_gitea_does(
+    code_repo: Repo, gitea: GiteaDouble
+) -> None:
+    """GetCompareInfo: when `git merge-base` fails, no commit is listed and the answer is
+    still 200, so `total_commits: 0` does not say the head is in the base."""
+    orphan = _orphan(code_repo, "another history\n")
+    answer = httpx.get(
+        f"{gitea.url}/api/v1/repos/atlas/atlas/compare/{code_repo.head()}...{orphan}",
+        headers={"Authorization": f"token {GITEA_TOKEN}"},
+    )
+    assert answer.status_code == 200
+    assert answer.json()["total_commits"] == 0
+
+
+def test_ancestry_fails_closed_on_unrelated_histories(code_repo: Repo, client: GiteaClient) -> None:
+    """After an orphan or rewritten force-push, the deployed commit is no ancestor of the
+    new one: the never-roll-back guard must not take a compare of 0 commits for one."""
+    head = code_repo.head()
+    orphan = _orphan(code_repo, "another history\n")
+    assert client.is_ancestor("atlas/atlas", orphan, head) is False
+    assert client.is_ancestor("atlas/atlas", head, orphan) is False
+    older = code_repo.head()
+    newer = code_repo.commit({"README.md": "next\n"})
+    assert client.is_ancestor("atlas/atlas", older, newer) is True
+    assert client.is_ancestor("atlas/atlas", newer, older) is False
+    assert client.is_ancestor("atlas/atlas", newer, newer) is True

@@ -161,14 +161,24 @@ class GiteaClient(JsonApi):
         """Whether ``ancestor`` is reachable from ``descendant`` (or is it).
 
         Gitea's compare ``base...head`` lists the commits of head since the merge base:
-        none exactly when head (``ancestor``) is already in base (``descendant``).
+        none when head (``ancestor``) is already in base (``descendant``), but none too
+        when the two share no history (``GetCompareInfo`` lists nothing when ``git
+        merge-base`` fails, and answers 200). So a 0 is confirmed the other way round:
+        ``descendant`` must then have commits since ``ancestor``. Fails closed.
         """
-        what = f"compare {descendant[:12]}...{ancestor[:12]} in {repo}"
-        data = self._json("GET", f"/repos/{repo}/compare/{descendant}...{ancestor}", what)
+        if ancestor == descendant:
+            return True
+        if self._compare_total(repo, descendant, ancestor) != 0:
+            return False
+        return self._compare_total(repo, ancestor, descendant) > 0
+
+    def _compare_total(self, repo: str, base: str, head: str) -> int:
+        what = f"compare {base[:12]}...{head[:12]} in {repo}"
+        data = self._json("GET", f"/repos/{repo}/compare/{base}...{head}", what)
         total = _get(data, "total_commits")
         if not isinstance(total, int):
             raise GiteaError(f"{what}: Gitea answered without total_commits")
-        return total == 0
+        return total
 
     def commits_touching(
         self, repo: str, path: str, *, start: str, exclude: str | None = None, max_pages: int = 20

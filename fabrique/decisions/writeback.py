@@ -505,10 +505,11 @@ def _newer_deployed(
 ) -> str | None:
     """Why ``revision`` must not replace what is deployed, or None if it may.
 
-    The usual case (a descendant of what is deployed) costs two requests; the branch
-    head is asked only when the revision does not descend from the deployed one. Fails
-    closed: a deployed tag that names no commit of the branch (a hand-written ``1.4.2``,
-    a rewritten history) may be replaced by the branch head only."""
+    The usual case (a descendant of what is deployed) costs three requests over Gitea
+    (the tag resolved, the compare both ways); the branch head is asked only when the
+    revision does not descend from the deployed one. Fails closed: a deployed tag that
+    names no commit of the branch (a hand-written ``1.4.2``, a rewritten history) may be
+    replaced by the branch head only."""
     repo, branch = site.gitea.code_repo, site.gitea.branch
     deployed = transport.resolve(repo, branch, deployed_tag)
     if deployed is None:

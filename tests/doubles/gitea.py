@@ -367,8 +367,20 @@ class GiteaDouble:
         base_sha, head_sha = self._resolve(repo, base), self._resolve(repo, head)
         if base_sha is None or head_sha is None:
             return 404, NOT_FOUND
-        merge_base = git(self._bare(repo), "merge-base", base_sha, head_sha)
-        shas = git(self._bare(repo), "rev-list", f"{merge_base}..{head_sha}").split()
+        # GetCompareInfo (modules/git/repo_compare.go): when `git merge-base` fails (no
+        # common history), Gitea lists no commit and answers 200 all the same
+        found = subprocess.run(
+            ["git", "-C", str(self._bare(repo)), "merge-base", base_sha, head_sha],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        merge_base = found.stdout.strip()
+        shas = (
+            git(self._bare(repo), "rev-list", f"{merge_base}..{head_sha}").split()
+            if found.returncode == 0
+            else []
+        )
         return 200, {
             "total_commits": len(shas),
             "commits": self._api_commits(repo, shas),
