@@ -65,6 +65,27 @@ class Repo:
         )
         return sha
 
+    def merge(self, ours: dict[str, str], theirs: dict[str, str]) -> str:
+        """A merge commit on main: a side branch from main commits ``theirs``, main
+        commits ``ours``, then main merges the side (no fast-forward). Pushed; its sha."""
+        work = str(self.work)
+
+        def run(*args: str) -> None:
+            subprocess.run(["git", "-C", work, *args], check=True, capture_output=True)
+
+        run("pull", "-q", "--ff-only", "origin", "main")
+        run("checkout", "-q", "-b", "side")
+        make_commit(self.work, theirs, "their side")
+        run("checkout", "-q", "main")
+        make_commit(self.work, ours, "our side")
+        ident = ["-c", "user.name=seed", "-c", "user.email=seed@example.invalid"]
+        run(*ident, "merge", "-q", "--no-ff", "--no-edit", "side")
+        run("branch", "-q", "-D", "side")
+        run("push", "-q", "origin", "HEAD:main")
+        return subprocess.run(
+            ["git", "-C", work, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+
     def git(self, *args: str, input_text: str | None = None) -> str:
         return subprocess.run(
             ["git", "-C", str(self.bare), *args],

@@ -747,3 +747,22 @@ def test_a_lost_race_in_another_repository_never_rolls_back(
     assert app["spec"]["sources"][1]["kustomize"]["images"] == [
         f"citation-dagster=registry:80/citation-dagster:{newer[:12]}@{DIGEST_B}"
     ]
+
+
+@pytest.mark.parametrize("transport", ["gitea", "git"])
+def test_a_merge_both_sides_of_which_touched_the_app_is_its_last_change(
+    gitea: GiteaDouble, code_repo: Repo, git_daemon: GitDaemon, transport: str
+) -> None:
+    """Gitea lists a merge's files against its first parent (GetCommitFileStatus: `git log
+    --name-status -m --first-parent`), so the merge is the newest commit that changed the
+    app; a listing without the merge's files picked an older one."""
+    merge = code_repo.merge(
+        {"dataops/citation-dagster/app.txt": "ours\n"},
+        {"dataops/citation-dagster/other.txt": "theirs\n"},
+    )
+    site = _site_with_apps(
+        gitea.url, 1, transport=transport, gitUrl=f"git://127.0.0.1:{git_daemon.port}"
+    )
+    with open_transport(site, GITEA_TOKEN if transport == "gitea" else None) as opened:
+        found = opened.last_change("atlas/atlas", "main", "dataops/citation-dagster", frozenset())
+    assert found == merge

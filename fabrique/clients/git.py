@@ -246,7 +246,11 @@ class GitRemote:
         """The newest commit of the branch changing a file under ``path`` not in ``ignore``."""
         tip = self.fetch_tip()
         self.fetch_history()
-        out = self._git("log", "--format=%x00%H", "--name-only", tip, "--", path)
+        # a merge's files against its first parent, as Gitea lists them (without it git
+        # shows none for a merge, and an older commit would be taken for the last change)
+        out = self._git(
+            "log", "--format=%x00%H", "--name-only", "--diff-merges=first-parent", tip, "--", path
+        )
         for block in out.split("\x00")[1:]:
             sha, *names = [line for line in block.splitlines() if line.strip()]
             if any(name not in ignore for name in names):
@@ -269,6 +273,7 @@ class GitRemote:
             "--format=%x00%H %P",
             "--name-only",
             "--no-renames",
+            "--diff-merges=first-parent",  # as Gitea lists a merge's files
             f"--max-count={limit + 1}",
             head,
             f"^{since}",

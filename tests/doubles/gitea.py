@@ -316,7 +316,9 @@ class GiteaDouble:
             return []
         fmt = "%x02%H%x00%an%x00%ae%x00%aI%x00%cn%x00%ce%x00%cI%x00%T%x00%P%x00%B%x00"
         args = ["log", "--no-walk=unsorted", f"--format={fmt}"]
-        args += ["--name-status", "--no-renames"] if files else []
+        # a merge's files are those it changed against its first parent (Gitea's
+        # GetCommitFileStatus: `git log --name-status -m --first-parent --no-renames -1`)
+        args += ["--name-status", "--no-renames", "--diff-merges=first-parent"] if files else []
         out = git(self._bare(repo), *args, *shas)
         statuses = {"A": "added", "M": "modified", "D": "deleted"}
         commits = []
