@@ -233,6 +233,54 @@ def test_reconcile_does_not_write_back_an_unsigned_digest(
     assert code_repo.head() == head
 
 
+def test_one_unsigned_app_holds_back_no_other_app_of_its_file_in_the_safety_net(
+    tmp_path: Path,
+    code_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    kube: KubeApiDouble,
+) -> None:
+    """Signatures are judged per app, as a refused target is: the signed app of the file
+    is written back, and only the unsigned one fails, pass after pass."""
+    _, pem, signer = _ec()
+    apps = [
+        {
+            "name": name,
+            "image": image,
+            "context": "dataops/citation-dagster",
+            "writeback": {"repo": "atlas/atlas", "path": KUSTOMIZATION},
+        }
+        for name, image in (("citation", "citation-dagster"), ("worker", "citation-worker"))
+    ]
+    values = write_values(
+        tmp_path / "site.yaml",
+        **{"gitea.url": gitea.url, "registry.host": registry.host, "apps": apps, **_signing(pem)},
+    )
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    signed = push_image(registry.url, "citation-dagster", revision[:12], {"a": b"signed"})
+    push_signature(
+        registry.url,
+        "citation-dagster",
+        signed,
+        signer,
+        payload(f"{registry.host}/citation-dagster", signed),
+    )
+    unsigned = push_image(registry.url, "citation-worker", revision[:12], {"b": b"unsigned"})
+    _phase(kube, revision, "Succeeded", app="citation", values=values, verified=signed)
+    _phase(kube, revision, "Succeeded", app="worker", values=values, verified=unsigned)
+    env = {
+        "KUBECONFIG": str(kube.kubeconfig(tmp_path / "kubeconfig")),
+        "FABRIQUE_GITEA_TOKEN": GITEA_TOKEN,
+    }
+    result = run_cli("--values", str(values), "reconcile", env=env)
+    lines = {line.split(":")[0]: line for line in result.stdout.splitlines()}
+    assert lines["citation"].startswith("citation: written-back: "), result.stdout
+    assert lines["worker"].startswith("worker: error: ") and "unsigned" in lines["worker"]
+    assert signed in code_repo.show(KUSTOMIZATION)
+    assert unsigned not in code_repo.show(KUSTOMIZATION)
+    assert result.exit_code == 3  # a check failed: the worker's
+
+
 def test_a_write_back_without_a_check_cannot_write_when_signing_is_on(
     tmp_path: Path, code_repo: Repo, gitea: GiteaDouble
 ) -> None:

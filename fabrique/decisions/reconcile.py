@@ -53,7 +53,13 @@ from fabrique.clients.gitea import CommitStatus
 from fabrique.clients.kube import KubeClient, WorkflowState
 from fabrique.clients.registry import RegistryClient
 from fabrique.site.config import AppConfig, Site
-from fabrique.site.errors import FabriqueError, ImageNotFound, RemoteError, TargetError
+from fabrique.site.errors import (
+    FabriqueError,
+    ImageNotFound,
+    ProvenanceError,
+    RemoteError,
+    TargetError,
+)
 from fabrique.site.names import LABEL_MANAGED_BY, LABEL_PART_OF, short_sha, workflow_name
 
 from .holds import Hold
@@ -282,11 +288,12 @@ class Reconciler:
         try:
             gate = signature_gate(self.site, self.registry)
             outcomes = write_back_file(self.site, transport, deploys, gate=gate)
-        except TargetError as err:
+        except (TargetError, ProvenanceError) as err:
             if len(todos) == 1:
                 return [_error(todos[0].app.name, err)]
-            # one app's refusal (its deployed tag names no commit, say) must not hold back
-            # the others of the file: each is written alone, and only that one fails
+            # one app's refusal (its deployed tag names no commit, its digest is unsigned)
+            # must not hold back the others of the file: each is written alone, and only
+            # that one fails
             log.warning("%s; writing the %d pins one by one", err, len(todos))
             return [result for todo in todos for result in self._write_back(transport, [todo])]
         except FabriqueError as err:
