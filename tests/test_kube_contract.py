@@ -26,7 +26,7 @@ from fabrique.site.errors import KubeError
 from .conftest import GITEA_TOKEN, Repo, run_cli, write_values
 from .doubles.gitea import GiteaDouble
 from .doubles.kube import KubeApiDouble
-from .oci import push_image
+from .oci import built_labels, push_image
 from .servers import Registry
 
 BUILD_NS = "fabrique-build"
@@ -386,7 +386,12 @@ def test_seed_runs_its_cluster_steps_and_a_replay_is_unchanged(
     )
     the_namespace_exists(api, "dagster")
     api.forget("Secret", "dagster", "pgvector-pg-auth")
-    push_image(registry.url, "citation-dagster", code_repo.head()[:12])
+    push_image(
+        registry.url,
+        "citation-dagster",
+        code_repo.head()[:12],
+        labels=built_labels(code_repo.head(), gitea.url),
+    )
     values = test_seed._values(tmp_path, gitea, registry)
     env = {
         "KUBECONFIG": str(api.kubeconfig(tmp_path / "kubeconfig", context="cluster-prod")),

@@ -15,7 +15,7 @@ from fabrique.validate import Schemas
 from .conftest import GITEA_TOKEN, Repo, run_cli, write_values
 from .doubles.gitea import GiteaDouble
 from .doubles.kube import KubeApiDouble
-from .oci import push_image
+from .oci import built_labels, push_image
 from .servers import Registry
 
 APP_FILE = "apps/citation-seeded.yaml"
@@ -121,7 +121,12 @@ def test_dry_run_writes_nothing(
     kube_with_secrets: KubeApiDouble,
 ) -> None:
     revision = code_repo.head()
-    push_image(registry.url, "citation-dagster", revision[:12])
+    push_image(
+        registry.url,
+        "citation-dagster",
+        revision[:12],
+        labels=built_labels(revision, gitea.url),
+    )
     result = _seed(
         _values(tmp_path, gitea, registry), _env(tmp_path, kube_with_secrets), "--dry-run"
     )
@@ -152,7 +157,12 @@ def test_full_run_then_replay_is_all_unchanged(
     specs: Path,
 ) -> None:
     revision = code_repo.head()
-    digest = push_image(registry.url, "citation-dagster", revision[:12])
+    digest = push_image(
+        registry.url,
+        "citation-dagster",
+        revision[:12],
+        labels=built_labels(revision, gitea.url),
+    )
     values, env = _values(tmp_path, gitea, registry), _env(tmp_path, kube_with_secrets)
     first = _seed(values, env, "--yes")
     assert first.exit_code == 0, first.stderr
@@ -227,7 +237,12 @@ def test_a_missing_source_key_is_named(
     registry: Registry,
     kube_with_secrets: KubeApiDouble,
 ) -> None:
-    push_image(registry.url, "citation-dagster", code_repo.head()[:12])
+    push_image(
+        registry.url,
+        "citation-dagster",
+        code_repo.head()[:12],
+        labels=built_labels(code_repo.head(), gitea.url),
+    )
     values = _values(tmp_path, gitea, registry, keys={"password": "pass"})
     result = _seed(values, _env(tmp_path, kube_with_secrets), "--yes")
     assert result.exit_code == 2
@@ -245,7 +260,12 @@ def test_declining_the_plan_changes_nothing(
     registry: Registry,
     kube_with_secrets: KubeApiDouble,
 ) -> None:
-    push_image(registry.url, "citation-dagster", code_repo.head()[:12])
+    push_image(
+        registry.url,
+        "citation-dagster",
+        code_repo.head()[:12],
+        labels=built_labels(code_repo.head(), gitea.url),
+    )
     result = _seed(
         _values(tmp_path, gitea, registry), _env(tmp_path, kube_with_secrets), input="n\n"
     )
@@ -327,3 +347,37 @@ def test_derive_secrets_never_overwrites_a_secret_it_did_not_make(
     assert kube_with_secrets.secrets[("dagster", "pgvector-pg-auth")]["data"] == {
         "user": _b64("hand-made")
     }
+
+
+def test_seed_checks_the_image_as_rollback_does_and_a_replay_keeps_the_verified_digest(
+    tmp_path: Path,
+    code_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    kube_with_secrets: KubeApiDouble,
+) -> None:
+    """A tag is no proof: any build can push to it. Seed deploys an image only when its
+    labels name that commit of the code repository; a tag overwritten since a first seed
+    is not deployed by a replay, and the digest deployed stays."""
+    revision = code_repo.head()
+    values, env = _values(tmp_path, gitea, registry), _env(tmp_path, kube_with_secrets)
+    foreign = push_image(registry.url, "citation-dagster", revision[:12], {"x": b"foreign"})
+    refused = _seed(values, env, "--yes")
+    assert refused.exit_code == 8, refused.stderr
+    assert "this image was not built from that commit by fabrique" in refused.stderr
+    assert _writes(gitea, kube_with_secrets) == []
+
+    built = push_image(
+        registry.url,
+        "citation-dagster",
+        revision[:12],
+        labels=built_labels(revision, gitea.url),
+    )
+    assert _seed(values, env, "--yes").exit_code == 0
+    target = "dataops/citation-dagster/deploy/overlays/prod/kustomization.yaml"
+    assert built in code_repo.show(target)
+    head = code_repo.head()
+    push_image(registry.url, "citation-dagster", revision[:12], {"x": b"overwritten"})
+    replay = _seed(values, env, "--yes")
+    assert replay.exit_code == 8, replay.stderr
+    assert code_repo.head() == head and built in code_repo.show(target)

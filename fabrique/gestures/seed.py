@@ -1,8 +1,9 @@
 """``fabrique seed``: the one operator gesture, from a workstation, replayable.
 
 In order: check the kube context is the target's; check the registry's bare name can
-resolve in fabrique's namespaces; verify the app's image exists by
-digest; write the digest back; derive the app's Secrets; seed webhook #2; create the Argo
+resolve in fabrique's namespaces; verify the app's image exists by digest, and that its
+labels (and provenance, with attestations) name that commit, as rollback does; write the
+digest back; derive the app's Secrets; seed webhook #2; create the Argo
 CD Application in the apps repository. Each step reports ``changed``, ``unchanged`` or
 ``skipped``; run again, everything is ``unchanged``. Nothing is written in ``--dry-run``,
 and a step that cannot proceed stops the seed before any write of its own.
@@ -21,6 +22,7 @@ from fabrique.clients.gitea import GiteaClient
 from fabrique.clients.kube import KubeClient
 from fabrique.clients.registry import RegistryClient
 from fabrique.decisions.changes import fabrique_paths
+from fabrique.decisions.provenance import check_attestations, check_labels, expected
 from fabrique.decisions.signature import signature_gate
 from fabrique.decisions.writeback import Transport, write_back
 from fabrique.gestures.webhook import Credentials, seed_webhook
@@ -173,6 +175,13 @@ class Seeder:
                 f"image {ref} is not in the registry: build it first "
                 f"(fabrique submit --app {app.name} --revision {want}); nothing was written"
             ) from None
+        # what rollback checks: the image says it was built from that commit of the code
+        # repository (and, with attestations, its provenance does): a tag is no proof,
+        # any build may push to it, and a replay would deploy whatever it holds now
+        wanted = expected(site, app, want, digest)
+        check_labels(self.registry, wanted)
+        if site.build.attestations:
+            check_attestations(self.registry, wanted, sbom=site.build.sbom)
         return want, digest, Step("image", "unchanged", f"{ref}@{digest}")
 
     def write_back(self, revision: str, digest: str, dry_run: bool) -> Step:
