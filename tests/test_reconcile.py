@@ -528,3 +528,32 @@ def test_one_apps_refused_write_back_does_not_hold_back_its_file(
         e["name"]: e.get("newTag") for e in yaml.safe_load(code_repo.show(KUSTOMIZATION))["images"]
     }
     assert pins["citation-dagster"] == "1.4.2" and pins["other-image"] == wants["other"][:12]
+
+
+def test_a_branch_name_deployed_as_a_tag_is_no_deployed_revision(
+    code_repo: Repo, values: Path, env: dict[str, str], kube: KubeApiDouble, gitea: GiteaDouble
+) -> None:
+    """`newTag: main` resolves, through Gitea's "ref or sha", to the branch head: taken for
+    a commit, it made every push "already deployed" and the net say ok forever, so the
+    mutable tag was never replaced. Only a commit id is a deployed revision."""
+    from fabrique.decisions.changes import needs_build
+    from fabrique.decisions.writeback import open_transport
+
+    text = code_repo.show(KUSTOMIZATION)
+    code_repo.commit(
+        {
+            KUSTOMIZATION: text
+            + "  - name: citation-dagster\n    newName: registry:80/citation-dagster\n    newTag: main\n"
+        },
+        "deployed by a branch tag",
+    )
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    site = load_site(values, env={})
+    with open_transport(site, GITEA_TOKEN) as transport:
+        decision = needs_build(site, transport, "citation", revision)
+    assert decision.build, decision
+    assert "deployed tag 'main' is not a commit" in decision.reason
+    result = _reconcile(values, env)
+    assert _line(result).startswith(f"citation: submitted: {revision[:12]} is not built"), (
+        result.stdout
+    )

@@ -361,7 +361,7 @@ def test_seed_checks_the_image_as_rollback_does_and_a_replay_keeps_the_verified_
     is not deployed by a replay, and the digest deployed stays."""
     revision = code_repo.head()
     values, env = _values(tmp_path, gitea, registry), _env(tmp_path, kube_with_secrets)
-    foreign = push_image(registry.url, "citation-dagster", revision[:12], {"x": b"foreign"})
+    push_image(registry.url, "citation-dagster", revision[:12], {"x": b"foreign"})
     refused = _seed(values, env, "--yes")
     assert refused.exit_code == 8, refused.stderr
     assert "this image was not built from that commit by fabrique" in refused.stderr

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from fabrique.site.config import Site
 from fabrique.site.names import check_revision
 
-from .writeback import Transport, deployed_pin
+from .writeback import Transport, deployed_pin, deployed_revision
 
 
 def fabrique_paths(site: Site) -> frozenset[str]:
@@ -44,22 +44,22 @@ def needs_build(site: Site, transport: Transport, app_name: str, revision: str) 
     deployed = deployed_pin(site, app, snapshot.text)
     if deployed is None or not deployed.tag:
         return Decision(True, f"no deployed revision of {app.image} in {target.path}")
-    deployed_revision = transport.resolve(code_repo, branch, deployed.tag)
-    if deployed_revision is None:
+    deployed_commit = deployed_revision(transport, code_repo, branch, deployed.tag)
+    if deployed_commit is None:
         return Decision(True, f"deployed tag {deployed.tag!r} is not a commit of {code_repo}")
-    if deployed_revision == revision:
+    if deployed_commit == revision:
         return Decision(False, f"{revision[:12]} is the deployed revision already")
-    if not transport.is_ancestor(code_repo, branch, deployed_revision, revision):
+    if not transport.is_ancestor(code_repo, branch, deployed_commit, revision):
         return Decision(
-            True, f"{revision[:12]} does not descend from deployed {deployed_revision[:12]}"
+            True, f"{revision[:12]} does not descend from deployed {deployed_commit[:12]}"
         )
-    files = transport.files_changed(code_repo, branch, deployed_revision, revision, app.context)
+    files = transport.files_changed(code_repo, branch, deployed_commit, revision, app.context)
     if files is None:
-        return Decision(True, f"too many commits since {deployed_revision[:12]} to list")
+        return Decision(True, f"too many commits since {deployed_commit[:12]} to list")
     changed = [f for f in files if f not in fabrique_paths(site)]
     if not changed:
         return Decision(
-            False, f"nothing under {app.context} changed since deployed {deployed_revision[:12]}"
+            False, f"nothing under {app.context} changed since deployed {deployed_commit[:12]}"
         )
     shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
     return Decision(True, f"{len(changed)} file(s) changed under {app.context}: {shown}")

@@ -33,7 +33,7 @@ from .changes import fabrique_paths
 from .holds import Hold, read_hold
 from .memory import Memory, Remembered, follows, newest_touching, scope
 from .targets import ImagePin
-from .writeback import Snapshot, Transport, deployed_pin
+from .writeback import Snapshot, Transport, deployed_pin, deployed_revision
 
 log = logging.getLogger("fabrique.reconcile")
 
@@ -271,7 +271,7 @@ def _seen(
     if known.behind is not None and known.behind[0] == tag:
         return Seen(want, deployed, known.behind[1], False, hold)
     repo, branch = site.gitea.code_repo, site.gitea.branch
-    revision = transport.resolve(repo, branch, tag)
+    revision = deployed_revision(transport, repo, branch, tag)
     current = revision is not None and (
         revision == want or transport.is_ancestor(repo, branch, want, revision)
     )

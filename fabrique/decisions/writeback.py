@@ -25,6 +25,7 @@ import dataclasses
 import difflib
 import functools
 import logging
+import re
 import tempfile
 import threading
 import time
@@ -500,6 +501,20 @@ def set_hold(
     return HoldOutcome(state, app.name, where, hold, found[0], done.commit, done.diff, tuple(kept))
 
 
+# a deployed revision is a commit id, as fabrique writes it (the sha12) or in full: a tag
+# such as `main` or `1.4` is none, though Gitea's "ref or sha" would resolve a branch name
+DEPLOYED_TAG_RE = re.compile(r"[0-9a-f]{12}|[0-9a-f]{40}|[0-9a-f]{64}")
+
+
+def deployed_revision(transport: Transport, repo: str, branch: str, tag: str) -> str | None:
+    """The commit a deployed tag names, or None when it names none: only a commit id is
+    a deployed revision (a branch name resolves to whatever the branch holds now)."""
+    if not DEPLOYED_TAG_RE.fullmatch(tag):
+        return None
+    revision = transport.resolve(repo, branch, tag)
+    return revision if revision is not None and revision.startswith(tag) else None
+
+
 def _newer_deployed(
     site: Site, transport: Transport, revision: str, deployed_tag: str
 ) -> str | None:
@@ -511,7 +526,7 @@ def _newer_deployed(
     names no commit of the branch (a hand-written ``1.4.2``, a rewritten history) may be
     replaced by the branch head only."""
     repo, branch = site.gitea.code_repo, site.gitea.branch
-    deployed = transport.resolve(repo, branch, deployed_tag)
+    deployed = deployed_revision(transport, repo, branch, deployed_tag)
     if deployed is None:
         head = transport.head(repo, branch)
         if head != revision:
