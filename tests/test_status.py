@@ -340,6 +340,39 @@ def test_the_token_never_reaches_a_description(
     assert _history(gitea, revision) == [("failure", "plan: Gitea said *** is wrong")]
 
 
+@pytest.mark.parametrize(
+    "leak",
+    [
+        "https://ci-bot:s3cr3t-9f@gitea.example/atlas/atlas.git",  # URL userinfo
+        "https://s3cr3t-9f@gitea.example/atlas/atlas.git",  # a token as the user
+        "https://gitea.example/api/v1/repos?token=s3cr3t-9f",  # a query
+        "https://auth.example/callback#access_token=s3cr3t-9f",  # a fragment
+    ],
+    ids=["userinfo", "user", "query", "fragment"],
+)
+def test_no_credential_of_a_log_tail_reaches_a_status_or_the_reconcile_line(
+    values: Path, gitea: GiteaDouble, code_repo: Repo, leak: str
+) -> None:
+    """A failed step's last log line may quote a URL with its credentials: the status
+    and the reconciler's reason carry the URL masked, never the secret."""
+    from fabrique.clients.kube import workflow_state
+
+    revision = code_repo.head()
+    failures = _failures(_node("checkout", f"fatal: unable to access '{leak}': 403"))
+    _report(values, "failure", revision, "--workflow-status", "Failed", "--failures", failures)
+    ((state, description),) = _history(gitea, revision)
+    assert state == "failure" and "s3cr3t-9f" not in description, description
+    assert "***" in description
+    body = {
+        "status": {
+            "phase": "Failed",
+            "nodes": {"n": {**_node("checkout(0)", f"fatal: {leak} refused"), "type": "Pod"}},
+        }
+    }
+    reason = workflow_state("fabrique-citation-0123456789ab", body).reason
+    assert "s3cr3t-9f" not in reason and "***" in reason, reason
+
+
 def test_the_site_config_takes_an_argo_ui_url() -> None:
     site = load_site(env={"FABRIQUE_ARGO_SERVER__URL": "http://argo:2746"})
     assert site.argo_server.workflow_url("ns", "wf") == "http://argo:2746/workflows/ns/wf"

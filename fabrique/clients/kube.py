@@ -22,7 +22,7 @@ from kubernetes.config.config_exception import ConfigException
 
 from fabrique.site.config import Site
 from fabrique.site.errors import ConfigError, KubeError, reason_line
-from fabrique.site.names import DIGEST_RE, VERIFIED_OUTPUT, VERIFY_STEP
+from fabrique.site.names import DIGEST_RE, VERIFIED_OUTPUT, VERIFY_STEP, redact_urls
 from fabrique.site.retry import RetryPolicy
 
 log = logging.getLogger("fabrique.kube")
@@ -74,7 +74,9 @@ def workflow_state(name: str, body: dict[str, Any]) -> WorkflowState:
     verified = digests.pop() if len(digests) == 1 else None
     if verified is not None and not DIGEST_RE.fullmatch(verified):
         verified = None
-    reason = reasons[0] if reasons else str(status.get("message") or "")
+    # a step's log tail goes into the reconcile line and the commit status: no URL
+    # credential, query or fragment leaves with it
+    reason = redact_urls(reasons[0] if reasons else str(status.get("message") or ""))
     return WorkflowState(
         name=name,
         phase=str(status.get("phase") or "Pending"),

@@ -43,7 +43,7 @@ from typing import Any
 from fabrique.clients.gitea import CommitStatus, GiteaClient
 from fabrique.site.config import AppConfig, Site
 from fabrique.site.errors import RemoteError, reason_line
-from fabrique.site.names import short_sha
+from fabrique.site.names import redact_urls, short_sha
 
 log = logging.getLogger("fabrique.status")
 
@@ -80,10 +80,13 @@ def context(app: str) -> str:
 
 
 def one_line(text: str, secrets: tuple[str | None, ...] = ()) -> str:
-    """``text`` on one line, at most MAX_DESCRIPTION characters, secrets masked."""
+    """``text`` on one line, at most MAX_DESCRIPTION characters, secrets masked: the
+    ones given, and every URL's credentials, query and fragment (a failed step's log
+    tail may quote a clone URL with its token)."""
     for secret in secrets:
         if secret:
             text = text.replace(secret, "***")
+    text = redact_urls(text)
     flat = " ".join(text.split())
     if len(flat) > MAX_DESCRIPTION:
         flat = flat[: MAX_DESCRIPTION - 1].rstrip() + "…"

@@ -153,7 +153,8 @@ _USERINFO = re.compile(
 
 def redact_urls(text: str) -> str:
     """``text`` with the credentials of every URL in it masked: a password, or the user
-    of any scheme but ssh (``https://<token>@host`` is a token). An ssh user name such as
+    of any scheme but ssh (``https://<token>@host`` is a token), its query and its
+    fragment. An ssh user name such as
     ``git@`` is not a secret and stays readable."""
 
     def mask(match: re.Match[str]) -> str:
@@ -162,8 +163,11 @@ def redact_urls(text: str) -> str:
             return match.group(0)
         return f"{scheme}***@"
 
-    return _QUERY.sub(r"\g<url>?***", _USERINFO.sub(mask, text))
+    masked = _QUERY.sub(r"\g<url>?***", _USERINFO.sub(mask, text))
+    return _FRAGMENT.sub(r"\g<url>#***", masked)
 
 
 # a URL's query may carry a token (?token=…, ?access_token=…): never shown
 _QUERY = re.compile(r"(?P<url>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s?#'\"]*)\?[^\s#'\"]*")
+# and so may its fragment (an OAuth implicit grant's #access_token=…)
+_FRAGMENT = re.compile(r"(?P<url>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s#'\"]*)#[^\s'\"]+")
