@@ -766,3 +766,39 @@ def test_a_merge_both_sides_of_which_touched_the_app_is_its_last_change(
     with open_transport(site, GITEA_TOKEN if transport == "gitea" else None) as opened:
         found = opened.last_change("atlas/atlas", "main", "dataops/citation-dagster", frozenset())
     assert found == merge
+
+
+def test_git_transport_a_push_the_server_declines_is_no_race(
+    code_repo: Repo, git_values: Path
+) -> None:
+    """A pre-receive hook (a protected branch) declines the push: that is the server's
+    answer, not a lost race. It exits 3 with the server's words, at once, instead of
+    re-reading and retrying into exit 75."""
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    head = code_repo.head()
+    hook = code_repo.bare / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\necho 'main is protected: merge a pull request' >&2\nexit 1\n")
+    hook.chmod(0o755)
+    result = _writeback(git_values, revision, DIGEST_A)
+    assert result.exit_code == 3, result.stdout + result.stderr
+    assert "main is protected: merge a pull request" in result.stderr
+    assert "pre-receive hook declined" in result.stderr
+    assert "losing the write race" not in result.stderr
+    assert code_repo.head() == head
+
+
+def test_git_transport_a_target_that_is_not_utf8_fails_with_its_name(
+    code_repo: Repo, git_values: Path
+) -> None:
+    """A target file in another encoding is no target fabrique can edit: one line naming
+    it, exit 3, no traceback (the Gitea transport says the same)."""
+    work = code_repo.work
+    (work / KUSTOMIZATION).parent.mkdir(parents=True, exist_ok=True)
+    code_repo.commit({"README.md": "before\n"})
+    (work / KUSTOMIZATION).write_bytes("# déployé\nimages: []\n".encode("latin-1"))
+    code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    revision = code_repo.head()
+    result = _writeback(git_values, revision, DIGEST_A)
+    assert result.exit_code == 3, result.stdout + result.stderr
+    assert f"{KUSTOMIZATION} is not UTF-8 text" in result.stderr
+    assert "Traceback" not in result.stderr

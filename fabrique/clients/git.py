@@ -59,9 +59,11 @@ TRANSIENT = re.compile(
 # step is a shell script in the git image, and exits 75 on these too.
 TRANSIENT_ERE = TRANSIENT.pattern.replace("(?:", "(")
 OBJECT_FORMAT_MISMATCH = re.compile(r"mismatched algorithms: client \w+; server (?P<server>\w+)")
+# A push lost to another writer: the branch moved (a lease that no longer holds, a ref
+# locked or moved under the server's own update). A `[remote rejected]` for any other
+# reason (a pre-receive hook, a protected branch) is the server's answer, not a race.
 REJECTED = re.compile(
-    r"\[rejected\]|non-fast-forward|fetch first|\[remote rejected\]|cannot lock ref|"
-    r"failed to lock|stale info",
+    r"\[rejected\]|non-fast-forward|fetch first|cannot lock ref|failed to lock|stale info",
     re.I,
 )
 
@@ -191,7 +193,10 @@ class GitRemote:
         kind = listed.split()[1]
         if kind != "blob":
             raise GitError(f"{self._what()}: {path} is a {kind}, not a file")
-        return self._git("cat-file", "blob", f"{commit}:{path}")
+        try:
+            return self._git("cat-file", "blob", f"{commit}:{path}")
+        except UnicodeDecodeError:
+            raise GitError(f"{self._what()}: {path} is not UTF-8 text") from None
 
     def commit_file(self, parent: str, path: str, text: str, message: str, author: Author) -> str:
         """A new commit on ``parent`` in which ``path`` holds ``text``; nothing else changes."""
@@ -342,9 +347,16 @@ class GitRemote:
         result = self._run(*args, **kwargs)  # type: ignore[arg-type]
         if result.returncode != 0:
             detail = first_error(result.stderr) or f"exit {result.returncode}"
-            if args[0] == "push" and REJECTED.search(result.stderr):
-                lines = result.stderr.splitlines()
-                detail = next(line.strip() for line in lines if REJECTED.search(line))
+            if args[0] == "push":
+                lines = [line.strip() for line in result.stderr.splitlines()]
+                raced = [line for line in lines if REJECTED.search(line)]
+                # a decline: the server's own words (a hook's output), then git's line
+                said = [line for line in lines if line.startswith("remote:") and line[7:].strip()]
+                declined = [line for line in lines if "[remote rejected]" in line]
+                if raced:
+                    detail = raced[0]
+                elif declined:
+                    detail = "; ".join([*(line[7:].strip() for line in said[:3]), declined[0]])
             raise GitError(
                 # git quotes the remote URL in its errors ("unable to access '…'")
                 f"{self._what()}: git {args[0]} failed: {redact_urls(detail)}",
