@@ -230,3 +230,22 @@ def test_ancestry_fails_closed_on_unrelated_histories(code_repo: Repo, client: G
     assert client.is_ancestor("atlas/atlas", older, newer) is True
     assert client.is_ancestor("atlas/atlas", newer, older) is False
     assert client.is_ancestor("atlas/atlas", newer, newer) is True
+
+
+def test_a_file_deleted_since_it_was_read_is_a_stale_write(
+    code_repo: Repo, client: GiteaClient
+) -> None:
+    """Gitea answers 404 to the update of a file that is gone: the write is stale (a
+    re-read decides), not a missing branch."""
+    from fabrique.clients.gitea import Identity
+    from fabrique.site.errors import StaleWrite
+
+    code_repo.commit({"deploy/k.yaml": "images: []\n"})
+    current = client.get_file("atlas/atlas", "deploy/k.yaml", "main")
+    assert current is not None
+    (code_repo.work / "deploy/k.yaml").unlink()
+    code_repo.commit({}, "deleted meanwhile")
+    with pytest.raises(StaleWrite, match="gone since it was read"):
+        client.update_file(
+            "atlas/atlas", "main", current, "images: [x]\n", "m", Identity("fabrique", "f@x")
+        )

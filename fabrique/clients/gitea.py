@@ -428,6 +428,10 @@ class GiteaClient(JsonApi):
                 f"{what}: branch protection refused the write ({message}); let the token's "
                 f"user push to {branch}, or unprotect {path}"
             )
+        if response.status_code == 404 and method == "PUT":
+            # the update of a file that is gone (deleted since it was read): stale, and the
+            # re-read says what is there now (no file, or no branch)
+            raise StaleWrite(f"{what}: gone since it was read (HTTP 404)")
         if response.status_code == 404:
             raise GiteaError(f"{what}: branch or repository not found")
         if response.status_code == 423:
