@@ -107,6 +107,18 @@ def test_without_the_switch_an_index_is_not_asked_for_attestations(
             lambda image: {**provenance(image, REV, SOURCE), "predicate": {}},
             "the provenance names revision None",
         ),
+        (  # a malformed statement is one line and exit 8, never a traceback
+            lambda image: {**provenance(image, REV, SOURCE), "subject": [{"digest": image}]},
+            "the provenance is about [], not",
+        ),
+        (
+            lambda image: {**provenance(image, REV, SOURCE), "subject": {"digest": image}},
+            "the provenance's subject is not a list",
+        ),
+        (
+            lambda image: {**provenance(image, REV, SOURCE), "subject": 7},
+            "the provenance's subject is not a list",
+        ),
     ],
 )
 def test_provenance_must_be_about_the_image_and_name_revision_and_repository(

@@ -156,8 +156,16 @@ def _statement(
 
 
 def _check_statement(statement: dict[str, Any], image: str, want: Expected, where: str) -> None:
-    subjects = statement.get("subject") or []
-    hexes = {(s.get("digest") or {}).get("sha256") for s in subjects if isinstance(s, dict)}
+    subjects = statement.get("subject")
+    if not isinstance(subjects, list):
+        raise ProvenanceError(
+            f"{where}: the provenance's subject is not a list; nothing is written back"
+        )
+    hexes = {
+        found
+        for subject in subjects
+        if isinstance(found := _mapping(_mapping(subject).get("digest")).get("sha256"), str)
+    }
     if image.removeprefix("sha256:") not in hexes:
         raise ProvenanceError(
             f"{where}: the provenance is about {sorted(h for h in hexes if h)}, not {image}; "
