@@ -6,6 +6,7 @@ import difflib
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -346,3 +347,54 @@ def test_inserted_keys_come_in_kustomizes_order() -> None:
         "newTag",
         "digest",
     ]
+
+
+@pytest.mark.parametrize(
+    ("before", "kind", "entries"),
+    [
+        (
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nimages: []\n",
+            "kustomize-images",
+            lambda data: data["images"],
+        ),
+        (
+            "kind: Kustomization\nimages: []   # pinned by fabrique\nresources: [a.yaml]\n",
+            "kustomize-images",
+            lambda data: data["images"],
+        ),
+        (
+            "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata: {name: c}\n"
+            "spec:\n  source:\n    path: a\n    kustomize: {}\n",
+            "argocd-application",
+            lambda data: data["spec"]["source"]["kustomize"]["images"],
+        ),
+        (
+            "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata: {name: c}\n"
+            "spec:\n  source:\n    path: a\n    kustomize:\n      images: []\n",
+            "argocd-application",
+            lambda data: data["spec"]["source"]["kustomize"]["images"],
+        ),
+    ],
+    ids=["kustomization-images", "with-a-comment", "application-kustomize", "application-images"],
+)
+def test_an_empty_flow_collection_is_edited_not_refused(
+    before: str, kind: str, entries: Any
+) -> None:
+    """`images: []` and `kustomize: {}` are valid and common: the edit writes them out in
+    block style, with the pin, and nothing else changes."""
+    after = apply_pin(before, kind, PIN, where="t")  # type: ignore[arg-type]
+    data = yaml.safe_load(after)
+    (entry,) = entries(data)
+    if kind == "kustomize-images":
+        assert entry == {
+            "name": "citation-dagster",
+            "newName": PIN.new_name,
+            "newTag": PIN.tag,
+            "digest": PIN.digest,
+        }
+    else:
+        assert entry == f"citation-dagster={PIN.reference}"
+    assert read_pin(after, kind, PIN, where="t") == PIN  # type: ignore[arg-type]
+    assert apply_pin(after, kind, PIN, where="t") == after  # type: ignore[arg-type]
+    kept = [line for line in before.splitlines() if "[]" not in line and "{}" not in line]
+    assert all(line in after.splitlines() for line in kept)

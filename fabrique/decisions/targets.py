@@ -491,6 +491,24 @@ def _last_line(node: Any, fallback: int) -> int:
     return last
 
 
+_EMPTY_FLOW = re.compile(r"^(?P<pad>\s*)(?P<key>[A-Za-z_][\w.-]*):\s*(\[\]|\{\})\s*(#.*)?$")
+
+
+def _empty_flow(splicer: _Splicer, node: Any, key_line: int) -> str | None:
+    """The indentation of ``key: []`` (or ``{}``) when ``node`` is that empty collection,
+    alone on its key's line: an edit may write it out in block style. None otherwise."""
+    if node is None or len(node) or key_line >= len(splicer.lines):
+        return None
+    found = _EMPTY_FLOW.match(splicer.lines[key_line].rstrip("\r\n"))
+    return found["pad"] if found else None
+
+
+def _write_out(splicer: _Splicer, key_line: int, pad: str, key: str, block: str) -> None:
+    """Replace the line ``key: []``/``key: {}`` by ``key:`` and ``block`` under it."""
+    splicer.delete_line(key_line)
+    splicer.insert_after(key_line, f"{pad}{key}:\n{block}")
+
+
 def _require_block(node: Any, where: str, what: str) -> None:
     if getattr(node, "fa", None) is not None and node.fa.flow_style():
         raise TargetError(
@@ -512,6 +530,11 @@ def _pin_kustomize(
     images = _kustomize_images(data, where)
     if images is None:
         splicer.append("images:\n" + _kustomize_entry_lines(pin, dash_col=0))
+        return
+    line = data.lc.key("images")[0]
+    pad = _empty_flow(splicer, images, line)
+    if pad is not None:  # `images: []`
+        _write_out(splicer, line, pad, "images", _kustomize_entry_lines(pin, len(pad)))
         return
     _require_block(images, where, "images")
     found = _kustomize_entry(images, pin, where)
@@ -558,6 +581,12 @@ def _pin_application(splicer: _Splicer, source: CommentedMap, pin: ImagePin, whe
         last = _last_line(source, source.lc.key(next(iter(source)))[0])
         if "kustomize" in source:
             kustomize = source["kustomize"]
+            line = source.lc.key("kustomize")[0]
+            flow = _empty_flow(splicer, kustomize, line)
+            if flow is not None:  # `kustomize: {}`
+                block = f"{flow}  images:\n{flow}  - {yaml_scalar(value)}\n"
+                _write_out(splicer, line, flow, "kustomize", block)
+                return
             _require_block(kustomize, where, "kustomize")
             inner = " " * kustomize.lc.key(next(iter(kustomize)))[1] if kustomize else pad + "  "
             splicer.insert_after(
@@ -568,6 +597,11 @@ def _pin_application(splicer: _Splicer, source: CommentedMap, pin: ImagePin, whe
             splicer.insert_after(
                 last, f"{pad}kustomize:\n{pad}  images:\n{pad}  - {yaml_scalar(value)}\n"
             )
+        return
+    line = source["kustomize"].lc.key("images")[0]
+    flow = _empty_flow(splicer, images, line)
+    if flow is not None:  # `images: []`
+        _write_out(splicer, line, flow, "images", f"{flow}- {yaml_scalar(value)}\n")
         return
     _require_block(images, where, "kustomize.images")
     kept, dropped = _application_entries([str(v) for v in images], pin)
