@@ -398,3 +398,43 @@ def test_an_empty_flow_collection_is_edited_not_refused(
     assert apply_pin(after, kind, PIN, where="t") == after  # type: ignore[arg-type]
     kept = [line for line in before.splitlines() if "[]" not in line and "{}" not in line]
     assert all(line in after.splitlines() for line in kept)
+
+
+def test_a_shared_file_is_parsed_once_when_the_workers_ask_together(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A reconcile pass reads one pin per app, 8 workers at once: a file that many apps
+    share must be parsed once, not once per worker that missed the cache together."""
+    import threading
+    import time
+
+    from fabrique.decisions import targets
+
+    parses: list[str] = []
+    real = targets._load
+
+    def slow_load(text: str, where: str) -> Any:
+        parses.append(where)
+        time.sleep(0.05)  # long enough for every worker to miss together
+        return real(text, where)
+
+    monkeypatch.setattr(targets, "_load", slow_load)
+    text = "images:\n- name: citation-dagster\n  newTag: " + uuid_hex() + "\n"
+    start = threading.Barrier(8)
+
+    def ask() -> None:
+        start.wait()
+        targets._load_shared(text, "shared.yaml")
+
+    workers = [threading.Thread(target=ask) for _ in range(8)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert parses == ["shared.yaml"]
+
+
+def uuid_hex() -> str:
+    import uuid
+
+    return uuid.uuid4().hex[:12]

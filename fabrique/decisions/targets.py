@@ -27,8 +27,10 @@ from __future__ import annotations
 import copy
 import functools
 import re
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml as pyyaml
 from ruamel.yaml import YAML
@@ -170,7 +172,32 @@ def _load(text: str, where: str) -> CommentedMap:
     return documents[0]
 
 
-@functools.lru_cache(maxsize=256)
+_T = TypeVar("_T")
+
+
+def _parsed_once(maxsize: int) -> Callable[[Callable[..., _T]], Callable[..., _T]]:
+    """``functools.lru_cache`` that parses a text once even when a reconcile pass's
+    workers ask for it together: lru_cache lets every concurrent miss run the function
+    (a file that 20 apps share was parsed up to 20 times). A miss holds one of a few
+    locks, chosen by the arguments' hash, while it parses."""
+
+    def decorate(load: Callable[..., _T]) -> Callable[..., _T]:
+        cached = functools.lru_cache(maxsize=maxsize)(load)
+        locks = [threading.Lock() for _ in range(32)]
+
+        @functools.wraps(load)
+        def once(*args: Any) -> _T:
+            with locks[hash(args) % len(locks)]:
+                return cached(*args)
+
+        once.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
+        once.cache_info = cached.cache_info  # type: ignore[attr-defined]
+        return once
+
+    return decorate
+
+
+@_parsed_once(maxsize=256)
 def _load_shared(text: str, where: str) -> CommentedMap:
     """``_load`` for readers only: a file that many apps pin their image in (a reconcile
     pass reads one pin per app) is parsed once. Never to be edited."""
@@ -193,7 +220,7 @@ def _refuse_merge_keys(node: Any, where: str) -> None:
             _refuse_merge_keys(value, where)
 
 
-@functools.lru_cache(maxsize=128)
+@_parsed_once(maxsize=128)
 def _source_texts(text: str) -> Any:
     """The document with every scalar as its source text (``1.10`` stays ``'1.10'``).
     Shared between readers, as ``_load_shared``: never to be edited."""
