@@ -322,6 +322,21 @@ def test_a_mirror_source_carries_no_credentials(tmp_path: Path, source: str, exp
     assert "s3cr3t-token" not in message
 
 
+@pytest.mark.parametrize("interval", ["5m", "9m"])
+def test_a_mirror_interval_under_gitea_s_minimum_is_refused(tmp_path: Path, interval: str) -> None:
+    """Gitea answers 500 to a migration below [mirror] MIN_INTERVAL (10m) and deletes the
+    repository it created: the config says so before anything is asked."""
+    mirror = {"repo": "atlas/atlas", "source": "https://github.com/example/atlas.git"}
+    message = _load(tmp_path, {"mirrors": [mirror | {"interval": interval}]})
+    assert message.startswith("mirrors[0].interval: must be at least 10m"), message
+    assert (
+        load_site(write_values(tmp_path / "ok.yaml", mirrors=[mirror | {"interval": "1h"}]), env={})
+        .mirrors[0]
+        .interval
+        == "1h"
+    )
+
+
 def test_label_keys_and_secret_keys_that_kubernetes_takes_are_accepted(tmp_path: Path) -> None:
     values = {
         "netpol": {"dns": {"podLabels": {"app.kubernetes.io/name": "kube-dns", "k8s-app": ""}}},

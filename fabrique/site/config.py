@@ -500,12 +500,27 @@ class DerivedSecret(_Model):
     keys: Annotated[dict[str, str], Field(min_length=1), AfterValidator(_secret_keys)]
 
 
+# Gitea's [mirror] MIN_INTERVAL: a migration asking for less answers 500, and Gitea
+# deletes the repository it had just created
+MIRROR_MIN_MINUTES = 10
+
+
+def _mirror_interval(value: str) -> str:
+    minutes = int(value[:-1]) * (60 if value.endswith("h") else 1)
+    if minutes < MIRROR_MIN_MINUTES:
+        raise ValueError(
+            f"must be at least {MIRROR_MIN_MINUTES}m, Gitea's [mirror] MIN_INTERVAL: a "
+            "shorter one fails the migration, and Gitea deletes the new repository"
+        )
+    return value
+
+
 class Mirror(_Model):
     """A Gitea pull mirror of an upstream repository (``mirrors[]``)."""
 
     repo: RepoSlug
     source: Annotated[str, AfterValidator(_mirror_source)]
-    interval: Annotated[str, Field(pattern=r"^[1-9][0-9]*(m|h)$")]
+    interval: Annotated[str, Field(pattern=r"^[1-9][0-9]*(m|h)$"), AfterValidator(_mirror_interval)]
 
 
 class MirrorSync(_Model):
