@@ -53,6 +53,10 @@ class Commit:
     files: tuple[str, ...]
 
 
+class RepositoryExists(GiteaError):
+    """A migration met a repository of that name (409)."""
+
+
 @dataclass(frozen=True)
 class Identity:
     name: str
@@ -287,7 +291,7 @@ class GiteaClient(JsonApi):
         what = f"mirror {body.get('repo_owner')}/{body.get('repo_name')}"
         response = self.request("POST", "/repos/migrate", json=body)
         if response.status_code == 409:
-            raise GiteaError(f"{what}: the repository already exists")
+            raise RepositoryExists(f"{what}: the repository already exists")
         data = self._check(response, what, expect=(201,))
         return data if isinstance(data, dict) else {}
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from fabrique.clients.gitea import GiteaClient
+from fabrique.clients.gitea import GiteaClient, RepositoryExists
 from fabrique.site.config import Mirror, Site
 from fabrique.site.errors import GiteaError
 
@@ -39,7 +39,12 @@ def ensure(site: Site, gitea: GiteaClient, mirror: Mirror, *, dry_run: bool) -> 
     owner, name = mirror.repo.split("/")
     found = gitea.get_repo(mirror.repo)
     if found is None:
-        if not dry_run:
+        created = MirrorResult(
+            mirror.repo, "created", f"pull mirror of {mirror.source} every {mirror.interval}"
+        )
+        if dry_run:
+            return created
+        try:
             gitea.migrate(
                 {
                     "clone_addr": mirror.source,
@@ -51,9 +56,13 @@ def ensure(site: Site, gitea: GiteaClient, mirror: Mirror, *, dry_run: bool) -> 
                     "service": "git",
                 }
             )
-        return MirrorResult(
-            mirror.repo, "created", f"pull mirror of {mirror.source} every {mirror.interval}"
-        )
+            return created
+        except RepositoryExists:
+            # Gitea clones inside the migrate request: a try that timed out may have made
+            # the repository, and its retry meets 409. Check what is there, then go on.
+            found = gitea.get_repo(mirror.repo)
+            if found is None:
+                raise
     if not found.get("mirror"):
         raise GiteaError(
             f"repository {mirror.repo} exists and is not a mirror; fabrique does not convert it "
