@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 
 from .conftest import GITEA_TOKEN, run_cli, write_values
@@ -49,10 +50,14 @@ def test_repairs_a_hook_edited_by_hand(values: Path, gitea: GiteaDouble) -> None
     hook.update(events=["push", "pull_request"], active=False, authorization_header="Bearer old")
     repaired = _seed(values)
     assert repaired.exit_code == 0
-    assert repaired.stdout.strip() == "repaired: webhook #1 (events, active, authorization_header)"
+    assert repaired.stdout.strip() == (
+        "repaired: webhook #2 (events, active, authorization_header; recreated, #1 removed)"
+    )
+    hook = gitea.hooks["atlas/atlas"][2]
     assert hook["events"] == ["push"] and hook["active"] is True
     assert hook["authorization_header"] == f"Bearer {WEBHOOK_TOKEN}"
-    assert _seed(values).stdout.strip() == "unchanged: webhook #1"
+    assert list(gitea.hooks["atlas/atlas"]) == [2]
+    assert _seed(values).stdout.strip() == "unchanged: webhook #2"
 
 
 def test_removes_duplicates_and_leaves_other_hooks(values: Path, gitea: GiteaDouble) -> None:
@@ -74,15 +79,32 @@ def test_removes_duplicates_and_leaves_other_hooks(values: Path, gitea: GiteaDou
 def test_rotate_rewrites_the_token(values: Path, gitea: GiteaDouble) -> None:
     _seed(values)
     rotated = _seed(values, "--rotate", env={**ENV, "FABRIQUE_WEBHOOK_TOKEN": "bearer-new-0c1d"})
-    assert rotated.stdout.strip() == "repaired: webhook #1 (authorization_header, token rotated)"
-    assert gitea.hooks["atlas/atlas"][1]["authorization_header"] == "Bearer bearer-new-0c1d"
+    assert rotated.stdout.strip() == (
+        "repaired: webhook #2 (authorization_header, token rotated; recreated, #1 removed)"
+    )
+    assert list(gitea.hooks["atlas/atlas"]) == [2]
+    assert gitea.hooks["atlas/atlas"][2]["authorization_header"] == "Bearer bearer-new-0c1d"
 
 
 def test_a_secret_an_earlier_seeding_set_is_cleared(values: Path, gitea: GiteaDouble) -> None:
+    """Gitea's PATCH ignores config.secret (editHook): only a new hook is sure to carry
+    no HMAC secret, so a repair recreates the hook."""
     _seed(values)
     gitea.hook_secrets[("atlas/atlas", 1)] = "hmac-from-before"
     assert _seed(values, "--rotate").exit_code == 0
-    assert gitea.hook_secrets[("atlas/atlas", 1)] == ""
+    (hook_id,) = gitea.hooks["atlas/atlas"]
+    assert gitea.hook_secrets[("atlas/atlas", hook_id)] == ""
+
+
+def test_a_patch_leaves_a_hooks_secret_as_gitea_does(gitea: GiteaDouble) -> None:
+    auth = {"Authorization": f"token {GITEA_TOKEN}"}
+    hooks = f"{gitea.url}/api/v1/repos/atlas/atlas/hooks"
+    config = {"url": "http://es:12000/push", "content_type": "json", "secret": "hmac"}
+    created = httpx.post(hooks, json={"type": "gitea", "config": config}, headers=auth).json()
+    httpx.patch(
+        f"{hooks}/{created['id']}", json={"config": {"secret": ""}, "active": True}, headers=auth
+    )
+    assert gitea.hook_secrets[("atlas/atlas", created["id"])] == "hmac"
 
 
 def test_seeding_states_what_gitea_needs_to_deliver_in_cluster(
@@ -118,9 +140,9 @@ def test_bodies_follow_gitea_create_and_edit_hook_options(values: Path, gitea: G
     gitea.hooks["atlas/atlas"][1]["active"] = False
     _seed(values)
     methods = [r.method for r in gitea.requests if "/hooks" in r.path]
-    assert "POST" in methods and "PATCH" in methods
+    assert "POST" in methods and "DELETE" in methods and "PATCH" not in methods
     assert gitea.violations == []
-    # Gitea resets what a PATCH omits: the repair of `active` alone keeps the rest
-    hook = gitea.hooks["atlas/atlas"][1]
+    # the repair of `active` alone recreates the whole hook
+    (hook,) = gitea.hooks["atlas/atlas"].values()
     assert (hook["events"], hook["branch_filter"]) == (["push"], "main")
     assert hook["authorization_header"] == f"Bearer {WEBHOOK_TOKEN}"

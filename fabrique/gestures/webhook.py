@@ -8,8 +8,10 @@ nothing when all is right. ``--rotate`` writes the token again. It is never prin
 
 No HMAC secret is set: Gitea would sign each delivery (``X-Gitea-Signature``), but the
 webhook EventSource checks only the bearer header and nothing else on the path could
-check a signature; a secret nobody verifies would only look like protection. The empty
-secret also clears one an earlier seeding set.
+check a signature; a secret nobody verifies would only look like protection. A hook
+that must change is recreated rather than edited: Gitea's PATCH ignores ``config.secret``,
+so only a new hook is sure to carry none. A secret set by hand on an otherwise right hook
+is invisible (Gitea never shows it): ``--rotate`` recreates the hook.
 """
 
 from __future__ import annotations
@@ -130,10 +132,17 @@ def seed_webhook(
     if rotate:
         changed.append("token rotated")
     if changed:
+        # Recreated, not edited: Gitea's PATCH ignores config.secret (editHook reads only
+        # the url and the content type of config), so an edit could not clear an HMAC
+        # secret set earlier, which Gitea never shows. The new hook comes first: a push in
+        # between is delivered twice at worst, and its second Workflow meets 409.
         if not dry_run:
-            edit = {k: v for k, v in want.items() if k != "type"}
-            gitea.edit_hook(repo, hook_id, edit)
-        actions.append(Action("repaired", hook_id, ", ".join(changed)))
+            new_id = int(gitea.create_hook(repo, want).get("id") or 0)
+            gitea.delete_hook(repo, hook_id)
+        else:
+            new_id = None
+        detail = f"{', '.join(changed)}; recreated, #{hook_id} removed"
+        actions.append(Action("repaired", new_id, detail))
     else:
         actions.append(Action("unchanged", hook_id))
     for duplicate in duplicates:

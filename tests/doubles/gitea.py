@@ -559,9 +559,9 @@ class GiteaDouble:
             if key in body:
                 hook[key] = body[key]
         if "config" in body:
-            config = dict(body["config"])
-            if "secret" in config:
-                self.hook_secrets[(repo, hook_id)] = config.pop("secret")
+            # editHook takes only the url and the content type of config: a secret sent
+            # there is ignored, and the one stored stays
+            config = {k: v for k, v in body["config"].items() if k in ("url", "content_type")}
             hook["config"].update(config)
         return 200, self._hook_view(repo, hook)
 
