@@ -249,3 +249,21 @@ def test_a_file_deleted_since_it_was_read_is_a_stale_write(
         client.update_file(
             "atlas/atlas", "main", current, "images: [x]\n", "m", Identity("fabrique", "f@x")
         )
+
+
+@pytest.mark.parametrize(
+    ("path", "kind"), [("dataops/citation-dagster", "directory"), ("link.yaml", "symlink")]
+)
+def test_a_target_that_is_no_file_is_named_as_gitea_shows_it(
+    code_repo: Repo, client: GiteaClient, path: str, kind: str
+) -> None:
+    """Gitea answers a directory with 200 and a list, a symlink with 200 and `type:
+    symlink`: neither is a target fabrique can edit, and neither is a missing file."""
+    import os
+
+    from fabrique.site.errors import TargetError
+
+    os.symlink("README.md", code_repo.work / "link.yaml")
+    code_repo.commit({}, "a symlink")
+    with pytest.raises(TargetError, match=f"is a {kind}, not a file"):
+        client.get_file("atlas/atlas", path, "main")

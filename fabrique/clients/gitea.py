@@ -130,8 +130,9 @@ class GiteaClient(JsonApi):
             return None
         data = self._check(response, what)
         if not isinstance(data, dict) or data.get("type") != "file":
-            kind = data.get("type") if isinstance(data, dict) else type(data).__name__
-            raise GiteaError(f"{what}: is a {kind}, not a file")
+            # Gitea answers a directory with the list of its entries
+            kind = data.get("type") if isinstance(data, dict) else "directory"
+            raise TargetError(f"{what}: is a {kind}, not a file; a target must be a file")
         sha, content = data.get("sha"), data.get("content")
         if content is None and data.get("encoding") is None and isinstance(data.get("size"), int):
             # above [api] DEFAULT_MAX_BLOB_SIZE Gitea lists the file without its content
