@@ -325,10 +325,6 @@ class GiteaClient(JsonApi):
         response = self.request("POST", f"/repos/{repo}/hooks", json=body)
         return self._check(response, f"create webhook in {repo}", expect=(201,))
 
-    def edit_hook(self, repo: str, hook_id: int, body: dict[str, Any]) -> dict[str, Any]:
-        response = self.request("PATCH", f"/repos/{repo}/hooks/{hook_id}", json=body)
-        return self._check(response, f"webhook #{hook_id} of {repo}")
-
     def delete_hook(self, repo: str, hook_id: int) -> None:
         response = self.request("DELETE", f"/repos/{repo}/hooks/{hook_id}")
         if response.status_code != 204:

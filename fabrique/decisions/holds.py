@@ -76,27 +76,24 @@ def check_text(option: str, value: str) -> str:
 def read_hold(text: str, where: str, app: str) -> Hold | None:
     """The hold on ``app`` the target document carries (its own, else the file-wide one),
     or None."""
-    annotations = _annotations(_load_shared(text, where), where)
-    for key in (hold_key(app), HOLD_ANNOTATION):
-        if annotations is not None and key in annotations:
-            return _parse(annotations[key])
-    return None
+    return read_hold_own(text, where, app) or file_hold(text, where)
 
 
 def read_hold_own(text: str, where: str, app: str) -> Hold | None:
     """``app``'s own hold (``hold.fabrique.io/<app>``), not the file-wide one."""
-    annotations = _annotations(_load_shared(text, where), where)
-    if annotations is None or hold_key(app) not in annotations:
-        return None
-    return _parse(annotations[hold_key(app)])
+    return _hold_at(text, where, hold_key(app))
 
 
 def file_hold(text: str, where: str) -> Hold | None:
     """The file-wide hold (``fabrique.io/hold``), which holds every app of the file."""
+    return _hold_at(text, where, HOLD_ANNOTATION)
+
+
+def _hold_at(text: str, where: str, key: str) -> Hold | None:
     annotations = _annotations(_load_shared(text, where), where)
-    if annotations is None or HOLD_ANNOTATION not in annotations:
+    if annotations is None or key not in annotations:
         return None
-    return _parse(annotations[HOLD_ANNOTATION])
+    return _parse(annotations[key])
 
 
 def _parse(value: Any) -> Hold:

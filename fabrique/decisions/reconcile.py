@@ -65,7 +65,7 @@ from fabrique.site.names import LABEL_MANAGED_BY, LABEL_PART_OF, short_sha, work
 from .holds import Hold
 from .memory import Memory, MemoryStore, NoMemory
 from .signature import signature_gate
-from .status import INFRASTRUCTURE, SAFETY_NET, Report, StatusReporter, repair, step_reason
+from .status import SAFETY_NET, Report, StatusReporter, repair, step_reason, verdict
 from .survey import PassTransport, Seen, survey
 from .workflow import build_workflow
 from .writeback import Deploy, Transport, write_back_file
@@ -471,9 +471,10 @@ def _ended(state: WorkflowState) -> Report:
     """The status of a build that ended without reporting: ``failure`` when one of its
     steps failed for the commit's own sake, ``error`` otherwise (terminated, its
     deadline, its infrastructure), as the exit handler would have said it."""
-    reason = step_reason(state.reason) or f"{state.name} {state.phase}"
-    own = state.phase == "Failed" and not INFRASTRUCTURE.search(reason) and ": " in reason
-    return Report("failure" if own else "error", f"{SAFETY_NET}{reason}")
+    if not state.reason:  # no step failed: it was stopped or cut before any did
+        return Report("error", f"{SAFETY_NET}{state.name} ended {state.phase}")
+    reason = step_reason(state.reason)
+    return Report(verdict(state.phase, reason), f"{SAFETY_NET}{reason}")
 
 
 @dataclass(frozen=True)

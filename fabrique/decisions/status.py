@@ -58,7 +58,7 @@ _GENERIC = re.compile(
     re.S,
 )
 # causes outside the commit itself: the build could not finish
-INFRASTRUCTURE = re.compile(
+_INFRASTRUCTURE = re.compile(
     r"deadline|OOMKilled|exit code 137|out of memory|evicted|pod deleted|ImagePull|ErrImage|"
     r"unreachable|timed out|HTTP 5[0-9][0-9]|Unschedulable|exit code 75|Stopped with strategy",
     re.I,
@@ -192,12 +192,19 @@ def failed(workflow_status: str, failures: str | None, workflow: str) -> Report 
     if found is None:
         return Report("error", f"the Workflow ended {workflow_status} before any step failed")
     step, reason, phase = found
-    infrastructure = (
-        workflow_status != "Failed" or phase == "Error" or bool(INFRASTRUCTURE.search(reason))
-    )
     # a step that names itself (the checkout script says "checkout: …") is named once
     said = reason if reason.startswith(f"{step}: ") else f"{step}: {reason}"
-    return Report("error" if infrastructure else "failure", said)
+    return Report(verdict(workflow_status, reason, phase), said)
+
+
+def verdict(workflow_phase: str, reason: str, step_phase: str = "Failed") -> str:
+    """``failure`` when a step failed for the commit's own sake, else ``error``: the
+    Workflow ended otherwise than Failed (Error, terminated), the step errored, or the
+    reason names the infrastructure (a deadline, an eviction, an OOM, a server)."""
+    infrastructure = (
+        workflow_phase != "Failed" or step_phase == "Error" or bool(_INFRASTRUCTURE.search(reason))
+    )
+    return "error" if infrastructure else "failure"
 
 
 # ------------------------------------------------------------ the safety net's repair
@@ -242,7 +249,7 @@ def repair(
         return Report("success", f"{SAFETY_NET}{deployed_digest} deployed")
     if result == "failed" and state in (None, "pending") and workflow and phase:
         why = step_reason(reason) or f"{workflow} {phase}"
-        return Report("failure" if phase == "Failed" else "error", f"{SAFETY_NET}{why}")
+        return Report(verdict(phase, why), f"{SAFETY_NET}{why}")
     if result == "submitted" and state == "pending" and workflow:
         return Report("error", f"{SAFETY_NET}{workflow} no longer exists; resubmitted")
     return None
