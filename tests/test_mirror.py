@@ -240,30 +240,16 @@ def test_lint_apps_catches_github_tags_and_typos(tmp_path: Path, specs: Path) ->
     )
 
 
-def test_a_migrate_retried_after_its_clone_landed_checks_and_goes_on() -> None:
-    """Gitea clones inside the migrate request: a try that timed out can have made the
-    mirror, and the retry meets 409. ensure reads the repository and goes on."""
-    from fabrique.clients.gitea import RepositoryExists
-    from fabrique.gestures.mirrors import ensure
-    from fabrique.site.config import load_site
-
-    site = load_site(env={})
-    mirror = site.mirrors[0]
-
-    class Gitea:
-        def __init__(self) -> None:
-            self.asked = 0
-
-        def get_repo(self, repo: str) -> dict[str, object] | None:
-            self.asked += 1
-            if self.asked == 1:
-                return None  # before the migrate
-            return {"mirror": True, "original_url": mirror.source, "mirror_interval": "10m0s"}
-
-        def migrate(self, body: dict[str, object]) -> dict[str, object]:
-            raise RepositoryExists(f"mirror {mirror.repo}: the repository already exists")
-
-    gitea = Gitea()
-    result = ensure(site, gitea, mirror, dry_run=False)  # type: ignore[arg-type]
-    assert result.state == "unchanged", result
-    assert gitea.asked == 2
+def test_a_migrate_retried_after_its_clone_landed_checks_and_goes_on(
+    values: Path, gitea: GiteaDouble
+) -> None:
+    """Gitea clones inside the migrate request: a try whose answer is lost (a timeout the
+    server outlived) has made the mirror, and the retry meets 409. ensure reads the
+    repository and goes on."""
+    gitea.faults.append(("POST", "lost"))
+    result = run_cli("--values", str(values), "mirror", "ensure", env=ENV)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.strip() == "unchanged: mirrors/cluster"
+    migrates = [r for r in gitea.requests if r.path == "/api/v1/repos/migrate"]
+    assert len(migrates) == 2, "the lost answer, then the retry's 409"
+    assert gitea.violations == []

@@ -25,7 +25,8 @@ refuses; the double answers ``pending`` there (GitHub's rule, the one Combine fo
 
 Faults can be injected: ``faults`` is a queue of (method, fault) consumed by the next
 matching request, where fault is an HTTP status, ``"drop"`` (close the connection with no
-answer) or ``("slow", seconds)``; ``race_rate`` answers a PUT with 422 at that rate, as if
+answer), ``"lost"`` (do the work, then close the connection: a timeout the server
+outlived) or ``("slow", seconds)``; ``race_rate`` answers a PUT with 422 at that rate, as if
 another writer had just won. ``latency`` (seconds) is added to every answer, as a Gitea
 across a cluster network would, so that the number of requests shows up in time; every
 request is counted in ``requests`` on the double's side.
@@ -136,6 +137,8 @@ class GiteaDouble:
         except SpecViolation as violation:
             self.violations.append(str(violation))
             return 500, {"message": f"double: {violation}", "url": self.url}
+        if fault == "lost":
+            return DROP
         return status, body, *headers
 
     def _take_fault(self, method: str) -> Any:
