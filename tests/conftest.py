@@ -95,6 +95,13 @@ def code_repo(repos_root: Path) -> Repo:
 
 
 APPLICATION = "apps/citation.yaml"
+# the app citation, its image pinned in its Argo CD Application in cluster/apps
+APPLICATION_APP = {
+    "name": "citation",
+    "image": "citation-dagster",
+    "context": "dataops/citation-dagster",
+    "writeback": {"kind": "argocd-application", "repo": "cluster/apps", "path": APPLICATION},
+}
 SEED_APPLICATION = """\
 # citation in prod: deployed by digest, written by fabrique
 apiVersion: argoproj.io/v1alpha1

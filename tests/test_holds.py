@@ -21,7 +21,15 @@ from fabrique.decisions.holds import Hold, apply_hold, hold_key, read_hold
 from fabrique.decisions.reconcile import decide
 from fabrique.site.errors import InputError, TargetError
 
-from .conftest import APPLICATION, GITEA_TOKEN, KUSTOMIZATION, Repo, run_cli, write_values
+from .conftest import (
+    APPLICATION,
+    APPLICATION_APP,
+    GITEA_TOKEN,
+    KUSTOMIZATION,
+    Repo,
+    run_cli,
+    write_values,
+)
 from .doubles.gitea import GiteaDouble
 from .doubles.kube import KubeApiDouble
 from .oci import push_image
@@ -292,18 +300,7 @@ def test_an_argocd_application_target_is_held_in_its_metadata(
         tmp_path / "site.yaml",
         **{
             "gitea.url": gitea.url,
-            "apps": [
-                {
-                    "name": "citation",
-                    "image": "citation-dagster",
-                    "context": "dataops/citation-dagster",
-                    "writeback": {
-                        "kind": "argocd-application",
-                        "repo": "cluster/apps",
-                        "path": APPLICATION,
-                    },
-                }
-            ],
+            "apps": [APPLICATION_APP],
         },
     )
     assert fab(values, env, "hold", "--app", "citation", "--by", "alice").exit_code == 0

@@ -233,6 +233,23 @@ def test_reconcile_does_not_write_back_an_unsigned_digest(
     assert code_repo.head() == head
 
 
+def _two_apps_one_file(tmp_path: Path, gitea: GiteaDouble, registry: Registry, pem: str) -> Path:
+    """A signing site whose apps citation and worker pin their images in one file."""
+    apps = [
+        {
+            "name": name,
+            "image": image,
+            "context": "dataops/citation-dagster",
+            "writeback": {"repo": "atlas/atlas", "path": KUSTOMIZATION},
+        }
+        for name, image in (("citation", "citation-dagster"), ("worker", "citation-worker"))
+    ]
+    return write_values(
+        tmp_path / "site.yaml",
+        **{"gitea.url": gitea.url, "registry.host": registry.host, "apps": apps, **_signing(pem)},
+    )
+
+
 def test_one_unsigned_app_holds_back_no_other_app_of_its_file_in_the_safety_net(
     tmp_path: Path,
     code_repo: Repo,
@@ -243,19 +260,7 @@ def test_one_unsigned_app_holds_back_no_other_app_of_its_file_in_the_safety_net(
     """Signatures are judged per app, as a refused target is: the signed app of the file
     is written back, and only the unsigned one fails, pass after pass."""
     _, pem, signer = _ec()
-    apps = [
-        {
-            "name": name,
-            "image": image,
-            "context": "dataops/citation-dagster",
-            "writeback": {"repo": "atlas/atlas", "path": KUSTOMIZATION},
-        }
-        for name, image in (("citation", "citation-dagster"), ("worker", "citation-worker"))
-    ]
-    values = write_values(
-        tmp_path / "site.yaml",
-        **{"gitea.url": gitea.url, "registry.host": registry.host, "apps": apps, **_signing(pem)},
-    )
+    values = _two_apps_one_file(tmp_path, gitea, registry, pem)
     revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
     signed = push_image(registry.url, "citation-dagster", revision[:12], {"a": b"signed"})
     push_signature(
@@ -416,19 +421,7 @@ def test_one_commit_for_several_apps_checks_every_signature(
     from fabrique.decisions.writeback import Deploy, open_transport, write_back_file
 
     _, pem, signer = _ec()
-    apps = [
-        {
-            "name": name,
-            "image": image,
-            "context": "dataops/citation-dagster",
-            "writeback": {"repo": "atlas/atlas", "path": KUSTOMIZATION},
-        }
-        for name, image in (("citation", "citation-dagster"), ("worker", "citation-worker"))
-    ]
-    values = write_values(
-        tmp_path / "site.yaml",
-        **{"gitea.url": gitea.url, "registry.host": registry.host, "apps": apps, **_signing(pem)},
-    )
+    values = _two_apps_one_file(tmp_path, gitea, registry, pem)
     site = load_site(values, env={})
     revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
     head = code_repo.head()

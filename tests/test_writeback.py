@@ -18,6 +18,7 @@ from fabrique.site.errors import StaleWrite
 
 from .conftest import (
     APPLICATION,
+    APPLICATION_APP,
     GITEA_TOKEN,
     KUSTOMIZATION,
     SEED_KUSTOMIZATION,
@@ -209,18 +210,7 @@ def test_argocd_application_target_in_the_apps_repo(
         tmp_path / "site.yaml",
         **{
             "gitea.url": gitea.url,
-            "apps": [
-                {
-                    "name": "citation",
-                    "image": "citation-dagster",
-                    "context": "dataops/citation-dagster",
-                    "writeback": {
-                        "kind": "argocd-application",
-                        "repo": "cluster/apps",
-                        "path": APPLICATION,
-                    },
-                }
-            ],
+            "apps": [APPLICATION_APP],
         },
     )
     revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
@@ -714,18 +704,7 @@ def test_a_lost_race_in_another_repository_never_rolls_back(
                     "transport": transport,
                     "gitUrl": f"git://127.0.0.1:{git_daemon.port}",
                 },
-                "apps": [
-                    {
-                        "name": "citation",
-                        "image": "citation-dagster",
-                        "context": "dataops/citation-dagster",
-                        "writeback": {
-                            "kind": "argocd-application",
-                            "repo": "cluster/apps",
-                            "path": APPLICATION,
-                        },
-                    }
-                ],
+                "apps": [APPLICATION_APP],
             },
         )
     )
