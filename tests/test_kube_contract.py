@@ -190,6 +190,12 @@ def test_a_workflow_reads_back_with_its_revision_and_a_missing_one_as_none(
     mine = [w for w in listed if w.name == body["metadata"]["name"]]
     assert [(w.app, w.revision) for w in mine] == [("citation", sha)]
     assert client.workflows(BUILD_NS, "fabrique.io/app=no-such-app") == []
+    # the sweep's own selector: a Workflow not yet labelled Succeeded is in it
+    from fabrique.decisions.reconcile import SWEPT
+
+    assert body["metadata"]["name"] in {w.name for w in client.workflows(BUILD_NS, SWEPT)}
+    others = client.workflows(BUILD_NS, SWEPT + ",fabrique.io/app!=citation")
+    assert all(w.app != "citation" for w in others)
 
 
 def test_a_workflow_outside_the_template_is_refused_and_named(api: Api, client: KubeClient) -> None:

@@ -78,6 +78,8 @@ def _phase(
     name = f"fabrique-{app}-{revision[:12]}"
     body = build_workflow(load_site(values, env={}), app, revision, submitted_by="sensor")
     stored = {**body, "status": argo_status(body, phase, **status)}
+    # the controller labels each Workflow with its phase (common.LabelKeyPhase)
+    stored["metadata"]["labels"]["workflows.argoproj.io/phase"] = phase
     assert not list(kube.validator.iter_errors(stored)), "the status is Argo's shape"
     kube.objects[(NS, name)] = stored
     return name

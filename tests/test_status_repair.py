@@ -293,3 +293,23 @@ def test_a_build_that_ended_and_reported_is_read_once_and_left_alone(
         assert _reconcile(values, env).exit_code == 0
     assert _history(gitea, old) == [("failure", "build: failed to solve")]
     assert _status_reads(gitea, old) == 1
+
+
+def test_the_sweep_lists_no_workflow_that_succeeded(
+    code_repo: Repo,
+    values: Path,  # noqa: F811
+    env: dict[str, str],  # noqa: F811
+    kube: KubeApiDouble,
+) -> None:
+    """Succeeded builds reported themselves and are most of what a day leaves: the one
+    LIST of a pass leaves them out by the controller's phase label."""
+    from kubernetes import config as k8s_config
+
+    from fabrique.clients.kube import KubeClient
+    from fabrique.decisions.reconcile import SWEPT
+
+    succeeded = _phase(kube, _change(code_repo), "Succeeded")
+    failed = _phase(kube, code_repo.commit({"dataops/citation-dagster/app.txt": "v3\n"}), "Failed")
+    api = k8s_config.new_client_from_config(config_file=env["KUBECONFIG"])
+    listed = {w.name for w in KubeClient(api).workflows("fabrique-build", SWEPT)}
+    assert failed in listed and succeeded not in listed

@@ -419,9 +419,7 @@ class Reconciler:
         before = remembered or Memory("", "", "")
         memory.running, memory.settled = dict(before.running), list(before.settled)
         try:
-            listed = self.kube.workflows(
-                self.site.namespaces.build, f"{LABEL_PART_OF}=fabrique,{LABEL_MANAGED_BY}=fabrique"
-            )
+            listed = self.kube.workflows(self.site.namespaces.build, SWEPT)
         except FabriqueError as err:
             log.warning("the build Workflows could not be listed: %s", err)
             return
@@ -465,6 +463,15 @@ class Reconciler:
             return False
         log.info("%s: %s on %s: status %s posted", app, workflow, revision[:12], report.state)
         return True
+
+
+# The build Workflows the sweep lists: not the Succeeded ones (the controller's phase
+# label), which reported themselves and are most of what a day of builds leaves, so the
+# LIST a pass makes stays small. One that succeeded since the previous pass saw it running
+# is absent: its status is read once, and found not pending.
+SWEPT = (
+    f"{LABEL_PART_OF}=fabrique,{LABEL_MANAGED_BY}=fabrique,workflows.argoproj.io/phase!=Succeeded"
+)
 
 
 def _ended(state: WorkflowState) -> Report:

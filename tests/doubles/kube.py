@@ -128,14 +128,26 @@ class KubeApiDouble:
             )
 
     def _list(self, namespace: str, request: Request) -> dict[str, Any]:
-        """A WorkflowList, filtered by an equality ``labelSelector`` (``k=v,k=v``)."""
-        selector = request.query.get("labelSelector", "")
-        wanted = dict(term.split("=", 1) for term in selector.split(",") if term)
+        """A WorkflowList, filtered by an equality-based ``labelSelector`` (``k=v``,
+        ``k!=v``: the label absent or another value, as the API server reads it)."""
+        terms = [t for t in request.query.get("labelSelector", "").split(",") if t]
+
+        def selected(labels: dict[str, str]) -> bool:
+            for term in terms:
+                if "!=" in term:
+                    key, value = term.split("!=", 1)
+                    if labels.get(key) == value:
+                        return False
+                else:
+                    key, value = term.split("=", 1)
+                    if labels.get(key) != value:
+                        return False
+            return True
+
         items = [
             body
             for (ns, _), body in sorted(self.objects.items())
-            if ns == namespace
-            and all(body["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())
+            if ns == namespace and selected(body["metadata"].get("labels", {}))
         ]
         return {
             "apiVersion": "argoproj.io/v1alpha1",
