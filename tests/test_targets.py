@@ -219,7 +219,27 @@ def test_new_kustomization_target() -> None:
         ("- a\n", "kustomize-images", "the document must be a mapping"),
         ("kind: Deployment\n", "kustomize-images", "kind is 'Deployment', not a Kustomization"),
         ("images: {a: b}\n", "kustomize-images", "images must be a list"),
-        ("images: [{name: citation-dagster}]\n", "kustomize-images", "flow style"),
+        (
+            "{kind: Kustomization, images: [{name: citation-dagster}]}\n",
+            "kustomize-images",
+            "in flow style and shares its lines",
+        ),
+        ("images: [{name: a}, # why\n  {name: b}]\n", "kustomize-images", "comment inside"),
+        (
+            "images:\n- name: citation-dagster\n  newTag: &t old\nlabels: {v: *t}\n",
+            "kustomize-images",
+            "images uses the YAML anchor &t",
+        ),
+        (
+            "x: &t old\nimages:\n- name: citation-dagster\n  newTag: *t\n",
+            "kustomize-images",
+            "images uses the YAML alias [*]t",
+        ),
+        (
+            "kind: Application\nspec:\n  source: &s\n    path: a\n  x: *s\n",
+            "argocd-application",
+            "the Application source uses the YAML anchor &s",
+        ),
         ("images:\n- just-a-string\n", "kustomize-images", r"images\[0\] must be a mapping"),
         ("kind: Kustomization\n", "argocd-application", "not an Argo CD Application"),
         (
@@ -438,3 +458,59 @@ def uuid_hex() -> str:
     import uuid
 
     return uuid.uuid4().hex[:12]
+
+
+# ------------------------------------------------------------ flow style, written out
+
+
+def test_a_flow_style_images_list_is_written_out_keeping_the_other_entries() -> None:
+    before = (
+        "kind: Kustomization\n"
+        "images: [{name: citation-dagster, newTag: old}, {name: other, newTag: '1'}]  # pins\n"
+        "resources: [a.yaml]\n"
+    )
+    after = apply_pin(before, "kustomize-images", PIN, where="k")
+    assert after == (
+        "kind: Kustomization\n"
+        "images: # pins\n"
+        "- name: citation-dagster\n"
+        "  newName: registry:80/citation-dagster\n"
+        "  newTag: abcdefabcdef\n"
+        f"  digest: {DIGEST}\n"
+        "- {name: other, newTag: '1'}\n"
+        "resources: [a.yaml]\n"
+    )
+    assert read_pin(after, "kustomize-images", PIN, where="k") == PIN
+
+
+def test_a_flow_style_list_over_several_lines_gets_the_new_entry_last() -> None:
+    before = "images: [\n  {name: other,\n   newTag: '1'},\n]\n"
+    after = apply_pin(before, "kustomize-images", PIN, where="k")
+    assert after.startswith("images:\n- {name: other, newTag: '1'}\n- name: citation-dagster\n")
+    assert read_pin(after, "kustomize-images", PIN, where="k") == PIN
+
+
+def test_a_flow_style_entry_in_a_block_list_is_written_out() -> None:
+    before = "images:\n  - {name: citation-dagster, newTag: old}\n  - name: other\n"
+    after = apply_pin(before, "kustomize-images", PIN, where="k")
+    assert after == (
+        "images:\n"
+        "  - name: citation-dagster\n"
+        "    newName: registry:80/citation-dagster\n"
+        "    newTag: abcdefabcdef\n"
+        f"    digest: {DIGEST}\n"
+        "  - name: other\n"
+    )
+
+
+def test_a_flow_style_application_list_is_written_out_under_its_own_names() -> None:
+    before = (
+        "kind: Application\nspec:\n  source:\n    kustomize:\n"
+        "      images: [registry:80/citation-dagster:old, other=o:1, 'citation-dagster=x:2']\n"
+    )
+    after = apply_pin(before, "argocd-application", PIN, where="a")
+    assert _entries(after) == [PIN.reference, "other=o:1", f"citation-dagster={PIN.reference}"]
+    assert after.endswith(
+        f"      images:\n      - {PIN.reference}\n      - other=o:1\n"
+        f"      - citation-dagster={PIN.reference}\n"
+    )

@@ -19,7 +19,9 @@ number 1.1), inserted lines keep the file's line ending (CRLF stays CRLF) and co
 kustomize's natural order (``name, newName, newTag, digest``). A file that would not
 deploy what fabrique reports is refused, not edited: two entries for the same image
 (under its plain name and its registry name, say: kustomize would keep applying the
-other one), ``images:`` with no list, YAML merge keys (``<<``).
+other one), ``images:`` with no list, YAML merge keys (``<<``), an anchor or alias where the
+edit falls. A list (or a kustomization entry) in flow style is written out in block style,
+its other entries keeping their text.
 """
 
 from __future__ import annotations
@@ -521,6 +523,45 @@ def _last_line(node: Any, fallback: int) -> int:
 _EMPTY_FLOW = re.compile(r"^(?P<pad>\s*)(?P<key>[A-Za-z_][\w.-]*):\s*(\[\]|\{\})\s*(#.*)?$")
 
 
+def _refuse_anchors(splicer: _Splicer, first: int, last: int, what: str) -> None:
+    """Refuse an edit of lines ``first`` to ``last`` (0-based) that an anchor and its
+    aliases share: an alias there would be edited where its anchor stands (or lost), and
+    an edit of an aliased node would change every alias too."""
+    spans: list[tuple[str, str, int, int]] = []  # (&/*, name, first line, last line)
+    open_: list[list[Any]] = []  # [anchor, first line, last line] of each open collection
+    for event in pyyaml.parse("".join(splicer.lines)):
+        start, end = _lines_of(event)
+        if isinstance(event, (pyyaml.MappingStartEvent, pyyaml.SequenceStartEvent)):
+            open_.append([event.anchor, start, start])
+            continue
+        if isinstance(event, (pyyaml.MappingEndEvent, pyyaml.SequenceEndEvent)):
+            anchor, start, end = open_.pop()
+            if anchor:
+                spans.append(("&", anchor, start, end))
+        elif isinstance(event, pyyaml.AliasEvent):
+            spans.append(("*", str(event.anchor), start, end))
+        elif isinstance(event, pyyaml.ScalarEvent):
+            if event.anchor:
+                spans.append(("&", event.anchor, start, end))
+        else:
+            continue
+        if open_:
+            open_[-1][2] = max(open_[-1][2], end)
+    aliased = {name for sign, name, _, _ in spans if sign == "*"}
+    for sign, name, start, end in spans:
+        if start <= last and end >= first and (sign == "*" or name in aliased):
+            raise TargetError(
+                f"{splicer.where}: {what} uses the YAML {'alias' if sign == '*' else 'anchor'} "
+                f"{sign}{name}, which an edit would break or carry to its other uses; write "
+                "the value out to let fabrique edit it"
+            )
+
+
+def _lines_of(event: Any) -> tuple[int, int]:
+    """The first and last line (0-based) of a YAML event."""
+    return event.start_mark.line, event.end_mark.line
+
+
 def _empty_flow(splicer: _Splicer, node: Any, key_line: int) -> str | None:
     """The indentation of ``key: []`` (or ``{}``) when ``node`` is that empty collection,
     alone on its key's line: an edit may write it out in block style. None otherwise."""
@@ -534,6 +575,117 @@ def _write_out(splicer: _Splicer, key_line: int, pad: str, key: str, block: str)
     """Replace the line ``key: []``/``key: {}`` by ``key:`` and ``block`` under it."""
     splicer.delete_line(key_line)
     splicer.insert_after(key_line, f"{pad}{key}:\n{block}")
+
+
+def _flow_items(splicer: _Splicer, line: int, col: int) -> tuple[list[str], int, int]:
+    """The source text of each item of the flow collection whose bracket opens at
+    (``line``, ``col``), each on one line, and the line and column of the bracket that
+    closes it. A comment inside it, or a quoted value across lines, cannot be kept."""
+    items: list[str] = []
+    current: list[str] = []
+    depth, quote, previous = 1, "", "["
+    row, column = line, col + 1
+    while row < len(splicer.lines):
+        text = splicer.lines[row].rstrip("\r\n")
+        while column < len(text):
+            char = text[column]
+            column += 1
+            if quote:
+                current.append(char)
+                if quote == '"' and char == "\\":
+                    current.append(text[column : column + 1])
+                    column += 1
+                elif quote == "'" and char == "'" and text[column : column + 1] == "'":
+                    current.append("'")
+                    column += 1
+                elif char == quote:
+                    quote, previous = "", char
+                continue
+            if char == "#" and (column == 1 or text[column - 2] in " \t"):
+                raise TargetError(
+                    f"{splicer.where}: a comment inside a flow-style collection ([…] or {{…}}) "
+                    "cannot be kept when fabrique writes it out; move it out of the brackets"
+                )
+            if char in "'\"" and previous in "[{,:":
+                quote = char
+            elif char in "[{":
+                depth += 1
+            elif char in "]}":
+                depth -= 1
+                if depth == 0:
+                    items.append("".join(current).strip())
+                    return [item for item in items if item], row, column - 1
+            elif char == "," and depth == 1:
+                items.append("".join(current).strip())
+                current, previous = [], ","
+                continue
+            current.append(char)
+            if not char.isspace():
+                previous = char
+        if quote:
+            raise TargetError(
+                f"{splicer.where}: a quoted value spans several lines; cannot edit it in place"
+            )
+        current.append(" ")
+        row += 1
+        if row < len(splicer.lines):
+            column = len(splicer.lines[row]) - len(splicer.lines[row].lstrip())
+    raise TargetError(f"{splicer.where}: a flow-style collection is never closed")
+
+
+@dataclass(frozen=True)
+class _Flow:
+    """A flow collection alone on its lines: its items' source text, where it starts
+    and ends, what stands before its bracket and the comment after it."""
+
+    items: list[str]
+    first: int
+    last: int
+    before: str
+    comment: str
+
+
+def _flow(splicer: _Splicer, node: Any, at: tuple[int, int], lead: str, what: str) -> _Flow | None:
+    """``node`` as a ``_Flow`` when it is a flow collection with content, opening at
+    ``at`` after text that matches ``lead`` (``  images: ``, ``- ``); None when it is
+    in block style (or empty, which ``_empty_flow`` writes out)."""
+    if not len(node) or getattr(node, "fa", None) is None or not node.fa.flow_style():
+        return None
+    line, col = at
+    items, last, end = _flow_items(splicer, line, col)
+    before = splicer.lines[line][:col]
+    after = splicer.lines[last][end + 1 :].strip()
+    if not re.fullmatch(lead, before) or (after and not after.startswith("#")):
+        raise TargetError(
+            f"{splicer.where}: {what} is in flow style and shares its lines with other "
+            "content; write it in block style"
+        )
+    if len(items) != len(node):
+        raise TargetError(f"{splicer.where}: cannot split {what} into its {len(node)} items")
+    return _Flow(items, line, last, before, f" {after}" if after else "")
+
+
+def _indent(text: str) -> str:
+    return text[: len(text) - len(text.lstrip())]
+
+
+def _replace_flow(splicer: _Splicer, flow: _Flow, lines: list[str]) -> None:
+    """Put ``lines`` where ``flow`` stood, its comment at the end of the first one."""
+    for row in range(flow.last, flow.first - 1, -1):
+        splicer.delete_line(row)
+    text = "".join(line + (flow.comment if n == 0 else "") + "\n" for n, line in enumerate(lines))
+    splicer.insert_after(flow.first, text)
+
+
+def _block_entry(entry: dict[str, Any], pad: str, where: str, image: str) -> list[str]:
+    """A kustomize images entry in block style, its list dash at ``pad``."""
+    lines: list[str] = []
+    for field, value in entry.items():
+        if isinstance(value, (dict, list)):
+            raise TargetError(f"{where}: images entry {image}.{field} must be a string")
+        text = "" if value is None else " " + yaml_scalar(str(value))
+        lines.append(f"{pad}{'- ' if not lines else '  '}{field}:{text}")
+    return lines or [f"{pad}- {{}}"]
 
 
 def _require_block(node: Any, where: str, what: str) -> None:
@@ -559,12 +711,31 @@ def _pin_kustomize(
         splicer.append("images:\n" + _kustomize_entry_lines(pin, dash_col=0))
         return
     line = data.lc.key("images")[0]
+    _refuse_anchors(splicer, line, _last_line(images, line), "images")
     pad = _empty_flow(splicer, images, line)
     if pad is not None:  # `images: []`
         _write_out(splicer, line, pad, "images", _kustomize_entry_lines(pin, len(pad)))
         return
-    _require_block(images, where, "images")
     found = _kustomize_entry(images, pin, where)
+    edited = copy.deepcopy(raw)
+    _expect_kustomize(edited, pin)
+    index = len(images) if found is None else found[0]
+    # the entry as it will read, kustomize's fields first (a field left empty stays so)
+    now, then = (found[1] if found else {}), edited["images"][index]
+    ours = {field: then[field] for field in KUSTOMIZE_FIELDS if field in then}
+    ours.update((f, None if now.get(f) is None else v) for f, v in then.items() if f not in ours)
+    flow = _flow(splicer, images, data.lc.value("images"), r"[ \t]*images:[ \t]*", "images")
+    if flow is not None:  # `images: [{…}, …]`: written out, the other entries as they were
+        dash = _indent(flow.before)
+        lines = [flow.before.rstrip()]
+        for item, text in enumerate([*flow.items, None]):
+            if item == index:
+                lines += _block_entry(ours, dash, where, pin.image)
+            elif text is not None:
+                lines.append(f"{dash}- {text}")
+        _replace_flow(splicer, flow, lines)
+        return
+    _require_block(images, where, "images")
     if found is None:
         if not images:
             raise TargetError(
@@ -575,7 +746,12 @@ def _pin_kustomize(
         return
     index, entry = found
     raw_entry = raw["images"][index]
-    _require_block(entry, where, f"the images entry for {pin.image}")
+    what = f"the images entry for {pin.image}"
+    flow = _flow(splicer, entry, images.lc.item(index), r"[ \t]*-[ \t]*", what)
+    if flow is not None:  # `- {name: …, newTag: …}`: written out
+        _replace_flow(splicer, flow, _block_entry(ours, _indent(flow.before), where, pin.image))
+        return
+    _require_block(entry, where, what)
     key_col = entry.lc.key(next(iter(entry)))[1]
     wanted = {"newName": pin.new_name, "newTag": pin.tag, "digest": pin.digest}
     for field, value in wanted.items():
@@ -601,6 +777,8 @@ def _pin_kustomize(
 def _pin_application(splicer: _Splicer, source: CommentedMap, pin: ImagePin, where: str) -> None:
     value = _argocd_value(None, pin)
     images = _source_images(source, where)
+    first = source.lc.key(next(iter(source)))[0] if source else source.lc.line
+    _refuse_anchors(splicer, first, _last_line(source, first), "the Application source")
     _require_block(source, where, "the Application source")
     if images is None:
         key_col = source.lc.key(next(iter(source)))[1]
@@ -609,10 +787,10 @@ def _pin_application(splicer: _Splicer, source: CommentedMap, pin: ImagePin, whe
         if "kustomize" in source:
             kustomize = source["kustomize"]
             line = source.lc.key("kustomize")[0]
-            flow = _empty_flow(splicer, kustomize, line)
-            if flow is not None:  # `kustomize: {}`
-                block = f"{flow}  images:\n{flow}  - {yaml_scalar(value)}\n"
-                _write_out(splicer, line, flow, "kustomize", block)
+            empty = _empty_flow(splicer, kustomize, line)
+            if empty is not None:  # `kustomize: {}`
+                block = f"{empty}  images:\n{empty}  - {yaml_scalar(value)}\n"
+                _write_out(splicer, line, empty, "kustomize", block)
                 return
             _require_block(kustomize, where, "kustomize")
             inner = " " * kustomize.lc.key(next(iter(kustomize)))[1] if kustomize else pad + "  "
@@ -626,12 +804,26 @@ def _pin_application(splicer: _Splicer, source: CommentedMap, pin: ImagePin, whe
             )
         return
     line = source["kustomize"].lc.key("images")[0]
-    flow = _empty_flow(splicer, images, line)
-    if flow is not None:  # `images: []`
-        _write_out(splicer, line, flow, "images", f"{flow}- {yaml_scalar(value)}\n")
+    empty = _empty_flow(splicer, images, line)
+    if empty is not None:  # `images: []`
+        _write_out(splicer, line, empty, "images", f"{empty}- {yaml_scalar(value)}\n")
+        return
+    kept, dropped = _application_entries([str(v) for v in images], pin)
+    at = source["kustomize"].lc.value("images")
+    flow = _flow(splicer, images, at, r"[ \t]*images:[ \t]*", "kustomize.images")
+    if flow is not None:  # `images: [a, b]`: written out, the other entries as they were
+        dash = _indent(flow.before)
+        lines = [flow.before.rstrip()]
+        for item, text in enumerate(flow.items):
+            if item in kept:
+                lines.append(f"{dash}- {yaml_scalar(kept[item])}")
+            elif item not in dropped:
+                lines.append(f"{dash}- {text}")
+        if not kept:
+            lines.append(f"{dash}- {yaml_scalar(value)}")
+        _replace_flow(splicer, flow, lines)
         return
     _require_block(images, where, "kustomize.images")
-    kept, dropped = _application_entries([str(v) for v in images], pin)
     if not kept:
         if not images:
             raise TargetError(

@@ -126,3 +126,27 @@ def test_a_kustomization_target_deploys_the_digest_as_kubectl_kustomize_renders_
         written,
         image,
     )
+
+
+def test_flow_style_targets_are_written_out_and_deploy_the_digest(
+    tools: dict[str, Path], tmp_path: Path
+) -> None:
+    kustomization = (
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        "resources: [deployment.yaml]\n"
+        "images: [{name: registry:80/citation-dagster, newTag: aaaaaaaaaaaa}, {name: other}]\n"
+    )
+    app = app_dir(tmp_path / "kustomization", "registry:80/citation-dagster:0.1", kustomization)
+    (app / "kustomization.yaml").write_text(
+        apply_pin(kustomization, "kustomize-images", PIN, where="k")
+    )
+    assert rendered_image(run(tools["kubectl"], "kustomize", ".", cwd=app)).endswith(f"@{DIGEST}")
+
+    before = application("x").replace(
+        "images:\n      - x\n", "images: [registry:80/citation-dagster:aaaaaaaaaaaa, other=o:1]\n"
+    )
+    written = apply_pin(before, "argocd-application", PIN, where="a")
+    entries = yaml.safe_load(written)["spec"]["source"]["kustomize"]["images"]
+    app = app_dir(tmp_path / "application", "registry:80/citation-dagster:0.1")
+    run(tools["kustomize"], "edit", "set", "image", *entries, cwd=app)
+    assert rendered_image(run(tools["kustomize"], "build", ".", cwd=app)).endswith(f"@{DIGEST}")
