@@ -11,8 +11,9 @@ import httpx
 import pytest
 from click.testing import Result
 
-from fabrique.clients.gitea import GiteaClient
+from fabrique.clients.gitea import GiteaClient, Identity
 from fabrique.site.errors import GiteaError
+from fabrique.site.names import REVISION_RE
 from fabrique.site.retry import RetryPolicy
 
 from .conftest import GITEA_TOKEN, Repo, run_cli, write_values
@@ -267,3 +268,37 @@ def test_a_target_that_is_no_file_is_named_as_gitea_shows_it(
     code_repo.commit({}, "a symlink")
     with pytest.raises(TargetError, match=f"is a {kind}, not a file"):
         client.get_file("atlas/atlas", path, "main")
+
+
+def test_a_bearer_token_is_a_token_as_gitea_reads_it(gitea: GiteaDouble) -> None:
+    for scheme in ("token", "Bearer", "bearer"):
+        answer = httpx.get(
+            f"{gitea.url}/api/v1/repos/atlas/atlas/branches/main",
+            headers={"Authorization": f"{scheme} {GITEA_TOKEN}"},
+        )
+        assert answer.status_code == 200, scheme
+    answer = httpx.get(
+        f"{gitea.url}/api/v1/repos/atlas/atlas/branches/main",
+        headers={"Authorization": f"Basic {GITEA_TOKEN}"},
+    )
+    assert answer.status_code == 401
+
+
+def test_a_token_without_the_scope_is_named_with_the_scope_it_lacks(
+    gitea: GiteaDouble, client: GiteaClient
+) -> None:
+    gitea.scopes = {"read:repository", "read:user"}
+    assert REVISION_RE.fullmatch(client.branch_head("atlas/atlas", "main"))
+    with pytest.raises(GiteaError) as caught:
+        client.create_file("cluster/apps", "new.yaml", "main", "a: 1\n", "m", Identity("f", "f@x"))
+    assert "lacks the scope write:repository" in str(caught.value)
+    assert "read:repository,read:user" in str(caught.value)
+    assert GITEA_TOKEN not in str(caught.value)
+
+
+def test_a_private_repository_the_token_cannot_see_is_a_404_that_says_so(
+    gitea: GiteaDouble, client: GiteaClient
+) -> None:
+    gitea.hidden = {"atlas/atlas"}
+    with pytest.raises(GiteaError, match="private repository that the token's user may not"):
+        client.branch_head("atlas/atlas", "main")

@@ -450,7 +450,16 @@ class GiteaClient(JsonApi):
 
     def _check(self, response: httpx.Response, what: str, expect: tuple[int, ...] = (200,)) -> Any:
         if response.status_code == 404:
-            raise GiteaError(f"{what}: not found in Gitea")
+            raise GiteaError(
+                f"{what}: not found in Gitea (Gitea also answers 404 for a private repository "
+                "that the token's user may not read)"
+            )
+        scope = SCOPE_MESSAGE.search(_message(response)) if response.status_code == 403 else None
+        if scope:
+            raise GiteaError(
+                f"{what}: the token lacks the scope {scope['required']} (HTTP 403); make a "
+                f"token with it (it has {scope['has'] or 'none'})"
+            )
         if response.status_code in (401, 403):
             raise GiteaError(
                 f"{what}: Gitea refused the token (HTTP {response.status_code}); "
@@ -468,6 +477,11 @@ class GiteaClient(JsonApi):
 # other 422 of the Contents API is about the path or the request, and final.
 STALE_MESSAGE = re.compile(
     r"sha does not match|repository file already exists|file CommitID does not match", re.I
+)
+# Gitea's tokenRequiresScopes: `…required scope(s), required=[write:repository], token
+# scope=read:repository`
+SCOPE_MESSAGE = re.compile(
+    r"required scope\(s\), required=\[(?P<required>[^\]]*)\], token scope=(?P<has>\S*)"
 )
 # Gitea's 403 messages for a protected branch or path (not a refused token)
 PROTECTION_MESSAGE = re.compile(

@@ -15,6 +15,9 @@ no lock, as in Gitea: when the branch moves between the check and the push
 (``before_push`` lets a test move it), the answer is 500. A file larger than
 ``max_blob_size`` is listed with ``content: null``. Editing a hook resets what the PATCH
 omits (``events``, ``branch_filter``, ``authorization_header``), as Gitea's editHook does.
+The token goes as ``token …`` or ``Bearer …``; its ``scopes`` are checked as Gitea's
+tokenRequiresScopes does (403 naming the scope), and a ``hidden`` repository (private,
+not the user's) answers 404.
 
 Commit statuses are kept as Gitea keeps them: every POST adds one (nothing is replaced),
 numbered per commit; the combined status holds the latest of each context, and its state
@@ -77,6 +80,10 @@ class GiteaDouble:
         self.swagger = swagger
         self.repos = repos  # "owner/name" -> bare repository
         self.token = token
+        # the token's scopes, as Gitea checks them on every /repos route (None: all); and
+        # the repositories its user may not see, which Gitea answers 404 (never 403)
+        self.scopes: set[str] | None = None
+        self.hidden: set[str] = set()
         self.violations: list[str] = []
         self.requests: list[Request] = []
         self.faults: list[tuple[str, Any]] = []
@@ -149,9 +156,38 @@ class GiteaDouble:
                     return fault
         return None
 
+    @staticmethod
+    def _token(request: Request) -> str | None:
+        """The token of ``Authorization: token …`` or ``Bearer …`` (any case), as Gitea's
+        httpauth.ParseAuthorizationHeader reads it."""
+        parts = request.headers.get("authorization", "").split()
+        if len(parts) == 2 and parts[0].lower() in ("token", "bearer"):
+            return parts[1]
+        return None
+
+    def _scope_refusal(self, method: str) -> str | None:
+        """Gitea's tokenRequiresScopes for the repository category: a read needs
+        read:repository (or write:), a POST, PUT, PATCH or DELETE needs write:repository."""
+        if self.scopes is None or "all" in self.scopes:
+            return None
+        level = "read" if method == "GET" else "write"
+        allowed = {"write:repository"} | ({"read:repository"} if level == "read" else set())
+        if self.scopes & allowed:
+            return None
+        return (
+            "token does not have at least one of required scope(s), "
+            f"required=[{level}:repository], token scope={','.join(sorted(self.scopes))}"
+        )
+
     def _route(self, request: Request, path: str) -> tuple[int, Any]:
-        if self.token is not None and request.headers.get("authorization") != f"token {self.token}":
+        if self.token is not None and self._token(request) != self.token:
             return 401, {"message": "token is required", "url": self.url}
+        refused = self._scope_refusal(request.method)
+        if refused:
+            return 403, {"message": refused, "url": self.url}
+        named = re.match(r"/repos/([^/]+)/([^/]+)", path)
+        if named and f"{named[1]}/{named[2]}" in self.hidden:
+            return 404, NOT_FOUND
         if path == "/repos/migrate" and request.method == "POST":
             return self._migrate(request.json())
         whole = re.fullmatch(r"/repos/([^/]+)/([^/]+)(/mirror-sync)?", path)
