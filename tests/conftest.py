@@ -24,7 +24,12 @@ from .doubles.gitea import GiteaDouble
 from .doubles.kube import KubeApiDouble
 from .doubles.swagger import Swagger
 from .gitrepo import Repo
-from .live.fixtures import applied, cluster, control_plane  # noqa: F401  (the live tier's)
+from .live.fixtures import (  # noqa: F401  (the live tier's)
+    applied,
+    cluster,
+    control_plane,
+    real_gitea,
+)
 from .servers import GitDaemon
 from .servers import Nats as NatsServer
 

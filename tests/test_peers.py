@@ -44,6 +44,8 @@ def test_the_binaries_are_named_as_go_build_names_them() -> None:
         "kubectl": "kubectl",
     }
     assert names["argo-workflows"] == {"workflow-controller": "workflow-controller"}
+    # Gitea's main package is its module's root, gitea.dev
+    assert names["gitea"] == {"gitea.dev": "gitea"}
 
 
 def test_the_versions_stamped_are_the_versions_required() -> None:
@@ -54,6 +56,23 @@ def test_the_versions_stamped_are_the_versions_required() -> None:
     assert argo.ldflags().endswith(
         f".version={argo.required('github.com/argoproj/argo-workflows/v4')}"
     )
+    gitea = build.Peer("gitea", PEERS / "gitea")
+    # as Gitea's Makefile stamps it (`git describe` without the v): /api/v1/version says it
+    assert gitea.ldflags() == "-X main.Version=" + gitea.required("code.gitea.io/gitea")[1:]
+
+
+def test_a_module_put_in_another_ones_place_is_the_version_built(tmp_path: Path) -> None:
+    """A replace line that puts ``code.gitea.io/gitea`` in ``gitea.dev``'s place builds
+    the version it names (what the lock pins), whatever ``gitea.dev``'s require says."""
+    (tmp_path / "go.mod").write_text(
+        "module m\n\nrequire gitea.dev v1.27.3\n\n"
+        "replace gitea.dev => code.gitea.io/gitea v1.27.4\n"
+    )
+    peer = build.Peer("gitea", tmp_path)
+    assert peer.required("code.gitea.io/gitea") == "v1.27.4"
+    assert peer.required("gitea.dev") == "v1.27.3"
+    with pytest.raises(build.PeerError, match=r"requires no code\.gitea\.io/other"):
+        peer.required("code.gitea.io/other")
 
 
 def test_each_peer_builds_the_version_the_lock_pins() -> None:
@@ -95,3 +114,36 @@ def test_the_kubernetes_replace_lines_are_the_upstream_staging_list() -> None:
     block = re.search(r"^replace \(\n(.*?)^\)", kubernetes.gomod, re.M | re.S)
     assert block is not None
     assert [line.strip() for line in block[1].splitlines()] == expected
+
+
+def _directives(gomod: str, verb: str) -> list[str]:
+    """The ``replace`` or ``exclude`` directives of a go.mod, single lines and blocks,
+    without their comments."""
+    found, block = [], False
+    for raw in gomod.splitlines():
+        line = raw.split("//", 1)[0].strip()
+        if line == f"{verb} (":
+            block = True
+        elif block and line == ")":
+            block = False
+        elif block and line:
+            found.append(line)
+        elif line.startswith(f"{verb} "):
+            found.append(line.split(None, 1)[1])
+    return found
+
+
+@pytest.mark.live
+def test_the_gitea_wrapper_keeps_every_replace_and_exclude_of_the_upstream_go_mod() -> None:
+    go = need_go()
+    gitea = build.Peer("gitea", PEERS / "gitea")
+    upstream = build.upstream_gomod(
+        go, "code.gitea.io/gitea", gitea.required("code.gitea.io/gitea")
+    )
+    for verb in ("replace", "exclude"):
+        ours = _directives(gitea.gomod, verb)
+        assert [d for d in _directives(upstream, verb) if d not in ours] == [], verb
+    # and its own: the module its go.mod declares, in the place of the one the proxy serves
+    assert "gitea.dev => code.gitea.io/gitea " + gitea.required("code.gitea.io/gitea") in (
+        _directives(gitea.gomod, "replace")
+    )

@@ -1,4 +1,5 @@
-"""The live tier: one real control plane for the session (``fixtures.py``).
+"""The live tier: one real control plane and one real Gitea for the session
+(``fixtures.py``).
 
 Every test under ``tests/live/`` is marked ``live``. Without Go (>= 1.26) they skip,
 saying so; in CI (``CI`` set) a missing Go fails instead: CI never skips the live tier.

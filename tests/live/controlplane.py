@@ -9,7 +9,8 @@ RBAC, the scheduler and the Argo controller decide is decided by the real progra
 
 The pytest session fixture (``tests/live/conftest.py``) starts one and stops it at the
 end; ``make up`` starts the same for a person and leaves it running (``python -m
-tests.live.controlplane up``), ``make down`` stops it. Everything lives in one folder:
+tests.live.controlplane up``), with a real Gitea beside it (``tests/live/gitea.py``, in
+the folder's ``gitea/``); ``make down`` stops both. Everything lives in one folder:
 the kubeconfig, the certificates, etcd's data, a log per process and ``state.json``
 (the processes and ports), so ``up`` is replayable: a running plane is reported again.
 """
@@ -716,9 +717,15 @@ def default_folder() -> Path:
 
 
 def main(argv: list[str]) -> int:
+    # imported here: tests.live.gitea builds on this module
+    from .gitea import SCOPES, Gitea
+    from .gitea import binary as gitea_binary
+    from .gitea import version as gitea_version
+
     command = argv[0] if argv else "up"
     folder = default_folder()
     running = ControlPlane.load(folder)
+    gitea = Gitea.load(folder / "gitea")
     if command == "up":
         if running is not None and running.alive():
             print(f"# the control plane in {folder} is already up", file=sys.stderr)
@@ -730,9 +737,27 @@ def main(argv: list[str]) -> int:
             except (ControlPlaneError, peers.PeerError) as failed:
                 print(f"error: {failed}", file=sys.stderr)
                 return 1
+        if gitea is not None and gitea.alive():
+            print(f"# Gitea in {gitea.folder} is already up", file=sys.stderr)
+        else:
+            if gitea is not None:
+                gitea.stop()
+            try:
+                gitea = Gitea(folder / "gitea", gitea_binary()).start()
+            except (ControlPlaneError, peers.PeerError) as failed:
+                print(f"error: {failed}", file=sys.stderr)
+                return 1
         print(f"export KUBECONFIG={running.kubeconfig}")
+        # a comment to the shell: what `make up` printed stays something to eval
+        print(
+            f"# Gitea {gitea_version()} at {gitea.url}: a token ({', '.join(SCOPES)}) in "
+            f"{gitea.token_file}, the admin's password in {gitea.password_file}"
+        )
         return 0
     if command == "down":
+        if gitea is not None:
+            gitea.stop()
+            print(f"# stopped Gitea in {gitea.folder}", file=sys.stderr)
         if running is None:
             print(f"# no control plane in {folder}", file=sys.stderr)
             return 0

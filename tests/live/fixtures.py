@@ -11,6 +11,8 @@ import pytest
 
 from . import controlplane
 from .cluster import Cluster
+from .gitea import Gitea
+from .gitea import binary as gitea_binary
 
 SITE_SECRETS = [
     ("fabrique-build", "fabrique-gitea"),
@@ -71,3 +73,18 @@ def applied(cluster: Cluster) -> Path:
     # what it will refuse, so the tests start once it refuses
     cluster.wait("the admission policy in force", cluster.policy_refuses_inline_templates)
     return tree
+
+
+@pytest.fixture(scope="session")
+def real_gitea(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gitea]:
+    """A real Gitea on loopback, its admin made and a token with the README's scopes;
+    no control plane."""
+    need_go()
+    try:
+        gitea = Gitea(tmp_path_factory.mktemp("gitea"), gitea_binary()).start()
+    except (controlplane.ControlPlaneError, controlplane.peers.PeerError) as failed:
+        pytest.fail(str(failed), pytrace=False)
+    try:
+        yield gitea
+    finally:
+        gitea.stop()

@@ -35,7 +35,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 MIN_GO = (1, 26)
 # tools whose package path does not name the command
-RENAMED = {"go.etcd.io/etcd/server/v3": "etcd"}
+RENAMED = {"go.etcd.io/etcd/server/v3": "etcd", "gitea.dev": "gitea"}
 
 
 class PeerError(Exception):
@@ -68,8 +68,13 @@ class Peer:
         return found
 
     def required(self, module: str) -> str:
-        """The version its go.mod requires of ``module``."""
-        match = re.search(rf"^\s*(?:require\s+)?{re.escape(module)} (v\S+)", self.gomod, re.M)
+        """The version its go.mod requires of ``module``, or puts in another module's
+        place (``gitea.dev => code.gitea.io/gitea v1.27.3``: Gitea's go.mod declares a
+        path the proxy does not serve)."""
+        name = re.escape(module)
+        match = re.search(rf"^\s*(?:require\s+)?{name} (v\S+)", self.gomod, re.M) or re.search(
+            rf"^\s*(?:replace\s+)?\S+(?: v\S+)? => {name} (v\S+)", self.gomod, re.M
+        )
         if match is None:
             raise PeerError(f"peer {self.name}: go.mod requires no {module}")
         return match.group(1)
@@ -87,6 +92,9 @@ class Peer:
         if self.name == "argo-workflows":
             version = self.required("github.com/argoproj/argo-workflows/v4")
             return f"-X github.com/argoproj/argo-workflows/v4.version={version}"
+        if self.name == "gitea":
+            # its Makefile's GITEA_VERSION: the tag without the v
+            return f"-X main.Version={self.required('code.gitea.io/gitea').lstrip('v')}"
         return ""
 
     def binaries(self) -> dict[str, str]:
