@@ -165,7 +165,7 @@ def test_reserved_variables_are_not_overrides() -> None:
 @pytest.mark.parametrize(
     ("content", "expected"),
     [
-        ("apps: [\n", r"line 2: expected the node content"),
+        ("apps: [\n", r"line 2: (expected the|did not find expected) node content"),
         ("- a\n- b\n", r"must be a mapping at the top level"),
     ],
 )

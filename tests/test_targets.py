@@ -431,27 +431,27 @@ def test_a_shared_file_is_parsed_once_when_the_workers_ask_together(
     from fabrique.decisions import targets
 
     parses: list[str] = []
-    real = targets._load
+    real = targets.pyyaml.load_all
 
-    def slow_load(text: str, where: str) -> Any:
-        parses.append(where)
+    def slow_load(text: str, Loader: Any) -> Any:
+        parses.append(text)
         time.sleep(0.05)  # long enough for every worker to miss together
-        return real(text, where)
+        return real(text, Loader=Loader)
 
-    monkeypatch.setattr(targets, "_load", slow_load)
+    monkeypatch.setattr(targets.pyyaml, "load_all", slow_load)
     text = "images:\n- name: citation-dagster\n  newTag: " + uuid_hex() + "\n"
     start = threading.Barrier(8)
 
     def ask() -> None:
         start.wait()
-        targets._load_shared(text, "shared.yaml")
+        targets._read_shared(text, "shared.yaml")
 
     workers = [threading.Thread(target=ask) for _ in range(8)]
     for worker in workers:
         worker.start()
     for worker in workers:
         worker.join()
-    assert parses == ["shared.yaml"]
+    assert parses == [text]
 
 
 def uuid_hex() -> str:
@@ -513,4 +513,26 @@ def test_a_flow_style_application_list_is_written_out_under_its_own_names() -> N
     assert after.endswith(
         f"      images:\n      - {PIN.reference}\n      - other=o:1\n"
         f"      - citation-dagster={PIN.reference}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("images: []\nimages: []\n", "duplicate key .images."),
+        ("base: &b {name: x}\nimages:\n- <<: *b\n  newTag: y\n", "uses a YAML merge key"),
+        ("images:\n- name: a\n  name: b\n", "duplicate key .name."),
+    ],
+)
+def test_a_reader_refuses_what_the_edit_refuses(text: str, message: str) -> None:
+    with pytest.raises(TargetError, match=message):
+        read_pin(text, "kustomize-images", PIN, where="k")
+    with pytest.raises(TargetError, match=message):
+        apply_pin(text, "kustomize-images", PIN, where="k")
+
+
+def test_a_reader_reads_values_as_their_text_and_plain_nulls_as_none() -> None:
+    text = "images:\n- name: citation-dagster\n  newTag: 1.10\n  digest:\n  newName: 'null'\n"
+    assert read_pin(text, "kustomize-images", PIN, where="k") == ImagePin(
+        "citation-dagster", "null", "1.10", None
     )

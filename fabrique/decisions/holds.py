@@ -25,11 +25,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ruamel.yaml.comments import CommentedMap
-
 from fabrique.site.errors import InputError, TargetError
 
-from .targets import _last_line, _load, _load_shared, _plain, _require_block, _Splicer
+from .targets import _last_line, _load, _plain, _read_shared, _require_block, _Splicer
 
 # One app's hold: ``hold.fabrique.io/<app>`` (apps may share one target file, and a hold
 # belongs to the app). The bare ``fabrique.io/hold`` holds every app of the file: written
@@ -90,7 +88,7 @@ def file_hold(text: str, where: str) -> Hold | None:
 
 
 def _hold_at(text: str, where: str, key: str) -> Hold | None:
-    annotations = _annotations(_load_shared(text, where), where)
+    annotations = _annotations(_read_shared(text, where), where)
     if annotations is None or key not in annotations:
         return None
     return _parse(annotations[key])
@@ -169,7 +167,8 @@ def apply_hold(text: str, hold: Hold | None, *, where: str, app: str | None) -> 
     return result
 
 
-def _annotations(data: CommentedMap, where: str) -> CommentedMap | None:
+def _annotations(data: Any, where: str) -> Any:
+    """``metadata.annotations`` of a read (dict) or round-trip (CommentedMap) document."""
     metadata = data.get("metadata")
     if metadata is None:
         return None
@@ -182,7 +181,7 @@ def _annotations(data: CommentedMap, where: str) -> CommentedMap | None:
         return None
     if not isinstance(annotations, dict):
         raise TargetError(f"{where}: metadata.annotations must be a mapping")
-    return annotations  # type: ignore[return-value]
+    return annotations
 
 
 def _key_pad(node: Any, where: str, what: str) -> str:

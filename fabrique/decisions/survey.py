@@ -198,7 +198,7 @@ def survey(
             raise snapshot
         return _seen(site, transport, app, want, snapshot, memory)
 
-    # file by file: the apps of one file read the one parse of it (targets._load_shared)
+    # file by file: the apps of one file read the one parse of it (targets._read_shared)
     by_file = sorted(apps, key=target)
     seen = each(pool, judge, [app.name for app in by_file])
     return {app.name: seen[app.name] for app in apps}, memory

@@ -75,16 +75,15 @@ def read_pin(
     text: str, kind: Kind, pin_for: ImagePin, *, where: str, source_index: int | None = None
 ) -> ImagePin | None:
     """What the target says now about ``pin_for.image``, or None if it has no entry."""
-    data = _load_shared(text, where)
+    data = _read_shared(text, where)
     if kind == "kustomize-images":
         found = _kustomize_entry(_kustomize_images(data, where), pin_for, where)
         if found is None:
             return None
-        index, entry = found
-        raw = _source_texts(text)["images"][index]
+        _, entry = found
 
         def field(name: str) -> str | None:
-            return None if entry.get(name) is None else str(raw[name])
+            return _str_or_none(entry.get(name))
 
         return ImagePin(
             str(field("name")),
@@ -108,7 +107,7 @@ def apply_pin(
     splicer = _Splicer(text, where)
     if kind == "kustomize-images":
         # kustomize reads every field as a string: compare the documents as source text
-        raw = _source_texts(text)
+        raw = _read_shared(text, where)
         _pin_kustomize(splicer, data, raw, pin, where)
         expected = copy.deepcopy(raw)
         _expect_kustomize(expected, pin)
@@ -120,7 +119,7 @@ def apply_pin(
         _expect_application(spec["sources"][index] if index is not None else spec["source"], pin)
     result = splicer.result()
     reread = _load(result, where)
-    got = _source_texts(result) if kind == "kustomize-images" else _plain(reread)
+    got = _read_shared(result, where) if kind == "kustomize-images" else _plain(reread)
     if got != expected:
         raise TargetError(
             f"{where}: the in-place edit did not give the intended document (an unusual "
@@ -199,11 +198,59 @@ def _parsed_once(maxsize: int) -> Callable[[Callable[..., _T]], Callable[..., _T
     return decorate
 
 
+class _TextLoader(getattr(pyyaml, "CBaseLoader", pyyaml.BaseLoader)):  # type: ignore[misc]
+    """What readers parse with, in C where libyaml is there (a round-trip parse of a file
+    that pins 20 images costs 20 times more, and a pass reads every app's pin): every
+    scalar as its source text, as kustomize reads every field as a string, and a plain
+    empty or ``null`` as None. A key given twice, or a merge key, is refused, as the
+    round-trip parse that edits refuses them."""
+
+    def construct_scalar(self, node: Any) -> Any:
+        value = super().construct_scalar(node)
+        plain = not node.style  # None, or "" from the C parser
+        return None if plain and value in ("", "~", "null", "Null", "NULL") else value
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+        mapping: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key == "<<" and not key_node.style:
+                raise _MergeKey
+            if key in mapping:
+                raise pyyaml.constructor.ConstructorError(
+                    None, None, f"found duplicate key {key!r}", key_node.start_mark
+                )
+            mapping[key] = self.construct_object(value_node, deep=deep)
+        return mapping
+
+
+class _MergeKey(Exception):
+    pass
+
+
 @_parsed_once(maxsize=256)
-def _load_shared(text: str, where: str) -> CommentedMap:
-    """``_load`` for readers only: a file that many apps pin their image in (a reconcile
-    pass reads one pin per app) is parsed once. Never to be edited."""
-    return _load(text, where)
+def _read_shared(text: str, where: str) -> dict[str, Any]:
+    """The document as ``_TextLoader`` reads it, with ``_load``'s checks and messages.
+    Shared between readers, parsed once: never to be edited (copy it first)."""
+    try:
+        documents = [d for d in pyyaml.load_all(text, Loader=_TextLoader) if d is not None]
+    except pyyaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}:" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise TargetError(f"{where}:{line} not valid YAML ({problem})") from None
+    except _MergeKey:
+        raise TargetError(_MERGE_KEY.format(where=where)) from None
+    if len(documents) != 1:
+        raise TargetError(f"{where}: holds {len(documents)} YAML documents; expected exactly one")
+    if not isinstance(documents[0], dict):
+        raise TargetError(f"{where}: the document must be a mapping")
+    return documents[0]
+
+
+_MERGE_KEY = (
+    "{where}: uses a YAML merge key (<<: *anchor); write the keys out to let fabrique edit it"
+)
 
 
 def _refuse_merge_keys(node: Any, where: str) -> None:
@@ -211,22 +258,12 @@ def _refuse_merge_keys(node: Any, where: str) -> None:
     mapping that merges the same anchor."""
     if isinstance(node, CommentedMap):
         if getattr(node, "merge", None):
-            raise TargetError(
-                f"{where}: uses a YAML merge key (<<: *anchor); write the keys out to let "
-                "fabrique edit it"
-            )
+            raise TargetError(_MERGE_KEY.format(where=where))
         for value in node.values():
             _refuse_merge_keys(value, where)
     elif isinstance(node, CommentedSeq):
         for value in node:
             _refuse_merge_keys(value, where)
-
-
-@_parsed_once(maxsize=128)
-def _source_texts(text: str) -> Any:
-    """The document with every scalar as its source text (``1.10`` stays ``'1.10'``).
-    Shared between readers, as ``_load_shared``: never to be edited."""
-    return YAML(typ="base", pure=True).load(text)
 
 
 def _plain(node: Any) -> Any:
@@ -244,7 +281,7 @@ def _str_or_none(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def _kustomize_images(data: CommentedMap, where: str) -> CommentedSeq | None:
+def _kustomize_images(data: dict[str, Any], where: str) -> Any:
     kind = data.get("kind")
     if kind is not None and kind not in ("Kustomization", "Component"):
         raise TargetError(f"{where}: kind is {kind!r}, not a Kustomization")
@@ -255,7 +292,7 @@ def _kustomize_images(data: CommentedMap, where: str) -> CommentedSeq | None:
         )
     if images is not None and not isinstance(images, list):
         raise TargetError(f"{where}: images must be a list")
-    return images  # type: ignore[return-value]
+    return images
 
 
 def _kustomize_entry(
@@ -281,8 +318,8 @@ def _kustomize_entry(
 
 
 def _pick_source(
-    data: CommentedMap, pin: ImagePin, where: str, source_index: int | None
-) -> tuple[int | None, CommentedMap]:
+    data: dict[str, Any], pin: ImagePin, where: str, source_index: int | None
+) -> tuple[int | None, Any]:
     """(index in spec.sources or None for spec.source, the source that deploys the image)."""
     if data.get("kind") != "Application":
         raise TargetError(f"{where}: kind is {data.get('kind')!r}, not an Argo CD Application")
