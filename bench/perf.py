@@ -41,15 +41,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
-from kubernetes import config as k8s_config  # noqa: E402
 
+from bench.reconcile_scale import Cli  # noqa: E402
 from bench.reconcile_scale import measure as scale_measure  # noqa: E402
 from bench.render import measure as measure_render  # noqa: E402
 from fabrique.clients.gitea import GiteaClient, Identity  # noqa: E402
-from fabrique.clients.kube import KubeClient  # noqa: E402
 from fabrique.clients.registry import RegistryClient  # noqa: E402
 from fabrique.decisions.changes import fabrique_paths  # noqa: E402
-from fabrique.decisions.reconcile import Reconciler  # noqa: E402
 from fabrique.decisions.writeback import GiteaTransport, GitTransport, write_back  # noqa: E402
 from fabrique.site.config import default_values, merge, parse_site  # noqa: E402
 from fabrique.validate import GITEA_SWAGGER, find_specs  # noqa: E402
@@ -63,6 +61,7 @@ from tests.oci import push_image  # noqa: E402
 
 TOKEN = "perf-token"
 TARGET = "apps/app-000/deploy/kustomization.yaml"
+CLI_WRITEBACKS = 10  # write-backs timed through the CLI (about a second each)
 
 
 class Counting(httpx.BaseTransport):
@@ -237,77 +236,92 @@ def writeback_cost(
 
 
 def reconcile_and_latency(work: Path, apps: int, specs: Path, latency_ms: float) -> dict[str, Any]:
+    """``apps`` apps pinned in a file each, written back one by one, then reconciled with
+    no memory at concurrency 1 and the default. Write-backs and passes run the CLI, as
+    the Workflow's step and the CronWorkflow do (start-up included); the write-backs past
+    the first ``CLI_WRITEBACKS`` only deploy the rest, in process."""
     bare = work / f"srv-reconcile-{latency_ms:g}" / "atlas" / "atlas.git"
     synthetic_repo(bare, apps, 1, apps=apps)
     out: dict[str, Any] = {"apps": apps, "latency_ms": latency_ms}
     (work / f"registry-{latency_ms:g}").mkdir()
+    seen: list[str] = []
     with servers.registry(work / f"registry-{latency_ms:g}") as registry:
+        proxy = FaultProxy(registry.url, lambda method, path, headers: seen.append(path)).start()
         gitea = GiteaDouble(
             Swagger(specs / GITEA_SWAGGER), {"atlas/atlas": bare}, token=TOKEN
         ).start()
         kube = KubeApiDouble(specs).start()
         gitea.latency = kube.latency = latency_ms / 1000
+        kubeconfig = kube.kubeconfig(work / f"kc-{latency_ms:g}")
         try:
-            site = site_for(gitea.url, registry.host, apps)
-            api = KubeClient(
-                k8s_config.new_client_from_config(config_file=str(kube.kubeconfig(work / "kc")))
-            )
-            counting, reg_counting = Counting(), Counting()
-            with (
-                GiteaClient(gitea.url, TOKEN, transport=counting) as client,
-                RegistryClient(registry.host, plain_http=True, transport=reg_counting) as reg,
-            ):
+            site = site_for(gitea.url, proxy.host, apps)
+            values = site.to_values()
+            cli = Cli(work, f"reconcile-{latency_ms:g}", values, kubeconfig)
+            with GiteaClient(gitea.url, TOKEN) as client:
                 transport = GiteaTransport(client, Identity("perf", "perf@example.invalid"))
                 # deploy every app at its last change, as a converged platform is
                 latencies = []
-                for app in site.apps:
+                for index, app in enumerate(site.apps):
                     want = transport.last_change(
                         "atlas/atlas", "main", app.context, fabrique_paths(site)
                     )
                     assert want is not None
                     digest = push_image(registry.url, app.image, want[:12])
+                    if index >= CLI_WRITEBACKS:
+                        assert (
+                            write_back(site, transport, app.name, want, digest).state == "changed"
+                        )
+                        continue
+                    before = len(gitea.requests)
                     start = time.perf_counter()
-                    before = counting.requests
-                    outcome = write_back(site, transport, app.name, want, digest)
+                    said = cli.run(
+                        "writeback", "--app", app.name, "--revision", want, "--digest", digest
+                    )
                     latencies.append(time.perf_counter() - start)
-                    out.setdefault("writeback_changed_requests", counting.requests - before)
-                    assert outcome.state == "changed", outcome
+                    out.setdefault("writeback_changed_requests", len(gitea.requests) - before)
+                    assert said.startswith("changed"), said
                 out["latency_push_to_commit_ms_median"] = round(
                     statistics.median(latencies) * 1000, 1
                 )
                 out["latency_push_to_commit_ms_max"] = round(max(latencies) * 1000, 1)
-                reconciler = Reconciler(site, transport, reg, api)
-                for label, concurrency in (
-                    ("concurrency_1", 1),
-                    ("concurrency_default", site.reconcile.concurrency),
-                ):
-                    # counted where they arrive: the doubles, and the registry's client
-                    requests_before = len(gitea.requests) + len(kube.requests)
-                    requests_before += reg_counting.requests
-                    start = time.perf_counter()
-                    results = reconciler.run(list(site.apps), "act", concurrency=concurrency)
-                    elapsed = time.perf_counter() - start
-                    requests = len(gitea.requests) + len(kube.requests) + reg_counting.requests
-                    requests -= requests_before
-                    assert all(r.state == "ok" for r in results), [
-                        r for r in results if r.state != "ok"
-                    ][:2]
-                    out[f"reconcile_{label}_s"] = round(elapsed, 2)
-                    out[f"reconcile_{label}_requests_per_app"] = round(requests / apps, 2)
-                out["reconcile_default_concurrency"] = site.reconcile.concurrency
-                # a replay: the same digest again
-                app = site.apps[0]
-                want = transport.last_change(
-                    "atlas/atlas", "main", app.context, fabrique_paths(site)
+            for label, concurrency in (
+                ("concurrency_1", 1),
+                ("concurrency_default", site.reconcile.concurrency),
+            ):
+                kube.configmaps.clear()  # no memory: every app asked by path
+                cli = Cli(
+                    work,
+                    f"reconcile-{label}-{latency_ms:g}",
+                    merge(values, {"reconcile": {"concurrency": concurrency}}),
+                    kubeconfig,
                 )
-                assert want is not None
+                before = len(gitea.requests) + len(kube.requests) + len(seen)
+                elapsed, _, states = cli.reconcile()
+                requests = len(gitea.requests) + len(kube.requests) + len(seen)
+                assert states == {"ok": apps}, states
+                out[f"reconcile_{label}_s"] = round(elapsed, 2)
+                out[f"reconcile_{label}_requests_per_app"] = round((requests - before) / apps, 2)
+            out["reconcile_default_concurrency"] = site.reconcile.concurrency
+            # a replay: the same digest again
+            app = site.apps[0]
+            want = head(bare)
+            with GiteaClient(gitea.url, TOKEN) as client:
+                want = (
+                    GiteaTransport(client, Identity("perf", "perf@example.invalid")).last_change(
+                        "atlas/atlas", "main", app.context, fabrique_paths(site)
+                    )
+                    or want
+                )
+            with RegistryClient(proxy.host, plain_http=True) as reg:
                 digest = reg.manifest_digest(app.image, want[:12]).digest
-                before = counting.requests
-                assert write_back(site, transport, app.name, want, digest).state == "unchanged"
-                out["writeback_unchanged_requests"] = counting.requests - before
+            before = len(gitea.requests)
+            said = cli.run("writeback", "--app", app.name, "--revision", want, "--digest", digest)
+            assert said.startswith("unchanged"), said
+            out["writeback_unchanged_requests"] = len(gitea.requests) - before
         finally:
             gitea.stop()
             kube.stop()
+            proxy.stop()
     return out
 
 
@@ -396,10 +410,8 @@ def main(argv: list[str] | None = None) -> int:
 def reconcile_at_scale(
     work: Path, specs: Path, args: argparse.Namespace, latencies: list[float]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The passes of ``--scale`` at every latency (memory at the largest, first latency),
-    and the requests curves against the apps and against the files (first latency)."""
+    """The passes of ``--scale`` at every latency, and the requests curves against the apps and against the files (first latency)."""
     scale = [tuple(int(n) for n in item.split("x")) for item in args.scale.split(",") if item]
-    largest = max(scale, default=(0, 0))
     seen: list[str] = []
     (work / "registry-scale").mkdir()
     with servers.registry(work / "registry-scale") as registry:
@@ -407,16 +419,7 @@ def reconcile_at_scale(
         proxy.start()
         try:
             rows = [
-                scale_measure(
-                    work,
-                    specs,
-                    proxy.host,
-                    seen,
-                    apps,
-                    files,
-                    latency,
-                    memory=(apps, files) == largest and latency == latencies[0],
-                )
+                scale_measure(work, specs, proxy.host, seen, apps, files, latency)
                 for latency in latencies
                 for apps, files in scale
             ]

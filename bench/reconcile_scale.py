@@ -10,9 +10,10 @@ answer, it measures four passes at the default concurrency:
 - ``moved``: new commits outside every app's context (a write-back, a README);
 - ``one``: one app changed (its build submitted).
 
-Requests are counted where they arrive (the doubles; the registry through its client).
-``memory_mb`` is the peak resident size of a separate ``fabrique reconcile`` process run
-against the same servers (a nothing-changed pass), the figure a pod's limit must cover.
+Every pass is ``fabrique reconcile`` in a process of its own, as the CronWorkflow runs it
+(with its commit statuses reported): its time includes the start-up. Requests are counted
+where they arrive (the doubles; the registry through a counting proxy). ``memory_mb`` is
+the peak resident size of the nothing-changed pass, the figure a pod's limit must cover.
 """
 
 from __future__ import annotations
@@ -26,14 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes import config as k8s_config
 
-from fabrique.clients.gitea import GiteaClient, Identity
-from fabrique.clients.kube import KubeClient
-from fabrique.clients.registry import RegistryClient
-from fabrique.decisions.memory import ConfigMapMemory
-from fabrique.decisions.reconcile import Reconciler
-from fabrique.decisions.writeback import GiteaTransport
 from fabrique.site.config import default_values, merge, parse_site
 from fabrique.validate import GITEA_SWAGGER
 from tests.doubles.gitea import GiteaDouble
@@ -133,8 +127,6 @@ def measure(
     apps: int,
     files: int,
     latency_ms: float,
-    *,
-    memory: bool = False,
 ) -> dict[str, Any]:
     tag = f"{apps}-{files}-{latency_ms:g}"
     bare = Path(tempfile.mkdtemp(prefix=f"scale-{tag}-", dir=work)) / "atlas" / "atlas.git"
@@ -154,77 +146,92 @@ def measure(
                 "apps": app_values(apps, files),
             },
         )
-        site = parse_site(values)
-        out["concurrency"] = site.reconcile.concurrency
-        api = KubeClient(k8s_config.new_client_from_config(config_file=str(kubeconfig)))
-        with (
-            GiteaClient(gitea.url, TOKEN) as client,
-            RegistryClient(registry_host, plain_http=True) as reg,
-        ):
-            transport = GiteaTransport(client, Identity("perf", "perf@example.invalid"))
-            reconciler = Reconciler(
-                site, transport, reg, api, ConfigMapMemory(api, site.namespaces.control)
-            )
+        out["concurrency"] = parse_site(values).reconcile.concurrency
+        cli = Cli(work, tag, values, kubeconfig)
 
-            def run(label: str, expect: dict[str, int]) -> None:
-                before = len(gitea.requests) + len(kube.requests) + len(registry_requests)
-                start = time.perf_counter()
-                results = reconciler.run(list(site.apps), "act")
-                elapsed = time.perf_counter() - start
-                requests = len(gitea.requests) + len(kube.requests) + len(registry_requests)
-                requests -= before
-                states: dict[str, int] = {}
-                for r in results:
-                    states[r.state] = states.get(r.state, 0) + 1
-                assert states == expect, (
-                    label,
-                    states,
-                    [r for r in results if r.state != "ok"][:2],
-                )
-                out[f"{label}_s"] = round(elapsed, 3)
-                out[f"{label}_requests"] = requests
-                out[f"{label}_requests_per_app"] = round(requests / apps, 3)
+        def run(label: str, expect: dict[str, int]) -> None:
+            before = len(gitea.requests) + len(kube.requests) + len(registry_requests)
+            elapsed, peak_mb, states = cli.reconcile()
+            requests = len(gitea.requests) + len(kube.requests) + len(registry_requests)
+            requests -= before
+            assert states == expect, (label, states)
+            out[f"{label}_s"] = round(elapsed, 3)
+            out[f"{label}_requests"] = requests
+            out[f"{label}_requests_per_app"] = round(requests / apps, 3)
+            if label == "idle":
+                out["memory_mb"] = peak_mb
 
-            run("cold", {"ok": apps})
-            run("idle", {"ok": apps})
-            commit_file(bare, "README.md", "elsewhere\n", 1)
-            run("moved", {"ok": apps})
-            commit_file(bare, "apps/app-0000/src.txt", "v2\n", 2)
-            run("one", {"ok": apps - 1, "submitted": 1} if apps > 1 else {"submitted": 1})
-            if memory:
-                out["memory_mb"] = _peak_rss_mb(work, tag, values, kubeconfig)
+        run("cold", {"ok": apps})
+        run("idle", {"ok": apps})
+        commit_file(bare, "README.md", "elsewhere\n", 1)
+        run("moved", {"ok": apps})
+        commit_file(bare, "apps/app-0000/src.txt", "v2\n", 2)
+        run("one", {"ok": apps - 1, "submitted": 1} if apps > 1 else {"submitted": 1})
     finally:
         gitea.stop()
         kube.stop()
     return out
 
 
-def _peak_rss_mb(work: Path, tag: str, values: dict[str, Any], kubeconfig: Path) -> float:
-    """The peak resident size of ``fabrique reconcile`` in a process of its own.
+class Cli:
+    """``fabrique reconcile`` as the CronWorkflow runs it: a process of its own, its
+    statuses reported, the values in a file and the token in the environment."""
 
-    Read as the process's VmHWM, polled until it exits: the rusage of a child counts the
-    copy of this (large) process it was forked from, before its exec."""
-    path = Path(tempfile.mkdtemp(prefix=f"values-{tag}-", dir=work)) / "values.yaml"
-    path.write_text(yaml.safe_dump(values))
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "FABRIQUE_GITEA_TOKEN": TOKEN}
-    process = subprocess.Popen(
-        [str(Path(sys.executable).parent / "fabrique"), "--values", str(path), "reconcile"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    status = Path(f"/proc/{process.pid}/status")
-    peak_kib = 0
-    while process.poll() is None:
-        try:
-            lines = status.read_text().splitlines()
-        except OSError:  # exited between the poll and the read
-            break
-        for line in lines:
-            if line.startswith("VmHWM:"):
-                peak_kib = int(line.split()[1])  # the last one read: after the exec
-        time.sleep(0.01)
-    stderr = process.stderr.read().decode() if process.stderr else ""
-    if process.wait() != 0:
-        raise RuntimeError(f"fabrique reconcile exited {process.returncode}: {stderr[-500:]}")
-    return round(peak_kib / 1024, 1)
+    def __init__(self, work: Path, tag: str, values: dict[str, Any], kubeconfig: Path) -> None:
+        self.values = Path(tempfile.mkdtemp(prefix=f"values-{tag}-", dir=work)) / "values.yaml"
+        self.values.write_text(yaml.safe_dump(values))
+        self.env = {**os.environ, "KUBECONFIG": str(kubeconfig), "FABRIQUE_GITEA_TOKEN": TOKEN}
+
+    def run(self, *args: str) -> str:
+        """``fabrique <args>``: what it printed; an exit other than 0 raises."""
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "fabrique"), "--values", str(self.values), *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"fabrique {args[0]} exited {done.returncode}: {done.stderr[-500:]!r}"
+            )
+        return done.stdout
+
+    def reconcile(self) -> tuple[float, float, dict[str, int]]:
+        """One pass: its wall time (the process's, start-up included), its peak resident
+        size in MB and how many apps got each decision.
+
+        The size is the process's VmHWM, polled until it exits: the rusage of a child
+        counts the copy of this (large) process it was forked from, before its exec."""
+        start = time.perf_counter()
+        process = subprocess.Popen(
+            [
+                str(Path(sys.executable).parent / "fabrique"),
+                "--values",
+                str(self.values),
+                "reconcile",
+            ],
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        status = Path(f"/proc/{process.pid}/status")
+        peak_kib = 0
+        while process.poll() is None:
+            try:
+                lines = status.read_text().splitlines()
+            except OSError:  # exited between the poll and the read
+                break
+            for line in lines:
+                if line.startswith("VmHWM:"):
+                    peak_kib = int(line.split()[1])  # the last one read: after the exec
+            time.sleep(0.01)
+        stdout, stderr = process.communicate()
+        elapsed = time.perf_counter() - start
+        if process.returncode != 0:
+            raise RuntimeError(f"fabrique reconcile exited {process.returncode}: {stderr[-500:]!r}")
+        states: dict[str, int] = {}
+        for line in stdout.decode().splitlines()[:-1]:  # the last line is the summary
+            state = line.split(": ", 2)[1]
+            states[state] = states.get(state, 0) + 1
+        return elapsed, round(peak_kib / 1024, 1), states
