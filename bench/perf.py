@@ -348,6 +348,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--files-curve", default="1,10,50,100,200", help="target files, at the curve's most apps"
     )
+    parser.add_argument(
+        "--real-gitea",
+        default="200x50,1000x50",
+        help="reconcile passes of APPSxFILES against a real Gitea beside the double ('' skips)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
@@ -371,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
             reconcile_and_latency(work, args.apps, specs, latency) for latency in latencies
         ]
         report["scale"], report["curve"] = reconcile_at_scale(work, specs, args, latencies)
+        report["servers"] = double_and_real_gitea(work, specs, args.real_gitea)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
@@ -404,6 +410,13 @@ def main(argv: list[str] | None = None) -> int:
         )
     print()
     print("\n".join(chart(report["curve"])))
+    print("\nthe Gitea double beside a real Gitea: seconds / requests / Gitea CPU s per pass")
+    for row in report["servers"]:
+        cells = " | ".join(
+            f"{row[f'{p}_s']:>5.2f} {row[f'{p}_requests']:>4} {row[f'{p}_cpu_s']:>5.2f}"
+            for p in ("cold", "idle", "moved", "one")
+        )
+        print(f"{row['server']:>7} {row['apps']:>6} {row['files']:>5} | {cells}")
     return 0
 
 
@@ -437,6 +450,35 @@ def reconcile_at_scale(
         finally:
             proxy.stop()
     return rows, curve
+
+
+def double_and_real_gitea(work: Path, specs: Path, scale: str) -> list[dict[str, Any]]:
+    """The passes of ``scale`` against the Gitea double, then against a real Gitea (the
+    live tier's peer, built first if need be), the Kubernetes double with no latency."""
+    sizes = [tuple(int(n) for n in item.split("x")) for item in scale.split(",") if item]
+    if not sizes:
+        return []
+    from tests.live.gitea import Gitea
+    from tests.live.gitea import binary as gitea_binary
+
+    seen: list[str] = []
+    (work / "registry-servers").mkdir()
+    rows = []
+    with servers.registry(work / "registry-servers") as registry:
+        proxy = FaultProxy(registry.url, lambda method, path, headers: seen.append(path))
+        proxy.start()
+        (work / "gitea").mkdir()
+        gitea = Gitea(work / "gitea", gitea_binary()).start()
+        try:
+            for apps, files in sizes:
+                rows.append(scale_measure(work, specs, proxy.host, seen, apps, files, 0))
+                rows.append(
+                    scale_measure(work, specs, proxy.host, seen, apps, files, 0, real=gitea)
+                )
+        finally:
+            gitea.stop()
+            proxy.stop()
+    return rows
 
 
 def chart(curve: list[dict[str, Any]], width: int = 56) -> list[str]:

@@ -18,7 +18,9 @@ the peak resident size of the nothing-changed pass, the figure a pod's limit mus
 
 from __future__ import annotations
 
+import base64
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -32,7 +34,9 @@ from fabrique.site.config import default_values, merge, parse_site
 from fabrique.validate import GITEA_SWAGGER
 from tests.doubles.gitea import GiteaDouble
 from tests.doubles.kube import KubeApiDouble
+from tests.doubles.proxy import FaultProxy
 from tests.doubles.swagger import Swagger
+from tests.live.gitea import ADMIN, Gitea
 from tests.payloads import kustomization
 
 TOKEN = "perf-token"
@@ -127,32 +131,45 @@ def measure(
     apps: int,
     files: int,
     latency_ms: float,
+    *,
+    real: Gitea | None = None,
 ) -> dict[str, Any]:
-    tag = f"{apps}-{files}-{latency_ms:g}"
+    """The four passes against the Gitea double, or against ``real``, a real Gitea (its
+    own answers' time: ``latency_ms`` is then the Kubernetes double's only). ``*_cpu_s``
+    is the Gitea side's CPU time during the pass (the double's: this process's)."""
+    tag = f"{'real' if real else 'double'}-{apps}-{files}-{latency_ms:g}"
     bare = Path(tempfile.mkdtemp(prefix=f"scale-{tag}-", dir=work)) / "atlas" / "atlas.git"
     converged_repo(bare, apps, files, registry_host)
-    out: dict[str, Any] = {"apps": apps, "files": files, "latency_ms": latency_ms}
-    gitea = GiteaDouble(Swagger(specs / GITEA_SWAGGER), {"atlas/atlas": bare}, token=TOKEN).start()
+    out: dict[str, Any] = {
+        "server": "gitea" if real else "double",
+        "apps": apps,
+        "files": files,
+        "latency_ms": latency_ms,
+    }
     kube = KubeApiDouble(specs).start()
-    gitea.latency = kube.latency = latency_ms / 1000
+    kube.latency = latency_ms / 1000
     kubeconfig = kube.kubeconfig(bare.parent.parent / "kubeconfig")
+    served = RealServer(real, bare) if real else DoubleServer(specs, bare, latency_ms)
     try:
         values = merge(
             default_values(),
             {
-                "gitea": {"url": gitea.url},
+                "gitea": {"url": served.url},
                 "registry": {"host": registry_host},
                 "network": {"backoffSeconds": 0.01},
                 "apps": app_values(apps, files),
             },
         )
         out["concurrency"] = parse_site(values).reconcile.concurrency
-        cli = Cli(work, tag, values, kubeconfig)
+        cli = Cli(work, tag, values, kubeconfig, served.token)
 
         def run(label: str, expect: dict[str, int]) -> None:
-            before = len(gitea.requests) + len(kube.requests) + len(registry_requests)
+            served.sync()
+            before = served.requests() + len(kube.requests) + len(registry_requests)
+            cpu = served.cpu()
             elapsed, peak_mb, states = cli.reconcile()
-            requests = len(gitea.requests) + len(kube.requests) + len(registry_requests)
+            out[f"{label}_cpu_s"] = round(served.cpu() - cpu, 2)
+            requests = served.requests() + len(kube.requests) + len(registry_requests)
             requests -= before
             assert states == expect, (label, states)
             out[f"{label}_s"] = round(elapsed, 3)
@@ -168,19 +185,100 @@ def measure(
         commit_file(bare, "apps/app-0000/src.txt", "v2\n", 2)
         run("one", {"ok": apps - 1, "submitted": 1} if apps > 1 else {"submitted": 1})
     finally:
-        gitea.stop()
+        served.stop()
         kube.stop()
     return out
+
+
+class DoubleServer:
+    """The Gitea double over the synthetic repository."""
+
+    token = TOKEN
+
+    def __init__(self, specs: Path, bare: Path, latency_ms: float) -> None:
+        self.gitea = GiteaDouble(Swagger(specs / GITEA_SWAGGER), {"atlas/atlas": bare}, token=TOKEN)
+        self.gitea.latency = latency_ms / 1000
+        self.gitea.start()
+        self.url = self.gitea.url
+
+    def sync(self) -> None:
+        """Nothing to do: the double reads the repository itself."""
+
+    def requests(self) -> int:
+        return len(self.gitea.requests)
+
+    def cpu(self) -> float:
+        """This process's CPU time: the double's threads (and the registry's proxy)."""
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    def stop(self) -> None:
+        self.gitea.stop()
+
+
+class RealServer:
+    """A real Gitea holding the synthetic repository as ``atlas/atlas`` (made again from
+    the bare one, pushed over HTTP), its requests counted by a proxy in front of it."""
+
+    def __init__(self, gitea: Gitea, bare: Path) -> None:
+        self.gitea, self.bare = gitea, bare
+        self.token = gitea.token
+        with gitea.admin() as admin:
+            admin.delete("/repos/atlas/atlas")
+            if admin.get("/orgs/atlas").status_code == 404:
+                admin.post("/orgs", json={"username": "atlas"}).raise_for_status()
+            admin.post("/orgs/atlas/repos", json={"name": "atlas"}).raise_for_status()
+        self.seen: list[str] = []
+        self.proxy = FaultProxy(gitea.url, lambda method, path, headers: self.seen.append(path))
+        self.proxy.start()
+        self.url = f"http://{self.proxy.host}"
+
+    def sync(self) -> None:
+        """Push what the bench committed to the bare repository."""
+        basic = base64.b64encode(f"{ADMIN}:{self.gitea.password}".encode()).decode()
+        subprocess.run(
+            [
+                "git",
+                "-C",
+                str(self.bare),
+                "-c",
+                f"http.extraHeader=Authorization: Basic {basic}",
+                "push",
+                "-q",
+                "--force",
+                f"{self.gitea.url}/atlas/atlas.git",
+                "main",
+            ],
+            check=True,
+        )
+
+    def requests(self) -> int:
+        return len(self.seen)
+
+    def cpu(self) -> float:
+        """The CPU time of the ``gitea web`` process (utime and stime of /proc/PID/stat)."""
+        fields = Path(f"/proc/{self.gitea.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        self.proxy.stop()
 
 
 class Cli:
     """``fabrique reconcile`` as the CronWorkflow runs it: a process of its own, its
     statuses reported, the values in a file and the token in the environment."""
 
-    def __init__(self, work: Path, tag: str, values: dict[str, Any], kubeconfig: Path) -> None:
+    def __init__(
+        self,
+        work: Path,
+        tag: str,
+        values: dict[str, Any],
+        kubeconfig: Path,
+        token: str = TOKEN,
+    ) -> None:
         self.values = Path(tempfile.mkdtemp(prefix=f"values-{tag}-", dir=work)) / "values.yaml"
         self.values.write_text(yaml.safe_dump(values))
-        self.env = {**os.environ, "KUBECONFIG": str(kubeconfig), "FABRIQUE_GITEA_TOKEN": TOKEN}
+        self.env = {**os.environ, "KUBECONFIG": str(kubeconfig), "FABRIQUE_GITEA_TOKEN": token}
 
     def run(self, *args: str) -> str:
         """``fabrique <args>``: what it printed; an exit other than 0 raises."""

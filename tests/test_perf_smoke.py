@@ -34,6 +34,8 @@ def test_perf_prints_every_figure_within_request_bounds() -> None:
             "3",
             "--files-curve",
             "1",
+            "--real-gitea",
+            "",  # the live tier runs it: tests/live/test_bench_servers.py
             "--json",
         ],
         cwd=ROOT,
