@@ -35,9 +35,15 @@ from . import controlplane
 BUILD_USER = "fabrique-builder"
 DAEMONLESS = "examples/buildctl-daemonless/buildctl-daemonless.sh"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-# as root the script's daemon listens on /run/buildkit and keeps /var/lib/buildkit: this
-# stand-in for buildkitd (the script's $BUILDKITD) keeps its state and config with the test
+# As root the script's daemon keeps /var/lib/buildkit and reads /etc/buildkit: this
+# stand-in for buildkitd (the script's $BUILDKITD) keeps its state and config with the
+# test. The step's --oci-worker-no-process-sandbox is for rootless only (buildkitd refuses
+# it as root: "can't enable NoProcessSandbox without Rootless"): as root it is left out.
 ROOT_BUILDKITD = """#!/bin/sh
+for arg in "$@"; do
+  shift
+  [ "$arg" = --oci-worker-no-process-sandbox ] || set -- "$@" "$arg"
+done
 exec buildkitd --config "$HOME/.config/buildkit/buildkitd.toml" --root "$HOME/state" "$@"
 """
 
