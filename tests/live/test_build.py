@@ -2,23 +2,18 @@
 ``buildctl-daemonless.sh``, buildkitd and buildctl (``buildkit.py``), pushing to a real
 registry that ``fabrique digest verify`` then reads.
 
-The registry is reached by the machine's host name, which resolves to a loopback address
-but which BuildKit does not take for localhost: BuildKit speaks plain HTTP to
-``localhost`` and ``127.0.0.0/8`` on its own, so only under another name is the rendered
-``buildkitd.toml`` what makes the push work, as it must for ``registry:80`` in a cluster.
+The registry is reached by the machine's host name (``named_registry``, in conftest.py),
+under which the rendered ``buildkitd.toml`` is what makes the push work.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,57 +25,13 @@ from fabrique.decisions.provenance import Expected, check_labels
 from fabrique.site.config import Site, load_site
 from fabrique.site.errors import ImageNotFound
 
-from .. import servers
 from ..conftest import GITEA_TOKEN, KUSTOMIZATION, Repo, run_cli, write_values
 from ..doubles.gitea import GiteaDouble
 from ..oci import push_image
 from ..servers import GitDaemon, Registry
-from .buildkit import Build, Builder, builder, rendered_step, step_env
-from .fixtures import need_go
+from .buildkit import Build, Builder, rendered_step, step_env
 
 APP_DIR = "dataops/citation-dagster"
-BASE = "base/busybox"
-
-
-@pytest.fixture(scope="session")
-def buildkit() -> Iterator[Builder]:
-    need_go()
-    with builder() as ready:
-        print(f"BuildKit: {ready.mode}")
-        yield ready
-
-
-@pytest.fixture(scope="session")
-def named_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
-    """The loopback registry under the machine's host name (see the module's docstring)."""
-    name = socket.gethostname()
-    try:
-        address = ipaddress.ip_address(socket.gethostbyname(name))
-    except (OSError, ValueError):
-        address = None
-    if address is None or not address.is_loopback:
-        pytest.fail(
-            f"the host name {name!r} must resolve to a loopback address (Debian's /etc/hosts "
-            f"has `127.0.1.1 {name}`): the build tests reach the registry by it",
-            pytrace=False,
-        )
-    with servers.registry(tmp_path_factory.mktemp("named-registry"), name) as running:
-        yield running
-
-
-@pytest.fixture(scope="session")
-def base_image(named_registry: Registry) -> str:
-    """A busybox base image in the registry, for RUN steps without the Internet."""
-    busybox = servers.require_binary("busybox")
-    content = Path(busybox).read_bytes()
-    push_image(
-        named_registry.url,
-        BASE,
-        "1",
-        {"bin/busybox": content, "bin/sh": content},
-        executables=frozenset({"bin/busybox", "bin/sh"}),
-    )
-    return f"{named_registry.host}/{BASE}:1"
 
 
 def _site(tmp_path: Path, registry: Registry, **overrides: object) -> tuple[Path, Site]:
@@ -92,15 +43,17 @@ def _site(tmp_path: Path, registry: Registry, **overrides: object) -> tuple[Path
 
 
 def _app(code_repo: Repo, base_image: str) -> str:
-    """A commit of the app whose Dockerfile runs a command (runc) and copies a file."""
+    """A commit of the app whose Dockerfile runs a command (runc) and copies a file; its
+    own, so that no other test's build cache holds its steps."""
+    nonce = time.time_ns()
     return code_repo.commit(
         {
             f"{APP_DIR}/Dockerfile": (
                 f"FROM {base_image}\n"
-                "RUN echo built > /built.txt && busybox sha256sum /built.txt\n"
+                f"RUN echo built {nonce} > /built.txt && busybox sha256sum /built.txt\n"
                 "COPY app.txt /app.txt\n"
             ),
-            f"{APP_DIR}/app.txt": f"citation {time.time_ns()}\n",
+            f"{APP_DIR}/app.txt": f"citation {nonce}\n",
         },
         "app",
     )
