@@ -1,8 +1,9 @@
 """The shell of the checkout and build steps, run for real.
 
 The checkout script runs against a real `git daemon`. The build script runs with an
-argv recorder standing in for buildctl-daemonless.sh (BuildKit cannot run here): the
-test checks the exact command line BuildKit would get.
+argv recorder standing in for buildctl-daemonless.sh, for speed: the test checks the
+exact command line BuildKit would get (tests/live/test_build.py runs it with the real
+BuildKit).
 """
 
 from __future__ import annotations
