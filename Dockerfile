@@ -15,6 +15,8 @@ COPY fabrique ./fabrique
 COPY pipelines ./pipelines
 COPY eventsources ./eventsources
 COPY netpol ./netpol
+# pyproject.toml's package-dir: fabrique.specs and fabrique.upstream are read from vendor/
+COPY vendor ./vendor
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM ${COSIGN_IMAGE} AS cosign

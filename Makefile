@@ -10,7 +10,12 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-SYSTEM_PACKAGES := docker-registry skopeo umoci git
+SYSTEM_PACKAGES := docker-registry skopeo umoci git runc uidmap busybox-static
+# Rootless BuildKit (tests/live/test_build.py) runs as a user with subordinate ids, as the
+# rootless image's `user` does: the tests' own user, given a range here if it has none;
+# as root, this one, made here.
+BUILD_USER := fabrique-builder
+BUILD_SUBIDS := 524288-589823
 
 .PHONY: render test system-deps lint peers up down
 
@@ -27,14 +32,24 @@ render: $(VENV)/.base
 	$(BIN)/fabrique render --out manifests
 	$(BIN)/fabrique validate manifests
 
-# The loopback servers and image tools the tests run for real.
+# The loopback servers and image tools the tests run for real: runc for BuildKit's OCI
+# worker, newuidmap (uidmap) for rootless BuildKit, busybox for the base image its RUN
+# steps are tested on.
 system-deps:
-	@for tool in docker-registry skopeo umoci git; do \
+	@for tool in docker-registry skopeo umoci git runc newuidmap busybox; do \
 	  command -v $$tool >/dev/null || missing=1; \
 	done; \
 	if [ -n "$$missing" ]; then \
 	  $(SUDO) apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PACKAGES); \
+	fi
+	@if [ "$$(id -u)" = 0 ]; then \
+	  id $(BUILD_USER) >/dev/null 2>&1 || { \
+	    useradd --system --user-group --no-create-home --shell /usr/sbin/nologin $(BUILD_USER) && \
+	    usermod --add-subuids $(BUILD_SUBIDS) --add-subgids $(BUILD_SUBIDS) $(BUILD_USER); }; \
+	elif ! grep -q "^$$(id -un):" /etc/subuid 2>/dev/null || \
+	     ! grep -q "^$$(id -un):" /etc/subgid 2>/dev/null; then \
+	  $(SUDO) usermod --add-subuids $(BUILD_SUBIDS) --add-subgids $(BUILD_SUBIDS) "$$(id -un)"; \
 	fi
 
 lint: $(VENV)/.test

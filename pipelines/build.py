@@ -171,6 +171,10 @@ BUILD_TRANSIENT = (
     r"50[0234] (Internal|Bad|Service|Gateway)|429 Too Many Requests"
 )
 RUN_FAILED = "did not complete successfully"
+# The registry answered, in another protocol than buildkitd.toml says, or with a
+# certificate it does not trust: the site's registry settings, which no retry changes,
+# though Go words them as a failed request.
+REGISTRY_MISCONFIGURED = ("server gave HTTP response to HTTPS client", "x509: ")
 # `set -e` would end the pipeline's left side at buildctl's failure: its status is
 # kept by && and ||, which -e leaves alone.
 BUILD_OUTCOME = f"""log="$(mktemp)" code="$(mktemp)"
@@ -180,7 +184,7 @@ status="$(cat "$code")"
 if [ "$status" -ne 0 ]; then
   cause="$(grep '^error: ' "$log" | tail -n 1)"
   case "$cause" in
-  *"{RUN_FAILED}"*) ;;
+  *"{RUN_FAILED}"* | {" | ".join(f'*"{words}"*' for words in REGISTRY_MISCONFIGURED)}) ;;
   *)
     if printf '%s\\n' "$cause" | grep -Eiq "$BUILD_TRANSIENT"; then
       echo "build: the registry or the network did not answer: transient, the step retries" >&2

@@ -24,12 +24,13 @@ def sha256(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def _layer(files: dict[str, bytes]) -> tuple[bytes, bytes]:
+def _layer(files: dict[str, bytes], executables: frozenset[str]) -> tuple[bytes, bytes]:
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name, content in sorted(files.items()):
             info = tarfile.TarInfo(name)
             info.size = len(content)
+            info.mode = 0o755 if name in executables else 0o644
             info.mtime = 0
             tar.addfile(info, io.BytesIO(content))
     tar_bytes = raw.getvalue()
@@ -61,10 +62,11 @@ def push_image(
     *,
     architecture: str = "amd64",
     labels: dict[str, str] | None = None,
+    executables: frozenset[str] = frozenset(),
 ) -> str:
     """Push a one-layer image; return the manifest digest the registry reports."""
     files = files or {"hello.txt": f"{repo}:{tag}\n".encode()}
-    tar_bytes, layer = _layer(files)
+    tar_bytes, layer = _layer(files, executables)
     config = json.dumps(
         {
             "architecture": architecture,

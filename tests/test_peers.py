@@ -46,6 +46,10 @@ def test_the_binaries_are_named_as_go_build_names_them() -> None:
     assert names["argo-workflows"] == {"workflow-controller": "workflow-controller"}
     # Gitea's main package is its module's root, gitea.dev
     assert names["gitea"] == {"gitea.dev": "gitea"}
+    # the build step's own tools
+    assert names["buildkit"] == {"buildkitd": "buildkitd", "buildctl": "buildctl"}
+    assert names["rootlesskit"] == {"rootlesskit": "rootlesskit"}
+    assert names["cosign"] == {"cosign": "cosign"}
 
 
 def test_the_versions_stamped_are_the_versions_required() -> None:
@@ -59,6 +63,39 @@ def test_the_versions_stamped_are_the_versions_required() -> None:
     gitea = build.Peer("gitea", PEERS / "gitea")
     # as Gitea's Makefile stamps it (`git describe` without the v): /api/v1/version says it
     assert gitea.ldflags() == "-X main.Version=" + gitea.required("code.gitea.io/gitea")[1:]
+    buildkit = build.Peer("buildkit", PEERS / "buildkit")
+    # `buildctl debug workers -v` and `buildkitd --version` say it
+    assert "version.Version=" + buildkit.required("github.com/moby/buildkit") in buildkit.ldflags()
+    cosign = build.Peer("cosign", PEERS / "cosign")
+    assert cosign.ldflags().endswith(
+        ".gitVersion=" + cosign.required("github.com/sigstore/cosign/v2")
+    )
+
+
+def test_buildkitd_is_built_with_the_tags_of_its_release() -> None:
+    """seccomp: the default profile on RUN containers, as the released buildkitd has it."""
+    assert build.Peer("buildkit", PEERS / "buildkit").tags().split() == [
+        *("osusergo", "netgo", "static_build", "seccomp")
+    ]
+    assert build.Peer("kwok", PEERS / "kwok").tags() == ""
+
+
+def test_the_buildkit_peer_is_the_version_of_the_build_steps_image() -> None:
+    """buildctl talks to the daemon of its own release: the peer tested is the image run."""
+    from fabrique.site.config import load_site
+    from fabrique.site.names import ImageRef
+
+    tag = ImageRef.parse(load_site(env={}).images.buildkit).tag or ""
+    pinned = build.Peer("buildkit", PEERS / "buildkit").required("github.com/moby/buildkit")
+    assert tag == f"{pinned}-rootless"
+
+
+def test_the_cosign_peer_is_the_version_of_the_tools_image() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    image = re.search(r"^ARG COSIGN_IMAGE=\S+:(v[\d.]+)$", dockerfile, re.M)
+    assert image is not None
+    cosign = build.Peer("cosign", PEERS / "cosign")
+    assert cosign.required("github.com/sigstore/cosign/v2") == image[1]
 
 
 def test_a_module_put_in_another_ones_place_is_the_version_built(tmp_path: Path) -> None:

@@ -145,6 +145,26 @@ def test_a_bad_public_key_is_a_config_error() -> None:
         load_public_key("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n")
 
 
+def test_a_public_key_pem_that_holds_no_key_fails_when_the_site_is_read(tmp_path: Path) -> None:
+    """The PEM shape is not enough: a truncated key (the README's example once was one)
+    would pass render and validate, then refuse every write-back. The values file fails,
+    naming the field."""
+    truncated = (
+        "-----BEGIN PUBLIC KEY-----\n"
+        "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEg5gKWpmXJ1qz+bQnJ1Zs3Cq6Yk2n\n"
+        "-----END PUBLIC KEY-----\n"
+    )
+    values = write_values(
+        tmp_path / "site.yaml",
+        **{
+            "signing.keySecret": {"name": "fabrique-cosign", "key": "cosign.key"},
+            "signing.publicKey": truncated,
+        },
+    )
+    with pytest.raises(ConfigError, match=r"signing\.publicKey: not a readable PEM public key"):
+        load_site(values, env={})
+
+
 def test_signing_config_needs_both_halves() -> None:
     with pytest.raises(ConfigError, match=re.escape("signing.publicKey: required with keySecret")):
         load_site(

@@ -1,8 +1,9 @@
 """The shell of the checkout and build steps, run for real.
 
 The checkout script runs against a real `git daemon`. The build script runs with an
-argv recorder standing in for buildctl-daemonless.sh (BuildKit cannot run here): the
-test checks the exact command line BuildKit would get.
+argv recorder standing in for buildctl-daemonless.sh, for speed: the test checks the
+exact command line BuildKit would get (tests/live/test_build.py runs it with the real
+BuildKit).
 """
 
 from __future__ import annotations
@@ -269,8 +270,25 @@ def _failing_buildctl(last_line: str) -> str:
             1,
         ),
         ("error: failed to solve: dockerfile parse error on line 2: unknown instruction", 1),
+        # BuildKit v0.32.2's words when buildkitd.toml lacks the registry's `http = true`
+        # (tests/live/test_build.py): the site's registry settings, which no retry changes
+        (
+            "error: failed to solve: registry:80/base:1: failed to resolve source metadata for"
+            ' registry:80/base:1: failed to do request: Head "https://registry:80/v2/base/'
+            'manifests/1": http: server gave HTTP response to HTTPS client',
+            1,
+        ),
+        (
+            "error: failed to solve: failed to push registry:80/citation-dagster:aaaaaaaaaaaa:"
+            ' failed to do request: Head "https://registry:80/v2/": tls: failed to verify'
+            " certificate: x509: certificate signed by unknown authority",
+            1,
+        ),
     ],
-    ids=["push-refused", "registry-503", "run-failed", "bad-dockerfile"],
+    ids=[
+        *("push-refused", "registry-503", "run-failed", "bad-dockerfile"),
+        *("https-to-http-registry", "untrusted-certificate"),
+    ],
 )
 def test_the_build_says_which_failures_a_retry_may_fix(
     tmp_path: Path, cause: str, code: int

@@ -574,6 +574,23 @@ PUBLIC_KEY_RE = re.compile(
 )
 
 
+def _readable_public_key(pem: str) -> None:
+    """ValueError unless ``pem`` holds a key the write-back can verify with: the PEM shape
+    alone lets a truncated key through, which would then refuse every digest."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+
+    try:
+        key = serialization.load_pem_public_key(pem.strip().encode() + b"\n")
+    except ValueError:
+        raise ValueError(
+            "publicKey: not a readable PEM public key (paste cosign.pub whole, as "
+            "`cosign generate-key-pair` wrote it)"
+        ) from None
+    if not isinstance(key, ec.EllipticCurvePublicKey | rsa.RSAPublicKey | ed25519.Ed25519PublicKey):
+        raise ValueError("publicKey: must be an ECDSA, RSA or Ed25519 key")
+
+
 class SigningConfig(_Model):
     """Signing (``signing``): the build signs the verified digest with cosign, the key from
     a Secret (no keyless flow: the factory is air-gapped); every write-back verifies it."""
@@ -596,6 +613,8 @@ class SigningConfig(_Model):
             self.public_key.strip() + "\n"
         ):
             raise ValueError("publicKey: must be a PEM public key (-----BEGIN PUBLIC KEY-----)")
+        if self.public_key is not None:
+            _readable_public_key(self.public_key)
         if self.public_key is not None and self.key_secret is None:
             raise ValueError("keySecret: required with publicKey (nothing would sign)")
         return self

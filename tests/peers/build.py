@@ -95,6 +95,19 @@ class Peer:
         if self.name == "gitea":
             # its Makefile's GITEA_VERSION: the tag without the v
             return f"-X main.Version={self.required('code.gitea.io/gitea').lstrip('v')}"
+        if self.name == "buildkit":
+            pkg = "github.com/moby/buildkit"
+            return f"-X {pkg}/version.Version={self.required(pkg)} -X {pkg}/version.Package={pkg}"
+        if self.name == "cosign":
+            pkg = "sigs.k8s.io/release-utils/version"
+            return f"-X {pkg}.gitVersion={self.required('github.com/sigstore/cosign/v2')}"
+        return ""
+
+    def tags(self) -> str:
+        """Build tags, as the upstream release builds set them."""
+        if self.name == "buildkit":
+            # its Dockerfile's buildkitd stage: seccomp puts the default profile on RUN
+            return "osusergo netgo static_build seccomp"
         return ""
 
     def binaries(self) -> dict[str, str]:
@@ -184,6 +197,8 @@ def key(peer: Peer, goversion: str) -> str:
         goversion,
         peer.ldflags(),
         *sorted(p.read_text() for p in peer.module.glob("*.go")),
+        # only when set: the keys of the peers without tags stay what they were
+        *([peer.tags()] if peer.tags() else []),
     ):
         digest.update(part.encode())
         digest.update(b"\0")
@@ -218,6 +233,8 @@ def build(peer: Peer, go: str) -> Path:
         "-trimpath",
         "-ldflags",
         peer.ldflags(),
+        "-tags",
+        peer.tags(),
         "-o",
         f"{partial}/",
         *peer.tools(),

@@ -1,0 +1,194 @@
+"""BuildKit for real: the build step's rendered script, run with the real
+``buildctl-daemonless.sh`` of the BuildKit release the step's image carries, its
+buildkitd and buildctl, and RootlessKit (``tests/peers/buildkit``, ``rootlesskit``).
+
+The script starts buildkitd for each build and stops it after, as in the pod; its state
+is a fresh folder each time, as the pod's emptyDir is, so a second build finds nothing
+but what the registry cache holds. buildkitd reads the rendered ``buildkitd.toml`` where
+the pod mounts it: ``$HOME/.config/buildkit``.
+
+Rootless, as the step runs it (``rootlesskit buildkitd --oci-worker-no-process-sandbox``),
+as an unprivileged user with subordinate ids for newuidmap: the current user, or, when
+the tests run as root, ``BUILD_USER`` (``make system-deps`` makes it). Where there is no
+such user, buildkitd runs as root with the OCI worker (runc) instead; ``Builder.mode``
+says which.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fabrique.site.config import Site
+from pipelines.build import BUILDKIT_CONFIG_DIR, build_template, buildkitd_toml
+
+from . import controlplane
+
+BUILD_USER = "fabrique-builder"
+DAEMONLESS = "examples/buildctl-daemonless/buildctl-daemonless.sh"
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# As root the script's daemon keeps /var/lib/buildkit and reads /etc/buildkit: this
+# stand-in for buildkitd (the script's $BUILDKITD) keeps its state and config with the
+# test. The step's --oci-worker-no-process-sandbox is for rootless only (buildkitd refuses
+# it as root: "can't enable NoProcessSandbox without Rootless"): as root it is left out.
+ROOT_BUILDKITD = """#!/bin/sh
+for arg in "$@"; do
+  shift
+  [ "$arg" = --oci-worker-no-process-sandbox ] || set -- "$@" "$arg"
+done
+exec buildkitd --config "$HOME/.config/buildkit/buildkitd.toml" --root "$HOME/state" "$@"
+"""
+
+
+def _has_subids(user: pwd.struct_passwd) -> bool:
+    """Whether /etc/subuid and /etc/subgid give ``user`` a range (by name or by uid)."""
+    for table in ("/etc/subuid", "/etc/subgid"):
+        try:
+            lines = Path(table).read_text().splitlines()
+        except OSError:
+            return False
+        owners = {line.split(":", 1)[0] for line in lines if line.count(":") == 2}
+        if not owners & {user.pw_name, str(user.pw_uid)}:
+            return False
+    return True
+
+
+def rootless_user() -> pwd.struct_passwd | None:
+    """Who runs BuildKit rootless here, or None: root runs it."""
+    if os.geteuid() != 0:
+        me = pwd.getpwuid(os.geteuid())
+        if not _has_subids(me):
+            raise RuntimeError(
+                f"rootless BuildKit needs subordinate ids for {me.pw_name} in /etc/subuid "
+                "and /etc/subgid (newuidmap maps them); without root there is no other way"
+            )
+        return me
+    try:
+        user = pwd.getpwnam(BUILD_USER)
+    except KeyError:
+        return None
+    return user if _has_subids(user) else None
+
+
+@dataclass(frozen=True)
+class Build:
+    """One run of the build step's script."""
+
+    returncode: int
+    output: str  # its stdout and stderr: buildctl's plain progress, the script's lines
+    metadata: Path  # buildctl --metadata-file
+
+
+@dataclass
+class Builder:
+    bin: Path  # the peers' binaries and the release's buildctl-daemonless.sh
+    user: pwd.struct_passwd | None
+    scratch: Path  # every folder the builder reads or writes lives here
+
+    @property
+    def mode(self) -> str:
+        if self.user is None:
+            return "root, OCI worker (runc)"
+        return f"rootless as {self.user.pw_name} (RootlessKit, newuidmap, runc)"
+
+    def folder(self, name: str) -> Path:
+        """A new folder the builder owns."""
+        path = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.scratch))
+        self._own(path)
+        return path
+
+    def _own(self, path: Path) -> None:
+        if self.user is not None and os.geteuid() == 0:
+            os.chown(path, self.user.pw_uid, self.user.pw_gid)
+
+    def run(self, site: Site, revision: str, inputs: dict[str, str], workspace: Path) -> Build:
+        """The build step's container command, as Argo runs it, with its environment."""
+        container = rendered_step(site, "build")
+        home = self.folder("home")  # the pod's /home/user, with the ConfigMap mounted
+        config = home / BUILDKIT_CONFIG_DIR.removeprefix("/home/user/")
+        config.mkdir(parents=True)
+        (config / "buildkitd.toml").write_text(buildkitd_toml(site))
+        for path in (home / ".config", config, home / ".config/buildkit/buildkitd.toml"):
+            self._own(path)
+        out = self.folder("out")
+        runtime = self.folder("run")
+        env = step_env(container, revision, inputs) | {
+            "PATH": f"{self.bin}:{SYSTEM_PATH}",
+            "HOME": str(home),
+            "USER": self.user.pw_name if self.user else "root",
+            "XDG_RUNTIME_DIR": str(runtime),
+            "WORKSPACE": str(workspace),
+            "METADATA_FILE": str(out / "build-metadata.json"),
+        }
+        command = list(container["command"])
+        if self.user is None:
+            env["BUILDKITD"] = str(self.bin / "buildkitd-root")
+        elif os.geteuid() == 0:
+            uid, gid = str(self.user.pw_uid), str(self.user.pw_gid)
+            command = ["setpriv", "--reuid", uid, "--regid", gid, "--clear-groups", *command]
+        done = subprocess.run(
+            command,
+            env=env,
+            cwd=home,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        return Build(done.returncode, done.stdout, out / "build-metadata.json")
+
+
+def rendered_step(site: Site, name: str) -> dict[str, Any]:
+    """The container of step ``name`` of the fabrique-build template rendered for ``site``."""
+    template = build_template(site).to_dict()
+    step = next(t for t in template["spec"]["templates"] if t["name"] == name)
+    return dict(step["container"])
+
+
+def step_env(container: dict[str, Any], revision: str, inputs: dict[str, str]) -> dict[str, str]:
+    """The container's environment as Argo fills it in (secrets left out)."""
+    env = {}
+    for item in container["env"]:
+        if "value" not in item:
+            continue
+        value = item["value"].replace("{{workflow.parameters.revision}}", revision)
+        for name, input_value in inputs.items():
+            value = value.replace(f"{{{{inputs.parameters.{name}}}}}", input_value)
+        env[item["name"]] = value
+    return env
+
+
+@contextmanager
+def builder() -> Iterator[Builder]:
+    """The peers' BuildKit, ready to run the build step's script; its scratch folder is
+    removed after."""
+    found = controlplane.binaries(("buildkit", "rootlesskit"))
+    version = controlplane.peers.Peer(
+        "buildkit", controlplane.ROOT / "tests/peers/buildkit"
+    ).required("github.com/moby/buildkit")
+    script = controlplane.module_dir("github.com/moby/buildkit", version) / DAEMONLESS
+    user = rootless_user()
+    # under /tmp, readable by the build user: the tests' own folders are root's alone
+    scratch = Path(tempfile.mkdtemp(prefix="fabrique-buildkit-"))
+    scratch.chmod(0o755)
+    try:
+        bin_dir = scratch / "bin"
+        bin_dir.mkdir()
+        for name in ("buildkitd", "buildctl", "rootlesskit"):
+            shutil.copy(found[name], bin_dir / name)
+        shutil.copy(script, bin_dir / "buildctl-daemonless.sh")
+        (bin_dir / "buildkitd-root").write_text(ROOT_BUILDKITD)
+        for path in bin_dir.iterdir():
+            path.chmod(0o755)
+        yield Builder(bin_dir, user, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -1,0 +1,253 @@
+"""The build step for real: its rendered checkout and build scripts, the release's
+``buildctl-daemonless.sh``, buildkitd and buildctl (``buildkit.py``), pushing to a real
+registry that ``fabrique digest verify`` then reads.
+
+The registry is reached by the machine's host name (``named_registry``, in conftest.py),
+under which the rendered ``buildkitd.toml`` is what makes the push work.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fabrique.clients.registry import RegistryClient
+from fabrique.decisions.plan import make_plan
+from fabrique.decisions.provenance import Expected, check_labels
+from fabrique.site.config import Site, load_site
+from fabrique.site.errors import ImageNotFound
+
+from ..conftest import GITEA_TOKEN, KUSTOMIZATION, Repo, run_cli, write_values
+from ..doubles.gitea import GiteaDouble
+from ..oci import push_image
+from ..servers import GitDaemon, Registry
+from .buildkit import Build, Builder, rendered_step, step_env
+
+APP_DIR = "dataops/citation-dagster"
+
+
+def _site(tmp_path: Path, registry: Registry, **overrides: object) -> tuple[Path, Site]:
+    values = write_values(
+        tmp_path / "site.yaml",
+        **{"registry.host": registry.host, "registry.plainHttp": True, **overrides},
+    )
+    return values, load_site(values, env={})
+
+
+def _app(code_repo: Repo, base_image: str) -> str:
+    """A commit of the app whose Dockerfile runs a command (runc) and copies a file; its
+    own, so that no other test's build cache holds its steps."""
+    nonce = time.time_ns()
+    return code_repo.commit(
+        {
+            f"{APP_DIR}/Dockerfile": (
+                f"FROM {base_image}\n"
+                f"RUN echo built {nonce} > /built.txt && busybox sha256sum /built.txt\n"
+                "COPY app.txt /app.txt\n"
+            ),
+            f"{APP_DIR}/app.txt": f"citation {nonce}\n",
+        },
+        "app",
+    )
+
+
+def _checkout(buildkit: Builder, site: Site, git_daemon: GitDaemon, revision: str) -> Path:
+    """The rendered checkout step, into a workspace the builder can read."""
+    workspace = buildkit.folder("workspace")
+    container = rendered_step(site, "checkout")
+    inputs = {
+        "repo-url": git_daemon.url("atlas/atlas.git"),
+        "context": APP_DIR,
+        "dockerfile": "Dockerfile",
+    }
+    env = step_env(container, revision, inputs) | {
+        "PATH": os.environ["PATH"],
+        "HOME": str(workspace.parent),
+        "WORKSPACE": str(workspace),
+    }
+    done = subprocess.run(
+        container["command"], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return workspace
+
+
+def _build(buildkit: Builder, site: Site, revision: str, workspace: Path) -> Build:
+    plan = make_plan(site, "citation", revision)
+    inputs = {
+        "image-ref": plan.image_ref,
+        "cache-ref": plan.cache_ref,
+        "context": plan.context,
+        "dockerfile": plan.dockerfile,
+        "build-opts": plan.build_opts,
+    }
+    return buildkit.run(site, revision, inputs, workspace)
+
+
+def _verify(values: Path, revision: str, metadata: Path):  # type: ignore[no-untyped-def]
+    return run_cli(
+        *("--values", str(values), "digest", "verify", "--app", "citation"),
+        *("--revision", revision, "--metadata", str(metadata)),
+    )
+
+
+def test_the_build_step_pushes_what_digest_verify_accepts(
+    tmp_path: Path,
+    buildkit: Builder,
+    named_registry: Registry,
+    base_image: str,
+    code_repo: Repo,
+    git_daemon: GitDaemon,
+) -> None:
+    values, site = _site(tmp_path, named_registry)
+    revision = _app(code_repo, base_image)
+    build = _build(buildkit, site, revision, _checkout(buildkit, site, git_daemon, revision))
+    assert build.returncode == 0, build.output
+    assert re.search(r"RUN echo built .*\n.*[0-9a-f]{64}  /built\.txt", build.output), (
+        "the RUN step ran in a container"
+    )
+    metadata = json.loads(build.metadata.read_text())
+    ref = f"{named_registry.host}/citation-dagster:{revision[:12]}"
+    assert metadata["image.name"] == ref
+
+    verified = _verify(values, revision, build.metadata)
+    assert verified.exit_code == 0, verified.stderr
+    assert verified.stdout.strip() == metadata["containerimage.digest"]
+    # the image carries the labels the write-back and a rollback check
+    with RegistryClient(named_registry.host, plain_http=True) as client:
+        check_labels(
+            client,
+            Expected(
+                "citation-dagster",
+                metadata["containerimage.digest"],
+                revision,
+                site.gitea.repo_url(site.gitea.code_repo),
+            ),
+        )
+
+    # another push to the tag between the build and the check: exit 4, nothing verified
+    push_image(named_registry.url, "citation-dagster", revision[:12], {"other": b"x"})
+    overwritten = _verify(values, revision, build.metadata)
+    assert overwritten.exit_code == 4, overwritten.stderr
+    assert "another push overwrote the tag?" in overwritten.stderr
+
+
+def test_without_the_rendered_plain_http_entry_the_push_is_refused(
+    tmp_path: Path,
+    buildkit: Builder,
+    named_registry: Registry,
+    base_image: str,
+    code_repo: Repo,
+    git_daemon: GitDaemon,
+) -> None:
+    """The same build, the site saying its registry speaks HTTPS: buildkitd.toml has no
+    entry, and BuildKit speaks HTTPS to the registry, which answers in plain HTTP."""
+    _, https = _site(tmp_path, named_registry, **{"registry.plainHttp": False})
+    revision = _app(code_repo, base_image)
+    workspace = _checkout(buildkit, https, git_daemon, revision)
+    build = _build(buildkit, https, revision, workspace)
+    assert "http: server gave HTTP response to HTTPS client" in build.output
+    # the site's settings are wrong: a retry would fail the same way
+    assert build.returncode == 1, build.output
+    assert "transient" not in build.output
+
+
+def test_with_attestations_the_index_carries_the_provenance_and_is_written_back(
+    tmp_path: Path,
+    buildkit: Builder,
+    named_registry: Registry,
+    base_image: str,
+    code_repo: Repo,
+    git_daemon: GitDaemon,
+    gitea: GiteaDouble,
+) -> None:
+    values, site = _site(
+        tmp_path, named_registry, **{"build.attestations": True, "gitea.url": gitea.url}
+    )
+    revision = _app(code_repo, base_image)
+    build = _build(buildkit, site, revision, _checkout(buildkit, site, git_daemon, revision))
+    assert build.returncode == 0, build.output
+    digest = json.loads(build.metadata.read_text())["containerimage.digest"]
+    with RegistryClient(named_registry.host, plain_http=True) as client:
+        assert client.manifest("citation-dagster", digest).is_index
+
+    # verify-digest reads BuildKit's own provenance: the revision and the repository
+    verified = _verify(values, revision, build.metadata)
+    assert verified.exit_code == 0, verified.stderr
+    assert verified.stdout.strip() == digest
+
+    written = run_cli(
+        *("--values", str(values), "writeback", "--app", "citation"),
+        *("--revision", revision, "--digest", digest),
+        env={"FABRIQUE_GITEA_TOKEN": GITEA_TOKEN},
+    )
+    assert written.exit_code == 0, written.stderr
+    pins = yaml.safe_load(code_repo.show(KUSTOMIZATION))["images"]
+    assert pins[-1]["digest"] == digest
+
+
+def test_an_sbom_needs_the_scanner_image_in_the_registry(
+    tmp_path: Path,
+    buildkit: Builder,
+    named_registry: Registry,
+    base_image: str,
+    code_repo: Repo,
+    git_daemon: GitDaemon,
+) -> None:
+    """BuildKit runs the SBOM generator as an image: the air-gapped factory must mirror
+    it. Without it the build fails, and no image goes without its SBOM."""
+    scanner = f"{named_registry.host}/buildkit-syft-scanner:1.4.0"
+    _, site = _site(
+        tmp_path,
+        named_registry,
+        **{"build.attestations": True, "build.sbom": True, "images.sbomScanner": scanner},
+    )
+    revision = _app(code_repo, base_image)
+    build = _build(buildkit, site, revision, _checkout(buildkit, site, git_daemon, revision))
+    assert build.returncode == 1, build.output
+    assert f"{scanner}: not found" in build.output
+    with (
+        RegistryClient(named_registry.host, plain_http=True) as client,
+        pytest.raises(ImageNotFound),
+    ):
+        client.manifest_digest("citation-dagster", revision[:12])
+
+
+def test_a_second_build_of_the_commit_imports_the_registry_cache(
+    tmp_path: Path,
+    buildkit: Builder,
+    named_registry: Registry,
+    base_image: str,
+    code_repo: Repo,
+    git_daemon: GitDaemon,
+) -> None:
+    """Each build starts with empty BuildKit state, as each build pod does: what the
+    second finds, it finds in ``<image>:buildcache``."""
+    _, site = _site(tmp_path, named_registry)
+    assert site.build.cache
+    revision = _app(code_repo, base_image)
+    workspace = _checkout(buildkit, site, git_daemon, revision)
+    first = _build(buildkit, site, revision, workspace)
+    assert first.returncode == 0, first.output
+    assert "CACHED" not in first.output
+    second = _build(buildkit, site, revision, workspace)
+    assert second.returncode == 0, second.output
+    assert "importing cache manifest from" in second.output
+    run = re.search(r"^#(\d+) \[2/3\] RUN ", second.output, re.M)
+    assert run is not None, second.output
+    assert f"#{run[1]} CACHED" in second.output, second.output
+
+
+def test_buildctl_daemonless_sh_is_the_release_s(buildkit: Builder) -> None:
+    """The script the step's image runs, not a stand-in."""
+    script = (buildkit.bin / "buildctl-daemonless.sh").read_text()
+    assert "spawns ephemeral buildkitd" in script
+    assert shutil.which("runc"), "the OCI worker runs its containers with runc"
