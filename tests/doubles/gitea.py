@@ -16,7 +16,10 @@ with its own message; a protected branch or path (``protect``) answers 403. Writ
 no lock, as in Gitea: when the branch moves between the check and the push
 (``before_push`` lets a test move it), the answer is 500. A file larger than
 ``max_blob_size`` is listed with ``content: null``. Editing a hook resets what the PATCH
-omits (``events``, ``branch_filter``, ``authorization_header``), as Gitea's editHook does.
+omits (``events``, ``branch_filter``, ``authorization_header``), as Gitea's editHook does;
+a hook is shown as Gitea's ToHook shows it: its config without the HTTP method or the
+secret, its authorization header as "" (the double keeps them in ``hook_methods``,
+``hook_headers`` and ``hook_secrets``).
 
 The token goes as ``token …`` or ``Bearer …``; its ``scopes`` are checked as Gitea's
 tokenRequiresScopes does (403 naming the scope), and a ``hidden`` repository (private,
@@ -151,7 +154,11 @@ class GiteaDouble:
         self.latency = 0.0
         self._random = random.Random(1234)
         self.hooks: dict[str, dict[int, dict[str, Any]]] = {repo: {} for repo in repos}
-        self.hook_secrets: dict[tuple[str, int], str] = {}  # stored, never shown, like Gitea
+        # stored, never shown, as Gitea keeps them: a hook's HMAC secret, its
+        # authorization header (shown as ""), its HTTP method (config shows none)
+        self.hook_secrets: dict[tuple[str, int], str] = {}
+        self.hook_headers: dict[tuple[str, int], str] = {}
+        self.hook_methods: dict[tuple[str, int], str] = {}
         self.mirrors: dict[str, dict[str, Any]] = {}
         # (repo, sha) -> every status posted, oldest first, as Gitea stores them
         self.statuses: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -810,9 +817,9 @@ class GiteaDouble:
     # -------------------------------------------------------------------- hooks
 
     def _hook_view(self, repo: str, hook: dict[str, Any]) -> dict[str, Any]:
-        shown = {k: v for k, v in hook.items() if k != "config"}
-        shown["config"] = {k: v for k, v in hook["config"].items() if k != "secret"}
-        return shown
+        """ToHook: config holds the url and the content type only, and the authorization
+        header is never returned (""), like the secret."""
+        return {**hook, "config": dict(hook["config"]), "authorization_header": ""}
 
     def _list_hooks(self, repo: str) -> tuple[Any, ...]:
         hooks = [self._hook_view(repo, h) for h in self.hooks[repo].values()]
@@ -826,21 +833,18 @@ class GiteaDouble:
         hook_id, self._next_hook = self._next_hook, self._next_hook + 1
         now = "2026-12-02T10:00:00Z"
         self.hook_secrets[(repo, hook_id)] = config.get("secret", "")
+        self.hook_headers[(repo, hook_id)] = body.get("authorization_header", "")
+        self.hook_methods[(repo, hook_id)] = config.get("http_method", "post")
         self.hooks[repo][hook_id] = {
             "id": hook_id,
-            "type": body["type"],
             "name": body.get("name", ""),
-            "config": {
-                "url": config["url"],
-                "content_type": config["content_type"],
-                "http_method": config.get("http_method", "post"),
-            },
-            "events": body.get("events") or ["push"],
+            "type": body["type"],
             "branch_filter": body.get("branch_filter", "*"),
-            "authorization_header": body.get("authorization_header", ""),
+            "config": {"content_type": config["content_type"], "url": config["url"]},
+            "events": body.get("events") or ["push"],
             "active": bool(body.get("active", False)),
-            "created_at": now,
             "updated_at": now,
+            "created_at": now,
         }
         return 201, self._hook_view(repo, self.hooks[repo][hook_id])
 
@@ -858,7 +862,7 @@ class GiteaDouble:
         # config keys only when given
         hook["events"] = body.get("events") or ["push"]
         hook["branch_filter"] = body.get("branch_filter", "")
-        hook["authorization_header"] = body.get("authorization_header", "")
+        self.hook_headers[(repo, hook_id)] = body.get("authorization_header", "")
         for key in ("active", "name"):
             if key in body:
                 hook[key] = body[key]
@@ -867,6 +871,7 @@ class GiteaDouble:
             # there is ignored, and the one stored stays
             config = {k: v for k, v in body["config"].items() if k in ("url", "content_type")}
             hook["config"].update(config)
+        hook["updated_at"] = "2026-12-02T10:00:01Z"
         return 200, self._hook_view(repo, hook)
 
     # ----------------------------------------------------------------- statuses
