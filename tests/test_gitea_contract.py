@@ -25,6 +25,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -180,6 +181,9 @@ class Server(Protocol):
     def outsider(self) -> str:
         """The token of a user who is no member of the organization."""
 
+    def git_url(self) -> AbstractContextManager[str]:
+        """Where the git transport finds the repositories (``writeback.gitUrl``)."""
+
 
 class DoubleServer:
     name = "double"
@@ -205,6 +209,12 @@ class DoubleServer:
 
     def outsider(self) -> str:
         return self.double.add_token(["write:repository"], member=False)
+
+    @contextmanager
+    def git_url(self) -> Iterator[str]:
+        """The double serves no git: a git daemon serves its bare repositories."""
+        with servers.git_daemon(self.root) as daemon:
+            yield daemon.url("")[:-1]
 
 
 class RealServer:
@@ -248,6 +258,11 @@ class RealServer:
 
     def token_with(self, *scopes: str) -> str:
         return self._token(USER, scopes)
+
+    @contextmanager
+    def git_url(self) -> Iterator[str]:
+        """Gitea's own smart HTTP, with the token as fabrique's git transport sends it."""
+        yield self.gitea.url
 
     def outsider(self) -> str:
         name = unique("outsider")
@@ -728,9 +743,11 @@ DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64
 
 
+@pytest.mark.parametrize("transport", ["gitea", "git"])
 def test_writeback_writes_then_is_unchanged_and_never_rolls_back(
-    server: Server, tmp_path: Path
+    server: Server, tmp_path: Path, transport: str
 ) -> None:
+    """Through either transport: the Contents API, or git (fetch, commit, push)."""
     repo = server.repo(SEED)
     app = {
         "name": "citation",
@@ -738,11 +755,14 @@ def test_writeback_writes_then_is_unchanged_and_never_rolls_back(
         "context": APP,
         "writeback": {"kind": "kustomize-images", "repo": repo.slug, "path": TARGET},
     }
-    values = write_values(
-        tmp_path / "site.yaml",
-        **{"gitea.url": server.url, "gitea.codeRepo": repo.slug, "apps": [app]},
-    )
+    settings: dict[str, Any] = {"gitea.url": server.url, "gitea.codeRepo": repo.slug}
+    settings |= {"apps": [app], "writeback.transport": transport}
+    with server.git_url() as git_url:
+        values = write_values(tmp_path / "site.yaml", **settings, **{"writeback.gitUrl": git_url})
+        _writes_then_supersedes(server, repo, values)
 
+
+def _writes_then_supersedes(server: Server, repo: Clone, values: Path) -> None:
     def writeback(revision: str, digest: str) -> str:
         result = run_cli(
             *("--values", str(values), "writeback", "--app", "citation"),
