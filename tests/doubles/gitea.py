@@ -287,9 +287,10 @@ class GiteaDouble:
         if path == "/repos/migrate" and request.method == "POST":
             return self._migrate(request.json())
         whole = re.fullmatch(r"/repos/([^/]+)/([^/]+)(/mirror-sync)?", path)
-        if whole and f"{whole[1]}/{whole[2]}" in self.repos and not whole[3]:
-            if request.method == "GET":
+        if whole and f"{whole[1]}/{whole[2]}" in self.repos:
+            if request.method == "GET" and not whole[3]:
                 return 200, self._repository(f"{whole[1]}/{whole[2]}")
+            raise SpecViolation(f"{request.method} {path}: not served by the double")
         if whole and f"{whole[1]}/{whole[2]}" not in self.repos:
             return self._mirror_repo(
                 f"{whole[1]}/{whole[2]}", request.method, bool(whole[3]), request.json()
