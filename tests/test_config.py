@@ -324,8 +324,8 @@ def test_a_mirror_source_carries_no_credentials(tmp_path: Path, source: str, exp
 
 @pytest.mark.parametrize("interval", ["5m", "9m"])
 def test_a_mirror_interval_under_gitea_s_minimum_is_refused(tmp_path: Path, interval: str) -> None:
-    """Gitea answers 500 to a migration below [mirror] MIN_INTERVAL (10m) and deletes the
-    repository it created: the config says so before anything is asked."""
+    """Gitea answers 500 to a migration below [mirror] MIN_INTERVAL (10m) and leaves an
+    empty mirror behind: the config says so before anything is asked."""
     mirror = {"repo": "atlas/atlas", "source": "https://github.com/example/atlas.git"}
     message = _load(tmp_path, {"mirrors": [mirror | {"interval": interval}]})
     assert message.startswith("mirrors[0].interval: must be at least 10m"), message

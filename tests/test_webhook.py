@@ -7,6 +7,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from fabrique.gestures.webhook import HOOK_NAME, carries, fingerprint
+
 from .conftest import GITEA_TOKEN, run_cli, write_values
 from .doubles.gitea import GiteaDouble
 
@@ -33,29 +35,72 @@ def test_creates_then_unchanged(values: Path, gitea: GiteaDouble) -> None:
     assert first.stdout.strip() == f"created: webhook #1 ({URL}, push on main)"
     (hook,) = gitea.hooks["atlas/atlas"].values()
     assert hook["type"] == "gitea"
-    assert hook["config"] == {"url": URL, "content_type": "json", "http_method": "post"}
+    assert hook["config"] == {"url": URL, "content_type": "json"}
+    assert gitea.hook_methods[("atlas/atlas", 1)] == "post"
     assert hook["events"] == ["push"] and hook["branch_filter"] == "main" and hook["active"] is True
-    assert hook["authorization_header"] == f"Bearer {WEBHOOK_TOKEN}"
+    assert gitea.hook_headers[("atlas/atlas", 1)] == f"Bearer {WEBHOOK_TOKEN}"
     # no HMAC secret: the EventSource checks the bearer header, nothing checks a signature
     assert gitea.hook_secrets[("atlas/atlas", 1)] == ""
 
+    # Gitea shows the header as "": the fingerprint in the name tells it is the same
     again = _seed(values)
     assert again.stdout.strip() == "unchanged: webhook #1"
     assert [r.method for r in gitea.requests[-1:]] == ["GET"], "a second run only reads"
 
 
+def test_the_name_holds_a_fingerprint_of_the_header_never_the_token(
+    values: Path, gitea: GiteaDouble
+) -> None:
+    _seed(values)
+    (hook,) = gitea.hooks["atlas/atlas"].values()
+    name, mark = hook["name"].split(" ")
+    assert name == HOOK_NAME and mark.startswith("bearer:scrypt:")
+    assert WEBHOOK_TOKEN not in hook["name"]
+    assert carries(hook["name"], f"Bearer {WEBHOOK_TOKEN}")
+    assert not carries(hook["name"], "Bearer bearer-other")
+    assert not carries(HOOK_NAME, f"Bearer {WEBHOOK_TOKEN}")
+    # salted: the same token makes another fingerprint each time
+    assert fingerprint("Bearer t") != fingerprint("Bearer t")
+
+
+def test_a_new_token_in_the_secret_is_applied_without_rotate(
+    values: Path, gitea: GiteaDouble
+) -> None:
+    _seed(values)
+    changed = _seed(values, env={**ENV, "FABRIQUE_WEBHOOK_TOKEN": "bearer-new-0c1d"})
+    assert changed.stdout.strip() == (
+        "repaired: webhook #2 (authorization_header; recreated, #1 removed)"
+    )
+    assert gitea.hook_headers[("atlas/atlas", 2)] == "Bearer bearer-new-0c1d"
+    assert "bearer-new-0c1d" not in changed.stdout + changed.stderr
+    replay = _seed(values, env={**ENV, "FABRIQUE_WEBHOOK_TOKEN": "bearer-new-0c1d"})
+    assert replay.stdout.strip() == "unchanged: webhook #2"
+
+
+def test_a_hook_without_a_fingerprint_is_recreated_once(values: Path, gitea: GiteaDouble) -> None:
+    """A hook made by hand, or by a fabrique that did not name it so: which token it
+    sends cannot be known, so it is written once, then left alone."""
+    _seed(values)
+    gitea.hooks["atlas/atlas"][1]["name"] = HOOK_NAME
+    repaired = _seed(values)
+    assert repaired.stdout.strip() == (
+        "repaired: webhook #2 (authorization_header; recreated, #1 removed)"
+    )
+    assert _seed(values).stdout.strip() == "unchanged: webhook #2"
+
+
 def test_repairs_a_hook_edited_by_hand(values: Path, gitea: GiteaDouble) -> None:
     _seed(values)
     hook = gitea.hooks["atlas/atlas"][1]
-    hook.update(events=["push", "pull_request"], active=False, authorization_header="Bearer old")
+    hook.update(events=["push", "pull_request"], active=False)
     repaired = _seed(values)
     assert repaired.exit_code == 0
     assert repaired.stdout.strip() == (
-        "repaired: webhook #2 (events, active, authorization_header; recreated, #1 removed)"
+        "repaired: webhook #2 (events, active; recreated, #1 removed)"
     )
     hook = gitea.hooks["atlas/atlas"][2]
     assert hook["events"] == ["push"] and hook["active"] is True
-    assert hook["authorization_header"] == f"Bearer {WEBHOOK_TOKEN}"
+    assert gitea.hook_headers[("atlas/atlas", 2)] == f"Bearer {WEBHOOK_TOKEN}"
     assert list(gitea.hooks["atlas/atlas"]) == [2]
     assert _seed(values).stdout.strip() == "unchanged: webhook #2"
 
@@ -83,7 +128,20 @@ def test_rotate_rewrites_the_token(values: Path, gitea: GiteaDouble) -> None:
         "repaired: webhook #2 (authorization_header, token rotated; recreated, #1 removed)"
     )
     assert list(gitea.hooks["atlas/atlas"]) == [2]
-    assert gitea.hooks["atlas/atlas"][2]["authorization_header"] == "Bearer bearer-new-0c1d"
+    assert gitea.hook_headers[("atlas/atlas", 2)] == "Bearer bearer-new-0c1d"
+
+
+def test_rotate_rewrites_a_header_changed_where_it_cannot_be_seen(
+    values: Path, gitea: GiteaDouble
+) -> None:
+    """An API edit that omits the header clears it (editHook), and nothing shows it: the
+    name still says the token was set. --rotate writes it again."""
+    _seed(values)
+    gitea.hook_headers[("atlas/atlas", 1)] = ""
+    assert _seed(values).stdout.strip() == "unchanged: webhook #1"
+    rotated = _seed(values, "--rotate")
+    assert rotated.stdout.strip() == ("repaired: webhook #2 (token rotated; recreated, #1 removed)")
+    assert gitea.hook_headers[("atlas/atlas", 2)] == f"Bearer {WEBHOOK_TOKEN}"
 
 
 def test_a_secret_an_earlier_seeding_set_is_cleared(values: Path, gitea: GiteaDouble) -> None:
@@ -145,4 +203,4 @@ def test_bodies_follow_gitea_create_and_edit_hook_options(values: Path, gitea: G
     # the repair of `active` alone recreates the whole hook
     (hook,) = gitea.hooks["atlas/atlas"].values()
     assert (hook["events"], hook["branch_filter"]) == (["push"], "main")
-    assert hook["authorization_header"] == f"Bearer {WEBHOOK_TOKEN}"
+    assert gitea.hook_headers[("atlas/atlas", hook["id"])] == f"Bearer {WEBHOOK_TOKEN}"

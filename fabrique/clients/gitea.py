@@ -92,6 +92,7 @@ class GiteaClient(JsonApi):
         if token:
             headers["Authorization"] = f"token {token}"
         self.url = url
+        self.anonymous = not token
         self.system = f"Gitea at {url}"
         super().__init__(
             f"{url}/api/v1", headers=headers, retry=retry, timeout=timeout, transport=transport
@@ -367,7 +368,15 @@ class GiteaClient(JsonApi):
         if status.target_url:
             body["target_url"] = status.target_url
         what = f"status {status.context} on {repo}@{sha[:12]}"
-        response = self.request("POST", f"/repos/{repo}/statuses/{_seg(sha)}", json=body)
+        url = f"/repos/{repo}/statuses/{_seg(sha)}"
+        response = self.request("POST", url, json=body, answered=frozenset({500}))
+        if response.status_code == 500 and self.resolve_commit(repo, sha) is None:
+            # CreateCommitStatus answers a commit it cannot find with 500, not 404, and
+            # tells why to a site admin only: a commit that is not there is no failure
+            # to retry
+            raise GiteaError(f"{what}: commit not found in Gitea")
+        if response.status_code == 500:  # any other failure: retried as every 500 is
+            response = self.request("POST", url, json=body)
         if response.status_code == 400:
             raise GiteaError(f"{what}: Gitea refused it (HTTP 400)")
         self._check(response, what, expect=(201,))
@@ -449,6 +458,12 @@ class GiteaClient(JsonApi):
         return self._check(self.request(method, url), what)
 
     def _check(self, response: httpx.Response, what: str, expect: tuple[int, ...] = (200,)) -> Any:
+        if self.anonymous and response.status_code in (401, 403, 404):
+            # without a token Gitea shows no private repository (404) and takes no write
+            raise GiteaError(
+                f"{what}: Gitea answered HTTP {response.status_code} to a request without a "
+                f"token; set {TOKEN_ENV} (or the token Secret)"
+            )
         if response.status_code == 404:
             raise GiteaError(
                 f"{what}: not found in Gitea (Gitea also answers 404 for a private repository "

@@ -500,8 +500,8 @@ class DerivedSecret(_Model):
     keys: Annotated[dict[str, str], Field(min_length=1), AfterValidator(_secret_keys)]
 
 
-# Gitea's [mirror] MIN_INTERVAL: a migration asking for less answers 500, and Gitea
-# deletes the repository it had just created
+# Gitea's [mirror] MIN_INTERVAL: a migration asking for less answers 500, and leaves
+# behind the repository it had just made, an empty mirror with no interval
 MIRROR_MIN_MINUTES = 10
 
 
@@ -510,7 +510,7 @@ def _mirror_interval(value: str) -> str:
     if minutes < MIRROR_MIN_MINUTES:
         raise ValueError(
             f"must be at least {MIRROR_MIN_MINUTES}m, Gitea's [mirror] MIN_INTERVAL: a "
-            "shorter one fails the migration, and Gitea deletes the new repository"
+            "shorter one fails the migration, and Gitea leaves an empty mirror behind"
         )
     return value
 

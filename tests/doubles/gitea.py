@@ -1,10 +1,12 @@
 """A Gitea API double over real bare git repositories. Not Gitea.
 
 It serves the subset of ``/api/v1`` that fabrique uses: branch GET, contents GET, PUT
-and POST, ``git/commits/{sha}``, compare, commits filtered by path, and commit statuses
-(create, list, combined). Every request
-and every answer is checked against Gitea 1.27.1's Swagger document
-(``doubles.swagger``); a violation is recorded and fails the test that caused it.
+and POST, ``git/commits/{sha}``, compare, commits filtered by path, commit statuses
+(create, list, combined), hooks, a repository, and pull mirrors (migrate, edit, sync).
+Every request and every answer is checked against Gitea 1.27.1's Swagger document
+(``doubles.swagger``); a violation is recorded and fails the test that caused it. The
+answers are Gitea 1.27.3's, down to the nulls and the error messages: the contract tests
+(``tests/test_gitea_contract.py``) make the same calls on a real Gitea and on the double.
 
 It sits on real bare repositories: every write is a real commit made with git plumbing
 and moved onto the branch with a compare-and-swap ``update-ref``, so tests can check the
@@ -14,17 +16,23 @@ with its own message; a protected branch or path (``protect``) answers 403. Writ
 no lock, as in Gitea: when the branch moves between the check and the push
 (``before_push`` lets a test move it), the answer is 500. A file larger than
 ``max_blob_size`` is listed with ``content: null``. Editing a hook resets what the PATCH
-omits (``events``, ``branch_filter``, ``authorization_header``), as Gitea's editHook does.
+omits (``events``, ``branch_filter``, ``authorization_header``), as Gitea's editHook does;
+a hook is shown as Gitea's ToHook shows it: its config without the HTTP method or the
+secret, its authorization header as "" (the double keeps them in ``hook_methods``,
+``hook_headers`` and ``hook_secrets``).
+
 The token goes as ``token …`` or ``Bearer …``; its ``scopes`` are checked as Gitea's
 tokenRequiresScopes does (403 naming the scope), and a ``hidden`` repository (private,
-not the user's) answers 404.
+not the user's) answers 404. ``add_token`` makes more tokens, of other scopes or of a
+user who is no member (who sees no repository). The double's repositories are private:
+a request without a token sees none (404), one with a token Gitea does not know is 401.
 
 Commit statuses are kept as Gitea keeps them: every POST adds one (nothing is replaced),
-numbered per commit; the combined status holds the latest of each context, and its state
-is Gitea's ``CommitStatusStates.Combine``: ``failure`` if any context is error or
-failure, ``success`` if every one is success (or warning, skipped), else ``pending``.
-With no status at all Gitea's Go code leaves the state empty, which its own spec's enum
-refuses; the double answers ``pending`` there (GitHub's rule, the one Combine follows).
+numbered per commit; a POST on a commit Gitea cannot find is a 500. The combined status
+holds the latest of each context, and its state is Gitea's
+``CommitStatusStates.Combine``: ``failure`` if any context is error, failure or warning,
+``success`` if every one is success or skipped, else ``pending``; with no status at all
+it is ``pending`` too (ToCombinedStatus), and ``statuses`` is null.
 
 Faults can be injected: ``faults`` is a queue of (method, fault) consumed by the next
 matching request, where fault is an HTTP status, ``"drop"`` (close the connection with no
@@ -45,7 +53,8 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlencode
@@ -54,7 +63,48 @@ from .http import DROP, LoopbackServer, Request
 from .swagger import SpecViolation, Swagger
 
 RSQUO = "\u2019"  # the apostrophe of Gitea's ErrFilePathInvalid messages
-NOT_FOUND = {"message": "The target couldn't be found.", "url": "", "errors": []}
+# Gitea's ErrNotExist of a git object, as its API words it
+NO_OBJECT = "object does not exist [id: {id}, rel_path: {path}]"
+# Gitea's IsValidRefPattern: what a ref or sha may not hold
+INVALID_REF = re.compile(
+    r"[\x00-\x1f\x7f \\~^:?*\[]|^[/.]|/\.|\.lock$|\.lock/|\.\.|//|@\{|[/.]$|^@$"
+)
+# [mirror] MIN_INTERVAL
+MIRROR_MIN_SECONDS = 600
+# the user the double's tokens belong to, as Gitea's ToUser shows a user
+USER = {
+    "id": 1,
+    "login": "fabrique",
+    "login_name": "",
+    "source_id": 0,
+    "full_name": "",
+    "email": "fabrique@noreply.localhost",
+    "avatar_url": "",
+    "html_url": "",
+    "language": "",
+    "is_admin": False,
+    "last_login": "0001-01-01T00:00:00Z",
+    "created": "2026-12-02T10:00:00Z",
+    "restricted": False,
+    "active": False,
+    "prohibit_login": False,
+    "location": "",
+    "website": "",
+    "description": "",
+    "visibility": "public",
+    "followers_count": 0,
+    "following_count": 0,
+    "starred_repos_count": 0,
+    "username": "fabrique",  # User's MarshalJSON adds it, beside login
+}
+# a commit nobody signed, as ToVerification shows it
+UNSIGNED = {
+    "verified": False,
+    "reason": "gpg.error.not_signed_commit",
+    "signature": "",
+    "signer": None,
+    "payload": "",
+}
 
 
 def git(
@@ -75,6 +125,17 @@ def git(
     return result.stdout.strip()
 
 
+@dataclass
+class Grant:
+    """What one token may do: its scopes (None: every one), the repositories its user may
+    not see, and whether the user is a member of the owners at all (the double's
+    repositories are private: a stranger sees none of them)."""
+
+    scopes: set[str] | None = None
+    hidden: set[str] = field(default_factory=set)
+    member: bool = True
+
+
 class GiteaDouble:
     def __init__(self, swagger: Swagger, repos: dict[str, Path], token: str | None = None) -> None:
         self.swagger = swagger
@@ -84,6 +145,7 @@ class GiteaDouble:
         # the repositories its user may not see, which Gitea answers 404 (never 403)
         self.scopes: set[str] | None = None
         self.hidden: set[str] = set()
+        self.grants: dict[str, Grant] = {}  # the other tokens a test made (``add_token``)
         self.violations: list[str] = []
         self.requests: list[Request] = []
         self.faults: list[tuple[str, Any]] = []
@@ -92,7 +154,11 @@ class GiteaDouble:
         self.latency = 0.0
         self._random = random.Random(1234)
         self.hooks: dict[str, dict[int, dict[str, Any]]] = {repo: {} for repo in repos}
-        self.hook_secrets: dict[tuple[str, int], str] = {}  # stored, never shown, like Gitea
+        # stored, never shown, as Gitea keeps them: a hook's HMAC secret, its
+        # authorization header (shown as ""), its HTTP method (config shows none)
+        self.hook_secrets: dict[tuple[str, int], str] = {}
+        self.hook_headers: dict[tuple[str, int], str] = {}
+        self.hook_methods: dict[tuple[str, int], str] = {}
         self.mirrors: dict[str, dict[str, Any]] = {}
         # (repo, sha) -> every status posted, oldest first, as Gitea stores them
         self.statuses: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -108,6 +174,18 @@ class GiteaDouble:
     @property
     def url(self) -> str:
         return self.server.url
+
+    def add_repo(self, slug: str, bare: Path) -> None:
+        """Serve one more bare repository as ``slug``."""
+        self.repos[slug] = bare
+        self.hooks.setdefault(slug, {})
+
+    def add_token(self, scopes: Iterable[str] | None = None, *, member: bool = True) -> str:
+        """A new token, of ``scopes`` (None: every scope); its user, unless ``member``,
+        sees none of the double's repositories."""
+        token = f"double-token-{len(self.grants) + 1:04x}"
+        self.grants[token] = Grant(None if scopes is None else set(scopes), member=member)
+        return token
 
     def start(self) -> GiteaDouble:
         self.server.start()
@@ -136,11 +214,7 @@ class GiteaDouble:
         try:
             self.swagger.check_request(request.method, unquote(path), request.query, request.json())
             status, body, *headers = self._route(request, path)
-            # where Gitea answers outside its own swagger, the real server is right: the
-            # contents of a directory are a list (GetContentsOrList), the spec says object
-            off_spec = request.method == "GET" and "/contents/" in path and isinstance(body, list)
-            if not off_spec:
-                self.swagger.check_response(request.method, unquote(path), status, body)
+            self.swagger.check_answer(request.method, unquote(path), status, body)
         except SpecViolation as violation:
             self.violations.append(str(violation))
             return 500, {"message": f"double: {violation}", "url": self.url}
@@ -156,6 +230,16 @@ class GiteaDouble:
                     return fault
         return None
 
+    def _error(self, status: int, message: str) -> tuple[int, dict[str, Any]]:
+        """An APIError, as Gitea answers one. The message of a 500 is shown to a site
+        admin only (APIErrorInternal), and the double's tokens are no admin's: it is
+        written here to say what failed, and sent empty."""
+        shown = "" if status == 500 else message
+        return status, {"message": shown, "url": f"{self.url}/api/swagger"}
+
+    def _not_found(self, message: str = "not found") -> tuple[int, dict[str, Any]]:
+        return self._error(404, message)
+
     @staticmethod
     def _token(request: Request) -> str | None:
         """The token of ``Authorization: token …`` or ``Bearer …`` (any case), as Gitea's
@@ -165,39 +249,55 @@ class GiteaDouble:
             return parts[1]
         return None
 
-    def _scope_refusal(self, method: str) -> str | None:
+    def _grant(self, request: Request) -> Grant | None:
+        """What the request's token may do; None for a token Gitea does not know. No
+        token at all is anonymous: it sees no repository, since the double's are private."""
+        token = self._token(request)
+        if self.token is None or token == self.token:
+            return Grant(self.scopes, self.hidden)
+        if token is None:
+            return Grant(member=False)
+        return self.grants.get(token)
+
+    @staticmethod
+    def _scope_refusal(scopes: set[str] | None, method: str) -> str | None:
         """Gitea's tokenRequiresScopes for the repository category: a read needs
         read:repository (or write:), a POST, PUT, PATCH or DELETE needs write:repository."""
-        if self.scopes is None or "all" in self.scopes:
+        if scopes is None or "all" in scopes:
             return None
         level = "read" if method == "GET" else "write"
         allowed = {"write:repository"} | ({"read:repository"} if level == "read" else set())
-        if self.scopes & allowed:
+        if scopes & allowed:
             return None
         return (
             "token does not have at least one of required scope(s), "
-            f"required=[{level}:repository], token scope={','.join(sorted(self.scopes))}"
+            f"required=[{level}:repository], token scope={','.join(sorted(scopes))}"
         )
 
     def _route(self, request: Request, path: str) -> tuple[int, Any]:
-        if self.token is not None and self._token(request) != self.token:
-            return 401, {"message": "token is required", "url": self.url}
-        refused = self._scope_refusal(request.method)
+        grant = self._grant(request)
+        if grant is None:
+            return self._error(401, "invalid username, password or token")
+        refused = self._scope_refusal(grant.scopes, request.method)
         if refused:
-            return 403, {"message": refused, "url": self.url}
+            return self._error(403, refused)
         named = re.match(r"/repos/([^/]+)/([^/]+)", path)
-        if named and f"{named[1]}/{named[2]}" in self.hidden:
-            return 404, NOT_FOUND
+        if named and (f"{named[1]}/{named[2]}" in grant.hidden or not grant.member):
+            return self._not_found()
         if path == "/repos/migrate" and request.method == "POST":
             return self._migrate(request.json())
         whole = re.fullmatch(r"/repos/([^/]+)/([^/]+)(/mirror-sync)?", path)
+        if whole and f"{whole[1]}/{whole[2]}" in self.repos:
+            if request.method == "GET" and not whole[3]:
+                return 200, self._repository(f"{whole[1]}/{whole[2]}")
+            raise SpecViolation(f"{request.method} {path}: not served by the double")
         if whole and f"{whole[1]}/{whole[2]}" not in self.repos:
             return self._mirror_repo(
                 f"{whole[1]}/{whole[2]}", request.method, bool(whole[3]), request.json()
             )
         match = re.fullmatch(r"/repos/([^/]+)/([^/]+)/(.+)", path)
         if not match or f"{match[1]}/{match[2]}" not in self.repos:
-            return 404, NOT_FOUND
+            return self._not_found()
         repo = f"{match[1]}/{match[2]}"
         rest, method = match[3], request.method
         if method == "GET" and rest.startswith("branches/"):
@@ -211,17 +311,15 @@ class GiteaDouble:
                     repo, file_path, request.json(), create=method == "POST"
                 )
         if method == "GET" and rest.startswith("git/commits/"):
-            return self._commit(repo, unquote(rest[len("git/commits/") :]))
+            return self._commit(repo, unquote(rest[len("git/commits/") :]), request.query)
         if method == "GET" and rest.startswith("compare/"):
             return self._compare(repo, unquote(rest[len("compare/") :]))
         if method == "GET" and rest == "commits":
             return self._commits(repo, request)
         if rest == "hooks" and method in ("GET", "POST"):
-            return (
-                self._list_hooks(repo)
-                if method == "GET"
-                else self._create_hook(repo, request.json())
-            )
+            if method == "GET":
+                return self._list_hooks(repo)
+            return self._create_hook(repo, request.json())
         status = re.fullmatch(r"statuses/([^/]+)|commits/([^/]+)/(status|statuses)", rest)
         if status and (status[1] or status[2]):
             ref = unquote(status[1] or status[2])
@@ -229,7 +327,7 @@ class GiteaDouble:
                 return self._create_status(repo, ref, request.json())
             if method == "GET":
                 if status[3] == "status":
-                    return self._combined_status(repo, ref)
+                    return self._combined_status(repo, ref, request.query)
                 return self._list_statuses(repo, ref, request.query)
         hook = re.fullmatch(r"hooks/(\d+)", rest)
         if hook and method in ("GET", "PATCH", "DELETE"):
@@ -253,7 +351,7 @@ class GiteaDouble:
     def _branch(self, repo: str, branch: str) -> tuple[int, Any]:
         sha = self._resolve(repo, f"refs/heads/{branch}")
         if sha is None:
-            return 404, NOT_FOUND
+            return self._not_found()
         return 200, {
             "name": branch,
             "commit": self._payload_commit(repo, sha),
@@ -267,21 +365,24 @@ class GiteaDouble:
         }
 
     def _payload_commit(self, repo: str, sha: str) -> dict[str, Any]:
+        """A branch's head as Gitea's ToPayloadCommit shows it: the lists of files are
+        never filled (null), the verification is the commit's, and a person's username is
+        empty when no Gitea user has that email (the double has none)."""
         bare = self._bare(repo)
-        name, email, date, message = git(
-            bare, "log", "-1", "--format=%an%x00%ae%x00%cI%x00%B", sha
+        an, ae, cn, ce, date, message = git(
+            bare, "log", "-1", "--format=%an%x00%ae%x00%cn%x00%ce%x00%cI%x00%B", sha
         ).split("\x00")
-        person = {"name": name, "email": email, "username": name}
         return {
             "id": sha,
             "message": message.strip() + "\n",
             "url": f"{self.url}/{repo}/commit/{sha}",
+            "author": {"name": an, "email": ae, "username": ""},
+            "committer": {"name": cn, "email": ce, "username": ""},
+            "verification": UNSIGNED,
             "timestamp": date,
-            "author": person,
-            "committer": person,
-            "added": [],
-            "removed": [],
-            "modified": [],
+            "added": None,
+            "removed": None,
+            "modified": None,
         }
 
     def _blob(self, repo: str, commit: str, file_path: str) -> tuple[str, str] | None:
@@ -295,147 +396,205 @@ class GiteaDouble:
         if found is None:
             return None
         blob, _ = found
-        bare = self._bare(repo)
         data = subprocess.run(
-            ["git", "-C", str(bare), "cat-file", "blob", blob], capture_output=True, check=True
+            ["git", "-C", str(self._bare(repo)), "cat-file", "blob", blob],
+            capture_output=True,
+            check=True,
         ).stdout
+        entry = self._entry(repo, commit, file_path, "file", blob, len(data))
+        if len(data) <= self.max_blob_size:  # GetBlobBySHA: above it, neither is sent
+            entry["encoding"] = "base64"
+            entry["content"] = base64.b64encode(data).decode("ascii")
+        return entry
+
+    def _entry(
+        self, repo: str, commit: str, file_path: str, kind: str, sha: str, size: int
+    ) -> dict[str, Any]:
+        """A ContentsResponse without content: what GetContents lists of an entry (of a
+        directory, a symlink, or a file before its content is added)."""
         last = git(
-            bare, "log", "-1", "--format=%H%x00%aI%x00%cI%x00%s", commit, "--", file_path
+            self._bare(repo), "log", "-1", "--format=%H%x00%aI%x00%cI", commit, "--", file_path
         ).split("\x00")
-        url = f"{self.url}/api/v1/repos/{repo}/contents/{file_path}"
+        url = f"{self.url}/api/v1/repos/{repo}/contents/{file_path}?ref={commit}"
+        html = f"{self.url}/{repo}/src/commit/{commit}/{file_path}"
+        git_url = (
+            f"{self.url}/api/v1/repos/{repo}/git/{'trees' if kind == 'dir' else 'blobs'}/{sha}"
+        )
         return {
             "name": file_path.rsplit("/", 1)[-1],
             "path": file_path,
-            "sha": blob,
+            "sha": sha,
             "last_commit_sha": last[0],
-            "last_author_date": last[1],
             "last_committer_date": last[2],
-            "last_commit_message": last[3],
-            "type": "file",
-            "size": len(data),
-            # GetBlobBySHA: above DEFAULT_MAX_BLOB_SIZE, no encoding and no content
-            "encoding": "base64" if len(data) <= self.max_blob_size else None,
-            "content": (
-                base64.b64encode(data).decode("ascii") if len(data) <= self.max_blob_size else None
-            ),
+            "last_author_date": last[1],
+            "type": kind,
+            "size": size,
+            "encoding": None,
+            "content": None,
+            "target": None,
             "url": url,
-            "html_url": f"{self.url}/{repo}/src/commit/{commit}/{file_path}",
-            "git_url": f"{self.url}/api/v1/repos/{repo}/git/blobs/{blob}",
+            "html_url": html,
+            "git_url": git_url,
             "download_url": f"{self.url}/{repo}/raw/commit/{commit}/{file_path}",
-            "_links": {
-                "self": url,
-                "git": f"{self.url}/api/v1/repos/{repo}/git/blobs/{blob}",
-                "html": url,
-            },
+            "submodule_git_url": None,
+            "_links": {"self": url, "git": git_url, "html": html},
         }
 
     def _get_contents(self, repo: str, file_path: str, ref: str | None) -> tuple[int, Any]:
         """GetContentsOrList: a directory answers 200 with the list of its entries, a
         symlink 200 with ``type: symlink`` and its target, a file its content."""
-        commit = self._resolve(repo, ref or self._default_branch(repo))
+        ref = ref or self._default_branch(repo)
+        commit = self._resolve(repo, ref)
         if commit is None:
-            return 404, NOT_FOUND
-        listed = git(self._bare(repo), "ls-tree", commit, "--", file_path.rstrip("/"))
+            return self._not_found(NO_OBJECT.format(id=ref, path=""))
+        listed = git(self._bare(repo), "ls-tree", "-l", commit, "--", file_path.rstrip("/"))
         if listed and listed.split()[1] == "tree":
-            entries = git(self._bare(repo), "ls-tree", commit, "--", file_path.rstrip("/") + "/")
-            return 200, [
-                {
-                    "name": line.split("\t", 1)[1].rsplit("/", 1)[-1],
-                    "path": line.split("\t", 1)[1],
-                    "sha": line.split()[2],
-                    "type": "dir" if line.split()[1] == "tree" else "file",
-                }
-                for line in entries.splitlines()
-            ]
+            entries = git(
+                self._bare(repo), "ls-tree", "-l", commit, "--", file_path.rstrip("/") + "/"
+            )
+            return 200, [self._listed(repo, commit, line) for line in entries.splitlines()]
         if listed and listed.split()[0] == "120000":
-            target = git(self._bare(repo), "cat-file", "blob", listed.split()[2])
-            return 200, {
-                "name": file_path.rsplit("/", 1)[-1],
-                "path": file_path,
-                "sha": listed.split()[2],
-                "type": "symlink",
-                "target": target,
-                "size": len(target),
-            }
+            entry = self._listed(repo, commit, listed)
+            entry["target"] = git(self._bare(repo), "cat-file", "blob", listed.split()[2])
+            return 200, entry
         found = self._contents(repo, commit, file_path)
-        return (200, found) if found is not None else (404, NOT_FOUND)
+        if found is None:
+            return self._not_found(NO_OBJECT.format(id="", path=file_path))
+        return 200, found
 
-    def _commit(self, repo: str, ref: str) -> tuple[int, Any]:
-        if (
-            # Gitea's IsValidSHAPattern: a SHA-256 repository's ids are 64 hex
-            not re.fullmatch(r"[0-9a-f]{4,64}", ref)
-            and self._resolve(repo, f"refs/heads/{ref}") is None
-        ):
-            return 422, {"message": "invalid sha", "url": self.url}
+    def _listed(self, repo: str, commit: str, line: str) -> dict[str, Any]:
+        """The entry of one ``git ls-tree -l`` line."""
+        meta, path = line.split("\t", 1)
+        mode, kind, sha, size = meta.split()
+        kinds = {"tree": "dir", "commit": "submodule"}
+        shown = "symlink" if mode == "120000" else kinds.get(kind, "file")
+        return self._entry(repo, commit, path, shown, sha, 0 if size == "-" else int(size))
+
+    def _commit(self, repo: str, ref: str, query: dict[str, str]) -> tuple[int, Any]:
+        """GetSingleCommit: a ref that cannot be one is 422; any other that names no
+        commit (a branch, a tag, a short sha: git resolves it) is 404."""
+        if INVALID_REF.search(ref):
+            return self._error(422, f"no valid ref or sha: {ref}")
         sha = self._resolve(repo, ref)
         if sha is None:
-            return 404, NOT_FOUND
-        return 200, self._api_commit(repo, sha)
+            return self._not_found(f"commit doesn't exist: {ref}")
+        return 200, self._api_commit(repo, sha, **self._commit_options(query))
 
-    def _api_commit(self, repo: str, sha: str) -> dict[str, Any]:
-        return self._api_commits(repo, [sha])[0]
+    @staticmethod
+    def _commit_options(query: dict[str, str]) -> dict[str, bool]:
+        """ParseCommitOptions: stat, files and verification, each true unless given false."""
+        return {
+            key: query.get(key, "") == "" or query[key] == "true"
+            for key in ("stat", "files", "verification")
+        }
+
+    def _api_commit(
+        self,
+        repo: str,
+        sha: str,
+        *,
+        stat: bool = True,
+        files: bool = True,
+        verification: bool = True,
+    ) -> dict[str, Any]:
+        return self._api_commits(repo, [sha], stat=stat, files=files, verification=verification)[0]
 
     def _api_commits(
-        self, repo: str, shas: list[str], *, files: bool = False
+        self,
+        repo: str,
+        shas: list[str],
+        *,
+        stat: bool = True,
+        files: bool = True,
+        verification: bool = True,
     ) -> list[dict[str, Any]]:
-        """Gitea ``Commit`` objects for ``shas``, read with one ``git log``."""
+        """Gitea ``Commit`` objects for ``shas``, read with one ``git log`` (and one more
+        for the stats). What was not asked for is null, as are ``author`` and
+        ``committer``: no Gitea user has the email (the double has no users)."""
         if not shas:
             return []
-        fmt = "%x02%H%x00%an%x00%ae%x00%aI%x00%cn%x00%ce%x00%cI%x00%T%x00%P%x00%B%x00"
+        fmt = "%x02%H%x00%an%x00%ae%x00%aI%x00%cn%x00%ce%x00%cI%x00%P%x00%B%x00"
         args = ["log", "--no-walk=unsorted", f"--format={fmt}"]
         # a merge's files are those it changed against its first parent (Gitea's
         # GetCommitFileStatus: `git log --name-status -m --first-parent --no-renames -1`)
         args += ["--name-status", "--no-renames", "--diff-merges=first-parent"] if files else []
         out = git(self._bare(repo), *args, *shas)
-        statuses = {"A": "added", "M": "modified", "D": "deleted"}
+        stats = self._stats(repo, shas) if stat else {}
+        statuses = {"A": "added", "M": "modified", "D": "removed"}
         commits = []
         for record in out.split("\x02")[1:]:
-            sha, an, ae, ad, cn, ce, cd, tree, parents, message, changed = record.split("\x00")
+            sha, an, ae, ad, cn, ce, cd, parents, message, changed = record.split("\x00")
             url = f"{self.url}/api/v1/repos/{repo}/git/commits/{sha}"
-            commit: dict[str, Any] = {
-                "url": url,
-                "sha": sha,
-                "created": cd,
-                "html_url": f"{self.url}/{repo}/commit/{sha}",
-                "commit": {
+            commits.append(
+                {
                     "url": url,
-                    "author": {"name": an, "email": ae, "date": ad},
-                    "committer": {"name": cn, "email": ce, "date": cd},
-                    "message": message.strip() + "\n",
-                    "tree": {
-                        "url": f"{self.url}/api/v1/repos/{repo}/git/trees/{tree}",
-                        "sha": tree,
-                        "created": cd,
+                    "sha": sha,
+                    "created": cd,
+                    "html_url": f"{self.url}/{repo}/commit/{sha}",
+                    "commit": {
+                        "url": url,
+                        "author": {"name": an, "email": ae, "date": ad},
+                        "committer": {"name": cn, "email": ce, "date": cd},
+                        "message": message.strip() + "\n",
+                        # Gitea names the commit's own id as its tree's (ToCommit)
+                        "tree": {
+                            "url": f"{self.url}/api/v1/repos/{repo}/git/trees/{sha}",
+                            "sha": sha,
+                            "created": cd,
+                        },
+                        "verification": UNSIGNED if verification else None,
                     },
-                },
-                "parents": [
-                    {
-                        "url": f"{self.url}/api/v1/repos/{repo}/git/commits/{p}",
-                        "sha": p,
-                        "created": cd,
-                    }
-                    for p in parents.split()
-                ],
-            }
-            if files:
-                commit["files"] = [
-                    {
-                        "filename": line.split("\t", 1)[1],
-                        "status": statuses.get(line[0], "modified"),
-                    }
-                    for line in changed.splitlines()
-                    if "\t" in line
-                ]
-            commits.append(commit)
+                    "author": None,
+                    "committer": None,
+                    "parents": [
+                        {
+                            "url": f"{self.url}/api/v1/repos/{repo}/git/commits/{p}",
+                            "sha": p,
+                            "created": "0001-01-01T00:00:00Z",
+                        }
+                        for p in parents.split()
+                    ],
+                    "files": (
+                        [
+                            {
+                                "filename": line.split("\t", 1)[1],
+                                "status": statuses.get(line[0], "modified"),
+                            }
+                            for line in changed.splitlines()
+                            if "\t" in line
+                        ]
+                        if files
+                        else None
+                    ),
+                    "stats": stats.get(sha),
+                }
+            )
         return commits
+
+    def _stats(self, repo: str, shas: list[str]) -> dict[str, dict[str, int]]:
+        """GetDiffShortStat of each commit against its first parent."""
+        out = git(
+            self._bare(repo),
+            *("log", "--no-walk=unsorted", "--format=%x02%H", "--numstat"),
+            *("--no-renames", "--diff-merges=first-parent", *shas),
+        )
+        found = {}
+        for record in out.split("\x02")[1:]:
+            sha, *lines = record.strip().splitlines()
+            counts = [line.split("\t")[:2] for line in lines if line.strip()]
+            added = sum(int(a) for a, _ in counts if a != "-")
+            deleted = sum(int(d) for _, d in counts if d != "-")
+            found[sha] = {"total": added + deleted, "additions": added, "deletions": deleted}
+        return found
 
     def _compare(self, repo: str, basehead: str) -> tuple[int, Any]:
         if "..." not in basehead:
-            return 400, {"message": "invalid compare", "url": self.url}
+            return self._error(400, "invalid compare")
         base, head = basehead.split("...", 1)
         base_sha, head_sha = self._resolve(repo, base), self._resolve(repo, head)
-        if base_sha is None or head_sha is None:
-            return 404, NOT_FOUND
+        for ref, sha in ((base, base_sha), (head, head_sha)):
+            if sha is None:
+                return self._not_found(f'ref "{ref}" does not exist')
         # GetCompareInfo (modules/git/repo_compare.go): when `git merge-base` fails (no
         # common history), Gitea lists no commit and answers 200 all the same
         found = subprocess.run(
@@ -450,10 +609,8 @@ class GiteaDouble:
             if found.returncode == 0
             else []
         )
-        return 200, {
-            "total_commits": len(shas),
-            "commits": self._api_commits(repo, shas),
-        }
+        # CompareDiff lists every commit with its stats, files and verification
+        return 200, {"total_commits": len(shas), "commits": self._api_commits(repo, shas)}
 
     default_page_size = 30  # [api] DEFAULT_PAGING_NUM
     commits_range_size = 50  # [git] COMMITS_RANGE_SIZE: the page of a listing by path
@@ -466,19 +623,26 @@ class GiteaDouble:
         path = query.get("path")
         per_page = min(int(query.get("limit") or self.default_page_size), self.commits_range_size)
         page = max(1, int(query.get("page") or 1))
-        start = self._resolve(repo, query.get("sha") or self._default_branch(repo))
+        named = query.get("sha") or self._default_branch(repo)
+        start = self._resolve(repo, named)
         excluded = self._resolve(repo, query["not"]) if query.get("not") else None
-        if start is None and not path:
-            return 404, NOT_FOUND  # GetCommit(sha): NotFoundOrServerError
-        if start is None or (query.get("not") and excluded is None):
-            return 500, {"message": "", "url": self.url}  # git rev-list failed
-        args = ["rev-list", start, *([f"^{excluded}"] if excluded else [])]
+        if start is None and not path:  # GetCommit(sha): APIErrorAuto
+            return self._not_found(NO_OBJECT.format(id=named, path=""))
+        for ref, sha in ((named, start), (query.get("not"), excluded)):
+            if ref and sha is None:  # git rev-list failed, and Gitea says how
+                bad = (
+                    f"bad object {ref}"
+                    if re.fullmatch(r"[0-9a-f]{40,64}", ref)
+                    else (f"bad revision '{ref}'")
+                )
+                return self._error(500, f"exit status 128 - fatal: {bad}")
+        args = ["rev-list", str(start), *([f"^{excluded}"] if excluded else [])]
         shas = git(self._bare(repo), *args, *(["--", path] if path else [])).split()
-        if path and not shas:
-            return 404, {"message": "FileCommitsCount", "url": self.url}
+        if path and not shas:  # commitsCountTotal == 0
+            return self._not_found()
         size = self.commits_range_size if path else per_page
         chunk = shas[(page - 1) * size : page * size]
-        commits = self._api_commits(repo, chunk, files=query.get("files", "true") == "true")
+        commits = self._api_commits(repo, chunk, **self._commit_options(query))
         pages = -(-len(shas) // per_page)
         headers = {
             "Link": self._links(request, page, pages),
@@ -509,108 +673,186 @@ class GiteaDouble:
 
     # ------------------------------------------------------------------ mirrors
 
-    def _repository(self, slug: str, record: dict[str, Any]) -> dict[str, Any]:
+    def _repository(self, slug: str) -> dict[str, Any]:
+        """A Repository as Gitea's ToRepo shows it to its admin: a repository of the
+        double's, or a mirror that a migration made."""
         owner, name = slug.split("/")
+        mirror = self.mirrors.get(slug)
+        now = "2026-12-02T10:00:00Z"
+        never = "0001-01-01T00:00:00Z"
+        ids = list(self.repos)
         return {
-            "id": record["id"],
+            "id": mirror["id"] if mirror else ids.index(slug) + 1,
+            "owner": {**USER, "id": 2, "login": owner, "email": "", "username": owner},
             "name": name,
             "full_name": slug,
-            "owner": {
-                "id": 1,
-                "login": owner,
-                "full_name": owner,
-                "email": f"{owner}@example.invalid",
-            },
+            "description": "",
+            "empty": bool(mirror and mirror.get("empty")),
             "private": True,
-            "mirror": True,
-            "mirror_interval": record["interval"],
-            "original_url": record["source"],
+            "fork": False,
+            "template": False,
+            "mirror": mirror is not None,
+            "size": 0,
+            "language": "",
+            "languages_url": f"{self.url}/api/v1/repos/{slug}/languages",
+            "html_url": f"{self.url}/{slug}",
+            "url": f"{self.url}/api/v1/repos/{slug}",
+            "link": "",
+            "ssh_url": f"git@localhost:{slug}.git",
             "clone_url": f"{self.url}/{slug}.git",
+            "original_url": mirror["source"] if mirror else "",
+            "website": "",
+            "stars_count": 0,
+            "forks_count": 0,
+            "watchers_count": 1,
+            "branch_count": 0 if mirror else 1,
+            "open_issues_count": 0,
+            "open_pr_counter": 0,
+            "release_counter": 0,
             "default_branch": "main",
+            "archived": False,
+            "created_at": now,
+            "updated_at": now,
+            "archived_at": "1970-01-01T00:00:00Z",
+            "permissions": {"admin": True, "push": True, "pull": True},
+            "has_code": True,
+            "has_issues": True,
+            "internal_tracker": {
+                "enable_time_tracker": True,
+                "allow_only_contributors_to_track_time": True,
+                "enable_issue_dependencies": True,
+            },
+            "has_wiki": True,
+            "has_pull_requests": True,
+            "has_projects": True,
+            "projects_mode": "all",
+            "has_releases": True,
+            "has_packages": True,
+            "has_actions": False,
+            "ignore_whitespace_conflicts": False,
+            "allow_merge_commits": True,
+            "allow_rebase": True,
+            "allow_rebase_explicit": True,
+            "allow_squash_merge": True,
+            "allow_fast_forward_only_merge": True,
+            "allow_merge_update": True,
+            "allow_rebase_update": True,
+            "allow_manual_merge": False,
+            "autodetect_manual_merge": False,
+            "default_delete_branch_after_merge": False,
+            "default_merge_style": "merge",
+            "default_update_style": "merge",
+            "default_allow_maintainer_edit": True,
+            "avatar_url": "",
+            "internal": False,
+            "mirror_interval": mirror["interval"] if mirror else "",
+            "object_format_name": "sha1",
+            "mirror_updated": never,
+            "mirror_last_sync_at": never,
+            "topics": [],
+            "licenses": [],
         }
+
+    @staticmethod
+    def _seconds(interval: str) -> int:
+        return sum(
+            int(n) * {"h": 3600, "m": 60, "s": 1}[u]
+            for n, u in re.findall(r"(\d+)([hms])", interval)
+        )
+
+    @staticmethod
+    def _duration(seconds: int) -> str:
+        """Go's Duration.String: 10m0s, 8h0m0s, 30s."""
+        hours, rest = divmod(seconds, 3600)
+        minutes, secs = divmod(rest, 60)
+        if hours:
+            return f"{hours}h{minutes}m{secs}s"
+        return f"{minutes}m{secs}s" if minutes else f"{secs}s"
 
     def _migrate(self, body: dict[str, Any]) -> tuple[int, Any]:
         slug = f"{body.get('repo_owner')}/{body['repo_name']}"
         if slug in self.mirrors or slug in self.repos:
-            return 409, {
-                "message": "The repository with the same name already exists.",
-                "url": self.url,
-            }
-        interval = body.get("mirror_interval", "8h")
-        seconds = sum(
-            int(n) * {"h": 3600, "m": 60, "s": 1}[u]
-            for n, u in re.findall(r"(\d+)([hms])", interval)
-        )
-        shown = (
-            f"{seconds // 3600}h{seconds % 3600 // 60}m{seconds % 60}s".lstrip("0h")
-            if seconds
-            else "0s"
-        )
-        self.mirrors[slug] = {
+            return self._error(409, "The repository with the same name already exists.")
+        seconds = self._seconds(body.get("mirror_interval", "8h"))
+        record = {
             "id": 100 + len(self.mirrors),
-            "interval": shown,
+            "interval": self._duration(seconds),
             "source": body["clone_addr"],
             "syncs": 0,
+            "empty": False,
         }
-        return 201, self._repository(slug, self.mirrors[slug])
+        self.mirrors[slug] = record
+        if seconds and seconds < MIRROR_MIN_SECONDS:
+            # MigrateRepository fails after the repository was made, and leaves it: an
+            # empty mirror with no interval
+            record.update(interval="", empty=True)
+            return self._error(
+                500,
+                f"interval {self._duration(seconds)} is set below Minimum Interval of "
+                f"{self._duration(MIRROR_MIN_SECONDS)}",
+            )
+        return 201, self._repository(slug)
 
     def _mirror_repo(self, slug: str, method: str, sync: bool, body: Any) -> tuple[int, Any]:
         record = self.mirrors.get(slug)
         if record is None:
-            return 404, NOT_FOUND
+            return self._not_found()
         if sync and method == "POST":
             record["syncs"] += 1
             return 200, None
         if method == "GET" and not sync:
-            return 200, self._repository(slug, record)
+            return 200, self._repository(slug)
         if method == "PATCH" and not sync:
             if "mirror_interval" in body:
-                record["interval"] = body["mirror_interval"]
-            return 200, self._repository(slug, record)
+                seconds = self._seconds(body["mirror_interval"])
+                if seconds and seconds < MIRROR_MIN_SECONDS:
+                    return self._error(
+                        422,
+                        f"invalid mirror interval: {self._duration(seconds)} is below "
+                        f"minimum interval: {self._duration(MIRROR_MIN_SECONDS)}",
+                    )
+                record["interval"] = self._duration(seconds)
+            return 200, self._repository(slug)
         raise SpecViolation(f"{method} {slug}: not served by the double")
 
     # -------------------------------------------------------------------- hooks
 
     def _hook_view(self, repo: str, hook: dict[str, Any]) -> dict[str, Any]:
-        shown = {k: v for k, v in hook.items() if k != "config"}
-        shown["config"] = {k: v for k, v in hook["config"].items() if k != "secret"}
-        return shown
+        """ToHook: config holds the url and the content type only, and the authorization
+        header is never returned (""), like the secret."""
+        return {**hook, "config": dict(hook["config"]), "authorization_header": ""}
 
-    def _list_hooks(self, repo: str) -> tuple[int, Any]:
-        return 200, [self._hook_view(repo, h) for h in self.hooks[repo].values()]
+    def _list_hooks(self, repo: str) -> tuple[Any, ...]:
+        hooks = [self._hook_view(repo, h) for h in self.hooks[repo].values()]
+        return 200, hooks, {"X-Total-Count": str(len(hooks))}
 
     def _create_hook(self, repo: str, body: dict[str, Any]) -> tuple[int, Any]:
         config = dict(body["config"])
-        if not config.get("url") or not config.get("content_type"):
-            return 422, {
-                "message": "config.url and config.content_type are required",
-                "url": self.url,
-            }
+        for key in ("content_type", "url"):
+            if not config.get(key):
+                return self._error(422, f"Missing config option: {key}")
         hook_id, self._next_hook = self._next_hook, self._next_hook + 1
         now = "2026-12-02T10:00:00Z"
         self.hook_secrets[(repo, hook_id)] = config.get("secret", "")
+        self.hook_headers[(repo, hook_id)] = body.get("authorization_header", "")
+        self.hook_methods[(repo, hook_id)] = config.get("http_method", "post")
         self.hooks[repo][hook_id] = {
             "id": hook_id,
-            "type": body["type"],
             "name": body.get("name", ""),
-            "config": {
-                "url": config["url"],
-                "content_type": config["content_type"],
-                "http_method": config.get("http_method", "post"),
-            },
-            "events": body.get("events") or ["push"],
+            "type": body["type"],
             "branch_filter": body.get("branch_filter", "*"),
-            "authorization_header": body.get("authorization_header", ""),
+            "config": {"content_type": config["content_type"], "url": config["url"]},
+            "events": body.get("events") or ["push"],
             "active": bool(body.get("active", False)),
-            "created_at": now,
             "updated_at": now,
+            "created_at": now,
         }
         return 201, self._hook_view(repo, self.hooks[repo][hook_id])
 
     def _hook(self, repo: str, hook_id: int, method: str, body: Any) -> tuple[int, Any]:
         hook = self.hooks[repo].get(hook_id)
         if hook is None:
-            return 404, NOT_FOUND
+            return self._not_found()
         if method == "GET":
             return 200, self._hook_view(repo, hook)
         if method == "DELETE":
@@ -621,7 +863,7 @@ class GiteaDouble:
         # config keys only when given
         hook["events"] = body.get("events") or ["push"]
         hook["branch_filter"] = body.get("branch_filter", "")
-        hook["authorization_header"] = body.get("authorization_header", "")
+        self.hook_headers[(repo, hook_id)] = body.get("authorization_header", "")
         for key in ("active", "name"):
             if key in body:
                 hook[key] = body[key]
@@ -630,24 +872,26 @@ class GiteaDouble:
             # there is ignored, and the one stored stays
             config = {k: v for k, v in body["config"].items() if k in ("url", "content_type")}
             hook["config"].update(config)
+        hook["updated_at"] = "2026-12-02T10:00:01Z"
         return 200, self._hook_view(repo, hook)
 
     # ----------------------------------------------------------------- statuses
 
     def _create_status(self, repo: str, sha: str, body: dict[str, Any]) -> tuple[int, Any]:
         commit = self._resolve(repo, sha) if re.fullmatch(r"[0-9a-f]{4,64}", sha) else None
-        if commit is None:  # Gitea: GetCommit fails with ErrNotExist, answered as 404
-            return 404, NOT_FOUND
+        if commit is None:  # CreateCommitStatus: GetCommit fails, answered as any error
+            return self._error(500, f"GetCommit[{sha}]: " + NO_OBJECT.format(id=sha, path=""))
         with self._write_lock:
             stored = self.statuses.setdefault((repo, commit), [])
             now = f"2026-12-02T10:{len(stored) // 60:02d}:{len(stored) % 60:02d}Z"
             status = {
                 "id": len(stored) + 1,  # Gitea numbers statuses per commit
-                "context": (body.get("context") or "default").strip(),
                 "status": body["state"],
-                "description": (body.get("description") or "").strip(),
                 "target_url": body.get("target_url") or "",
+                "description": (body.get("description") or "").strip(),
                 "url": f"{self.url}/api/v1/repos/{repo}/statuses/{commit}",
+                "context": (body.get("context") or "default").strip(),
+                "creator": USER,
                 "created_at": now,
                 "updated_at": now,
             }
@@ -655,42 +899,53 @@ class GiteaDouble:
         return 201, status
 
     def latest_statuses(self, repo: str, sha: str) -> list[dict[str, Any]]:
-        """The newest status of each context, newest first (GetLatestCommitStatus)."""
+        """The newest status of each context, in the order they were first posted
+        (GetLatestCommitStatus finds them by index, and lists them as stored)."""
         latest: dict[str, dict[str, Any]] = {}
         for status in self.statuses.get((repo, sha), []):
             latest[status["context"]] = status
-        return sorted(latest.values(), key=lambda s: s["id"], reverse=True)
+        return sorted(latest.values(), key=lambda s: s["id"])
 
     @staticmethod
     def combine(states: list[str]) -> str:
-        if any(state in ("error", "failure") for state in states):
+        """CommitStatusStates.Combine: failure if any is error, failure or warning;
+        success if every one is success or skipped; else pending (and with none)."""
+        if any(state in ("error", "failure", "warning") for state in states):
             return "failure"
-        if states and all(state in ("success", "warning", "skipped") for state in states):
+        if states and all(state in ("success", "skipped") for state in states):
             return "success"
         return "pending"
 
-    def _combined_status(self, repo: str, ref: str) -> tuple[int, Any]:
+    def _combined_status(self, repo: str, ref: str, query: dict[str, str]) -> tuple[Any, ...]:
         sha = self._resolve(repo, ref)
         if sha is None:
-            return 404, NOT_FOUND
-        latest = self.latest_statuses(repo, sha)
-        return 200, {
-            "sha": sha,
-            "state": self.combine([s["status"] for s in latest]),
-            "statuses": latest,
-            "total_count": len(latest),
-            "commit_url": f"{self.url}/api/v1/repos/{repo}/commits/{sha}",
-            "url": f"{self.url}/api/v1/repos/{repo}/commits/{sha}/status",
-        }
+            return self._not_found(NO_OBJECT.format(id=ref, path=""))
+        every = self.latest_statuses(repo, sha)
+        limit = int(query.get("limit") or self.default_page_size)
+        page = max(1, int(query.get("page") or 1))
+        latest = every[(page - 1) * limit : page * limit]
+        return (
+            200,
+            {
+                "state": self.combine([s["status"] for s in latest]),
+                "sha": sha,
+                "total_count": len(latest),
+                "statuses": latest or None,  # ToCombinedStatus leaves it nil with none
+                "repository": self._repository(repo),
+                "commit_url": f"{self.url}/api/v1/repos/{repo}/commits/{sha}",
+                "url": f"{self.url}/api/v1/repos/{repo}/commits/{sha}/status",
+            },
+            {"X-Total-Count": str(len(every))},
+        )
 
     def _list_statuses(self, repo: str, ref: str, query: dict[str, str]) -> tuple[Any, ...]:
         sha = self._resolve(repo, ref)
         if sha is None:
-            return 404, NOT_FOUND
+            return self._not_found(NO_OBJECT.format(id=ref, path=""))
         every = list(reversed(self.statuses.get((repo, sha), [])))  # newest first
         if query.get("state"):
             every = [s for s in every if s["status"] == query["state"]]
-        limit = int(query.get("limit") or 30)
+        limit = int(query.get("limit") or self.default_page_size)
         page = max(1, int(query.get("page") or 1))
         return 200, every[(page - 1) * limit : page * limit], {"X-Total-Count": str(len(every))}
 
@@ -701,36 +956,35 @@ class GiteaDouble:
     ) -> tuple[int, Any]:
         """ChangeRepoFiles, as Gitea runs it: no lock. It checks the sha on the tip it
         read, commits in a temporary clone and pushes; a tip that moved in between makes
-        the push fail (ErrPushOutOfDate), which the API answers 500."""
+        the push fail (ErrPushOutOfDate), which the API answers 500. An update looks up
+        what it replaces first (gone: 404; another sha, even a directory's: 422), then
+        the path; a creation the path first, then whether something is there."""
         if not create and self._random.random() < self.race_rate:
             self.races += 1
-            return 422, {"message": "sha does not match [injected race]", "url": self.url}
+            return self._error(422, "sha does not match [injected race]")
         branch = body.get("branch") or self._default_branch(repo)
         refused = self._protection(repo, branch, file_path)
         if refused:
-            return 403, {"message": refused, "url": self.url}
+            return self._error(403, refused)
         tip = self._resolve(repo, f"refs/heads/{branch}")
         if tip is None:
-            return 404, NOT_FOUND
+            repo_id = list(self.repos).index(repo) + 1
+            return self._not_found(f"branch does not exist [repo_id: {repo_id} name: {branch}]")
+        if not create:
+            listed = git(self._bare(repo), "ls-tree", tip, "--", file_path)
+            if not listed:
+                return self._not_found(NO_OBJECT.format(id="", path=file_path))
+            if body.get("sha") != listed.split()[2]:
+                given, expected = body.get("sha"), listed.split()[2]
+                return self._error(
+                    422, f"sha does not match [given: {given}, expected: {expected}]"
+                )
         invalid = self._invalid_path(repo, tip, file_path)
         if invalid:
-            return 422, {"message": invalid, "url": self.url}
+            return self._error(422, invalid)
         current = self._blob(repo, tip, file_path)
         if create and current is not None:
-            return 422, {
-                "message": f"repository file already exists [path: {file_path}]",
-                "url": self.url,
-            }
-        if not create:
-            if current is None:
-                return 404, NOT_FOUND
-            if body.get("sha") != current[0]:
-                return 422, {
-                    "message": (
-                        f"sha does not match [given: {body.get('sha')}, expected: {current[0]}]"
-                    ),
-                    "url": self.url,
-                }
+            return self._error(422, f"repository file already exists [path: {file_path}]")
         content = base64.b64decode(body["content"])
         try:
             commit = self._commit_file(
@@ -738,28 +992,37 @@ class GiteaDouble:
             )
         except subprocess.CalledProcessError:
             self.push_races += 1
-            return 500, {"message": "", "url": self.url}  # production hides the message
-        contents = self._contents(repo, commit, file_path)
-        api = self._api_commit(repo, commit)
+            return self._error(500, "failed to push: the branch moved (ErrPushOutOfDate)")
         return (201 if create else 200), {
-            "content": contents,
-            "commit": {
-                "url": api["url"],
-                "sha": commit,
-                "created": api["created"],
-                "html_url": api["html_url"],
-                "author": api["commit"]["author"],
-                "committer": api["commit"]["committer"],
-                "parents": api["parents"],
-                "message": api["commit"]["message"],
-                "tree": api["commit"]["tree"],
-            },
-            "verification": {
-                "verified": False,
-                "reason": "gpg.error.not_signed_commit",
-                "signature": "",
-                "payload": "",
-            },
+            "content": self._contents(repo, commit, file_path),
+            "commit": self._file_commit(repo, commit),
+            "verification": UNSIGNED,
+        }
+
+    def _file_commit(self, repo: str, sha: str) -> dict[str, Any]:
+        """GetFileCommitResponse: the commit a write made, its tree its own, and no
+        creation time (zero) on it or its parents."""
+        an, ae, ad, cn, ce, cd, tree, parents, message = git(
+            self._bare(repo),
+            "log",
+            "-1",
+            "--format=%an%x00%ae%x00%aI%x00%cn%x00%ce%x00%cI%x00%T%x00%P%x00%B",
+            sha,
+        ).split("\x00")
+        zero = "0001-01-01T00:00:00Z"
+        api = f"{self.url}/api/v1/repos/{repo}/git"
+        return {
+            "url": f"{api}/commits/{sha}",
+            "sha": sha,
+            "created": zero,
+            "html_url": f"{self.url}/{repo}/commit/{sha}",
+            "author": {"name": an, "email": ae, "date": ad},
+            "committer": {"name": cn, "email": ce, "date": cd},
+            "parents": [
+                {"url": f"{api}/commits/{p}", "sha": p, "created": zero} for p in parents.split()
+            ],
+            "message": message.strip() + "\n",
+            "tree": {"url": f"{api}/trees/{tree}", "sha": tree, "created": zero},
         }
 
     def _commit_file(

@@ -1,9 +1,12 @@
-"""A fault-injecting HTTP proxy in front of a real server. Not a registry.
+"""HTTP proxies in front of real servers.
 
-It forwards every request to ``upstream`` unchanged, except those for which ``fault``
-returns an answer: a status (empty body), or (status, headers, body). Tests use it to take
-the real registry "down" for one repository only, or to put the anonymous bearer-token
-challenge of public registries in front of it (``token_gate``).
+``FaultProxy`` forwards every request to ``upstream`` unchanged, except those for which
+``fault`` returns an answer: a status (empty body), or (status, headers, body). Tests use
+it to take the real registry "down" for one repository only, or to put the anonymous
+bearer-token challenge of public registries in front of it (``token_gate``).
+
+``SpecProxy`` forwards to a real Gitea and checks each request and answer against Gitea's
+swagger, as the Gitea double checks its own.
 """
 
 from __future__ import annotations
@@ -11,10 +14,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
+from typing import Any
+from urllib.parse import unquote
 
 import httpx
 
-from .http import QuietServer
+from .http import LoopbackServer, QuietServer, Request
+from .swagger import SpecViolation, Swagger
 
 Answer = int | tuple[int, dict[str, str], bytes]
 
@@ -133,3 +139,64 @@ def token_gate(
         return 401, {"WWW-Authenticate": challenge}, b'{"errors":[{"code":"UNAUTHORIZED"}]}'
 
     return gate, scopes
+
+
+class SpecProxy:
+    """A proxy in front of a real Gitea that holds its traffic to Gitea's swagger, as the
+    double holds its own: every request under the API's base path must be an operation
+    the spec declares, and every answer valid against it (``Swagger.check_answer``). A
+    violation is recorded in ``violations``; the answer is passed on, its JSON and its
+    paging headers."""
+
+    def __init__(self, upstream: str, swagger: Swagger) -> None:
+        self.swagger = swagger
+        self.violations: list[str] = []
+        self._client = httpx.Client(base_url=upstream, timeout=60)
+        self._server = LoopbackServer(self._forward)
+
+    @property
+    def url(self) -> str:
+        return self._server.url
+
+    def start(self) -> SpecProxy:
+        self._server.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.stop()
+        self._client.close()
+
+    def _forward(self, request: Request) -> tuple[int, Any, dict[str, str]]:
+        headers = {
+            k: v
+            for k, v in request.headers.items()
+            if k in ("authorization", "accept", "content-type")
+        }
+        answer = self._client.request(
+            request.method,
+            request.path,
+            params=request.query,
+            content=request.raw_body or None,
+            headers=headers,
+        )
+        try:
+            body = answer.json() if answer.content else None
+        except ValueError:  # a panic's stack trace, say: passed on as an empty answer
+            self.violations.append(
+                f"{request.method} {request.path}: HTTP {answer.status_code}, not JSON: "
+                + answer.text[:200]
+            )
+            return answer.status_code, None, {}
+        path = unquote(request.path).removeprefix(self.swagger.base_path)
+        if request.path.startswith(self.swagger.base_path + "/"):
+            try:
+                self.swagger.check_request(request.method, path, request.query, request.json())
+                self.swagger.check_answer(request.method, path, answer.status_code, body)
+            except SpecViolation as violation:
+                self.violations.append(str(violation))
+        kept = {
+            k: v
+            for k, v in answer.headers.items()
+            if k.lower().startswith("x-") or k.lower() == "link"
+        }
+        return answer.status_code, body, kept

@@ -718,7 +718,7 @@ def default_folder() -> Path:
 
 def main(argv: list[str]) -> int:
     # imported here: tests.live.gitea builds on this module
-    from .gitea import SCOPES, Gitea
+    from .gitea import SCOPES, USER, Gitea
     from .gitea import binary as gitea_binary
     from .gitea import version as gitea_version
 
@@ -750,8 +750,9 @@ def main(argv: list[str]) -> int:
         print(f"export KUBECONFIG={running.kubeconfig}")
         # a comment to the shell: what `make up` printed stays something to eval
         print(
-            f"# Gitea {gitea_version()} at {gitea.url}: a token ({', '.join(SCOPES)}) in "
-            f"{gitea.token_file}, the admin's password in {gitea.password_file}"
+            f"# Gitea {gitea_version()} at {gitea.url}: the token of {USER} (no site admin; "
+            f"{', '.join(SCOPES)}) in {gitea.token_file}, the admin's password in "
+            f"{gitea.password_file}"
         )
         return 0
     if command == "down":

@@ -3,9 +3,12 @@
 It needs no control plane: one ``gitea web`` with its SQLite database, its repositories
 and its log in one folder. Starting it is Gitea's own commands, as an operator runs them
 on a new host: ``gitea migrate`` makes the database, ``gitea admin user create`` its
-admin, ``gitea admin user generate-access-token`` the token fabrique is given, with the
-scopes the README asks for, then ``gitea web``; it is up once ``/api/v1/version``
-answers.
+admin and fabrique's user, ``gitea admin user generate-access-token`` the token fabrique
+is given, with the scopes the README asks for, then ``gitea web``; it is up once
+``/api/v1/version`` answers. fabrique's user is no site admin, as in production: Gitea
+shows the message of a 500 to a site admin only, and hides from nobody else a private
+repository. A test gives it its repositories by making their organization its own
+(``organization``).
 
 Built without ``bindata``, Gitea reads its templates, locales and public files from
 ``[server] STATIC_ROOT_PATH`` (``templates/``, ``options/``, ``public/`` under it, by
@@ -37,9 +40,10 @@ from .controlplane import ControlPlaneError
 
 GITEA_MODULE = "code.gitea.io/gitea"
 ADMIN = "fabrique-admin"
-# the README's token (Deploy with kubectl): it writes the write-back targets' repositories
-# and reads issues, which covers the pulls that Gitea's compare asks for
-SCOPES = ("write:repository", "read:issue")
+USER = "fabrique"  # the token's user; its email is no commit author's
+# the README's token (Deploy with kubectl): it writes the write-back targets' repositories,
+# and Gitea 1.27's compare asks for no more than reading their code
+SCOPES = ("write:repository",)
 
 
 def version() -> str:
@@ -78,7 +82,7 @@ class Gitea:
 
     @property
     def token_file(self) -> Path:
-        """The admin's token with the README's scopes (the one fabrique is given)."""
+        """fabrique's token: its user's, with the README's scopes."""
         return self.folder / "token"
 
     @property
@@ -101,6 +105,14 @@ class Gitea:
         """An API client as the site admin (basic auth): what fabrique's token may not
         do, such as making organizations and repositories."""
         return httpx.Client(base_url=f"{self.url}/api/v1", auth=(ADMIN, self.password), timeout=30)
+
+    def organization(self, name: str) -> str:
+        """The organization ``name``, owned by fabrique's user (made once)."""
+        with self.admin() as admin:
+            made = admin.post(f"/admin/users/{USER}/orgs", json={"username": name})
+        if made.status_code != 422:  # 422: it is there already
+            made.raise_for_status()
+        return name
 
     # -- state: what `make down` and a second `make up` read ------------------------------
 
@@ -160,11 +172,20 @@ class Gitea:
             "--must-change-password=false",
         )
         _secret(self.password_file, password)
+        self._gitea(
+            "admin",
+            "user",
+            "create",
+            f"--username={USER}",
+            "--random-password",
+            f"--email={USER}-user@example.invalid",
+            "--must-change-password=false",
+        )
         token = self._gitea(
             "admin",
             "user",
             "generate-access-token",
-            f"--username={ADMIN}",
+            f"--username={USER}",
             "--token-name=fabrique",
             f"--scopes={','.join(SCOPES)}",
             "--raw",
@@ -239,11 +260,20 @@ ENABLED = false
 ; the README's setting for the EventSource's Service; here the receivers are on loopback
 ALLOWED_HOST_LIST = loopback
 
+[migrations]
+; the mirror tests' source is a git daemon on loopback, which the default refuses
+ALLOW_LOCALNETWORKS = true
+
 [service]
 DISABLE_REGISTRATION = true
 
 [indexer]
 ISSUE_INDEXER_TYPE = db
+
+[queue]
+; in memory: a push is taken in (the repository no longer empty, the webhooks queued)
+; within a tenth of a second, where the on-disk queue polls for about a second
+TYPE = channel
 
 [actions]
 ENABLED = false

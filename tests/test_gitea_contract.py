@@ -1,0 +1,1000 @@
+"""One contract, two servers: fabrique's Gitea client, its write-back through the Contents
+API and its Gitea gestures against the double (``tests/doubles/gitea.py``) and against a
+real Gitea (``real_gitea``, ``tests/live/gitea.py``).
+
+Each test runs twice, ``[double]`` and ``[real]``, on repositories it makes for itself
+(uniquely named: one real Gitea serves the session), their history pushed with git as a
+developer pushes it. They read back through the server's API or through git, never
+through the double's dictionaries, so that the same assertions hold the double to the
+real server: where the two differ, the double is wrong, or fabrique read Gitea wrong.
+fabrique's traffic to the real Gitea passes a proxy that checks it against the swagger
+the double is held to (``SpecProxy``), so the checker is held to the real server too.
+
+The last test makes every call fabrique makes, and the errors it reads, on both servers
+at once and compares the answers field by field: the same status, fields, JSON types,
+error messages and paging headers. The real side is marked ``live``: without Go it
+skips, saying why (in CI it fails).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+import pytest
+import yaml
+
+from fabrique.clients.gitea import CommitStatus, FileContent, GiteaClient, Identity
+from fabrique.gestures import mirrors
+from fabrique.gestures.webhook import HOOK_NAME
+from fabrique.site.config import Mirror, load_site
+from fabrique.site.errors import GiteaError, StaleWrite, TargetError
+from fabrique.site.names import webhook_service_url
+from fabrique.site.retry import RetryPolicy
+
+from . import servers
+from .conftest import GITEA_TOKEN, run_cli, write_values
+from .doubles.gitea import GiteaDouble
+from .doubles.proxy import SpecProxy
+from .doubles.swagger import Swagger
+from .gitrepo import make_commit
+from .live.gitea import USER, Gitea
+
+ORG = "atlas"
+AUTHOR = Identity("fabrique", "fabrique@example.invalid")
+APP = "dataops/citation-dagster"
+TARGET = f"{APP}/deploy/overlays/prod/kustomization.yaml"
+KUSTOMIZATION = """\
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - ../../base
+"""
+SEED = {
+    f"{APP}/Dockerfile": "FROM scratch\nCOPY app.txt /\n",
+    f"{APP}/app.txt": "citation\n",
+    TARGET: KUSTOMIZATION,
+    "README.md": "atlas\n",
+}
+RETRY = RetryPolicy(attempts=2, base_delay=0.01)
+MAX_BLOB_SIZE = 10 * 1024 * 1024  # Gitea's [api] DEFAULT_MAX_BLOB_SIZE, on both servers
+HOOK_URL = webhook_service_url("fabrique")
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+class Clone:
+    """A working clone of one repository of a server: what it commits is pushed at once."""
+
+    def __init__(self, slug: str, work: Path, origin: str, env: dict[str, str]) -> None:
+        self.slug = slug
+        self.work = work
+        self.env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", **env}
+        subprocess.run(["git", "init", "-q", "-b", "main", str(work)], check=True)
+        self.git("remote", "add", "origin", origin)
+
+    def git(self, *args: str, input_text: str | None = None, strip: bool = True) -> str:
+        ident = ["-c", "user.name=seed", "-c", "user.email=seed@example.invalid"]
+        out = subprocess.run(
+            ["git", "-C", str(self.work), *ident, *args],
+            input=input_text,
+            capture_output=True,
+            text=True,
+            env=self.env,
+            check=True,
+        ).stdout
+        return out.strip() if strip else out
+
+    def pull(self) -> None:
+        self.git("pull", "-q", "--ff-only", "origin", "main")
+
+    def commit(
+        self,
+        files: dict[str, str],
+        message: str = "change",
+        *,
+        remove: tuple[str, ...] = (),
+        links: dict[str, str] | None = None,
+    ) -> str:
+        """Commit ``files`` (and remove, and symlink) on top of the server's main; pushed."""
+        if self.git("ls-remote", "origin", "refs/heads/main"):
+            self.pull()
+        for path in remove:
+            (self.work / path).unlink()
+        for path, target in (links or {}).items():
+            os.symlink(target, self.work / path)
+        sha = make_commit(self.work, files, message)
+        self.git("push", "-q", "origin", "HEAD:main")
+        return sha
+
+    def commits(self, count: int, path: str) -> list[str]:
+        """``count`` commits each changing ``path``, pushed at once; their shas, oldest first."""
+        self.pull()
+        made = [make_commit(self.work, {path: f"v{n}\n"}, f"v{n}") for n in range(count)]
+        self.git("push", "-q", "origin", "HEAD:main")
+        return made
+
+    def merge(self, ours: dict[str, str], theirs: dict[str, str]) -> tuple[str, str, str]:
+        """A merge commit on main of a side branch that commits ``theirs``, main having
+        committed ``ours`` meanwhile: (ours, theirs, merge), pushed."""
+        self.pull()
+        self.git("checkout", "-q", "-b", "side")
+        side = make_commit(self.work, theirs, "their side")
+        self.git("checkout", "-q", "main")
+        main = make_commit(self.work, ours, "our side")
+        self.git("merge", "-q", "--no-ff", "--no-edit", "side")
+        self.git("branch", "-q", "-D", "side")
+        self.git("push", "-q", "origin", "HEAD:main")
+        return main, side, self.head()
+
+    def orphan(self, files: dict[str, str], branch: str = "orphan") -> str:
+        """A commit sharing no history with main, pushed as ``branch``."""
+        entries = "".join(
+            f"100644 blob {self.git('hash-object', '-w', '--stdin', input_text=text)}\t{path}\n"
+            for path, text in files.items()
+        )
+        tree = self.git("mktree", input_text=entries)
+        sha = self.git("commit-tree", tree, "-m", "another history")
+        self.git("push", "-q", "origin", f"{sha}:refs/heads/{branch}")
+        return sha
+
+    def head(self) -> str:
+        return self.git("rev-parse", "HEAD")
+
+    def remote_head(self, branch: str = "main") -> str:
+        return self.git("ls-remote", "origin", f"refs/heads/{branch}").split()[0]
+
+    def show(self, path: str) -> str:
+        """``path`` at the server's main."""
+        self.git("fetch", "-q", "origin", "main")
+        return self.git("show", f"FETCH_HEAD:{path}", strip=False)
+
+    def blob(self, path: str) -> str:
+        self.git("fetch", "-q", "origin", "main")
+        return self.git("rev-parse", f"FETCH_HEAD:{path}")
+
+
+class Server(Protocol):
+    """A Gitea that fabrique is pointed at, and what a test sets up on it."""
+
+    name: str
+    url: str  # what fabrique is given
+    token: str  # fabrique's token: the README's scopes
+
+    def repo(self, files: dict[str, str]) -> Clone:
+        """A new private repository of the organization, ``files`` its first commit."""
+
+    def token_with(self, *scopes: str) -> str:
+        """A new token of fabrique's user, with only ``scopes``."""
+
+    def outsider(self) -> str:
+        """The token of a user who is no member of the organization."""
+
+    def git_url(self) -> AbstractContextManager[str]:
+        """Where the git transport finds the repositories (``writeback.gitUrl``)."""
+
+
+class DoubleServer:
+    name = "double"
+
+    def __init__(self, double: GiteaDouble, root: Path) -> None:
+        self.double = double
+        self.root = root
+        self.url = double.url
+        self.token = GITEA_TOKEN
+
+    def repo(self, files: dict[str, str]) -> Clone:
+        slug = f"{ORG}/{unique('app')}"
+        bare = self.root / f"{slug}.git"
+        bare.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
+        self.double.add_repo(slug, bare)
+        clone = Clone(slug, self.root / "work" / slug, str(bare), {})
+        clone.commit(files, "seed")
+        return clone
+
+    def token_with(self, *scopes: str) -> str:
+        return self.double.add_token(scopes)
+
+    def outsider(self) -> str:
+        return self.double.add_token(["write:repository"], member=False)
+
+    @contextmanager
+    def git_url(self) -> Iterator[str]:
+        """The double serves no git: a git daemon serves its bare repositories."""
+        with servers.git_daemon(self.root) as daemon:
+            yield daemon.url("")[:-1]
+
+
+class RealServer:
+    name = "real"
+
+    def __init__(self, gitea: Gitea, proxy: SpecProxy, root: Path) -> None:
+        self.gitea = gitea
+        self.root = root
+        self.url = proxy.url
+        self.token = gitea.token
+        gitea.organization(ORG)
+
+    def repo(self, files: dict[str, str]) -> Clone:
+        slug = f"{ORG}/{unique('app')}"
+        with self.gitea.admin() as admin:
+            made = admin.post(
+                f"/admin/users/{ORG}/repos",
+                json={"name": slug.split("/")[1], "default_branch": "main", "private": True},
+            )
+        assert made.status_code == 201, made.text
+        # the token reaches git as fabrique's git transport passes it: never in argv
+        env = {
+            "GIT_CONFIG_COUNT": "1",
+            "GIT_CONFIG_KEY_0": "http.extraHeader",
+            "GIT_CONFIG_VALUE_0": f"Authorization: token {self.token}",
+        }
+        clone = Clone(slug, self.root / "work" / slug, f"{self.gitea.url}/{slug}.git", env)
+        clone.commit(files, "seed")
+        self._settled(slug)
+        return clone
+
+    def _settled(self, slug: str) -> None:
+        """Wait until Gitea has taken in the first push. Its hook records the branch
+        at once, but the repository stays marked empty a moment longer, and an API call in
+        between finds the branch with no git repository opened: Gitea 1.27.3 panics (500)."""
+        deadline = time.monotonic() + 30
+        with self.gitea.admin() as admin:
+            while admin.get(f"/repos/{slug}").json().get("empty") is not False:
+                assert time.monotonic() < deadline, f"{slug}: still empty 30 s after a push"
+                time.sleep(0.02)
+
+    def token_with(self, *scopes: str) -> str:
+        return self._token(USER, scopes)
+
+    @contextmanager
+    def git_url(self) -> Iterator[str]:
+        """Gitea's own smart HTTP, with the token as fabrique's git transport sends it."""
+        yield self.gitea.url
+
+    def outsider(self) -> str:
+        name = unique("outsider")
+        with self.gitea.admin() as admin:
+            made = admin.post(
+                "/admin/users",
+                json={
+                    "username": name,
+                    "email": f"{name}@example.invalid",
+                    "password": uuid.uuid4().hex,
+                    "must_change_password": False,
+                },
+            )
+        assert made.status_code == 201, made.text
+        return self._token(name, ("write:repository",))
+
+    def _token(self, user: str, scopes: tuple[str, ...]) -> str:
+        """A new token of ``user``, made by the site admin for it."""
+        with self.gitea.admin() as admin:
+            made = admin.post(
+                f"/users/{user}/tokens", json={"name": unique("token"), "scopes": list(scopes)}
+            )
+        assert made.status_code == 201, made.text
+        return str(made.json()["sha1"])
+
+
+@pytest.fixture(params=["double", pytest.param("real", marks=pytest.mark.live)])
+def server(
+    request: pytest.FixtureRequest, gitea_swagger: Swagger, tmp_path: Path
+) -> Iterator[Server]:
+    if request.param == "double":
+        double = GiteaDouble(gitea_swagger, {}, token=GITEA_TOKEN).start()
+        try:
+            yield DoubleServer(double, tmp_path / "srv")
+        finally:
+            double.stop()
+        assert double.violations == [], "the Gitea double saw traffic outside Gitea's spec"
+        return
+    real: Gitea = request.getfixturevalue("real_gitea")
+    proxy = SpecProxy(real.url, gitea_swagger).start()
+    try:
+        yield RealServer(real, proxy, tmp_path / "srv")
+    finally:
+        proxy.stop()
+    assert proxy.violations == [], "Gitea answered fabrique outside the swagger the double keeps"
+
+
+@pytest.fixture()
+def client(server: Server) -> Iterator[GiteaClient]:
+    with GiteaClient(server.url, server.token, retry=RETRY) as opened:
+        yield opened
+
+
+def api(server: Server, token: str | None = None, scheme: str = "token") -> httpx.Client:
+    """The server's API as a person calls it (a hand edit, a raw answer to look at)."""
+    return httpx.Client(
+        base_url=f"{server.url}/api/v1",
+        headers={"Authorization": f"{scheme} {token or server.token}"},
+        timeout=30,
+    )
+
+
+# -- reads ---------------------------------------------------------------------------------
+
+
+def test_the_branch_head_and_a_file_read_as_git_has_them(
+    server: Server, client: GiteaClient
+) -> None:
+    repo = server.repo(SEED)
+    assert client.branch_head(repo.slug, "main") == repo.head()
+    found = client.get_file(repo.slug, TARGET, "main")
+    assert found == FileContent(TARGET, KUSTOMIZATION, repo.blob(TARGET))
+    assert client.get_file(repo.slug, f"{APP}/missing.yaml", "main") is None
+    with pytest.raises(GiteaError, match=r"branch 'gone' of .*: not found in Gitea"):
+        client.get_file(repo.slug, TARGET, "gone")
+    with pytest.raises(GiteaError, match="not found in Gitea"):
+        client.branch_head(repo.slug, "gone")
+
+
+@pytest.mark.parametrize(("path", "kind"), [(APP, "directory"), ("link.yaml", "symlink")])
+def test_a_target_that_is_no_file_is_named_as_gitea_shows_it(
+    server: Server, client: GiteaClient, path: str, kind: str
+) -> None:
+    repo = server.repo(SEED)
+    repo.commit({}, "a symlink", links={"link.yaml": "README.md"})
+    with pytest.raises(TargetError, match=f"is a {kind}, not a file"):
+        client.get_file(repo.slug, path, "main")
+
+
+def test_a_file_above_the_max_blob_size_is_refused_by_name(
+    server: Server, client: GiteaClient
+) -> None:
+    repo = server.repo({**SEED, "big.yaml": "#" * (MAX_BLOB_SIZE + 1)})
+    with pytest.raises(TargetError, match=f"{MAX_BLOB_SIZE + 1} bytes, more than Gitea sends"):
+        client.get_file(repo.slug, "big.yaml", "main")
+
+
+# -- writes --------------------------------------------------------------------------------
+
+
+def test_a_file_is_created_then_updated_and_a_stale_write_is_stale(
+    server: Server, client: GiteaClient
+) -> None:
+    repo = server.repo(SEED)
+    created = client.create_file(repo.slug, "deploy/k.yaml", "main", "images: []\n", "add", AUTHOR)
+    assert created == repo.remote_head()
+    read = client.get_file(repo.slug, "deploy/k.yaml", "main")
+    assert read is not None and read.text == "images: []\n"
+    updated = client.update_file(repo.slug, "main", read, "images: [a]\n", "pin", AUTHOR)
+    assert updated == repo.remote_head() and repo.show("deploy/k.yaml") == "images: [a]\n"
+    assert repo.git("log", "-1", "--format=%an <%ae> %s", updated) == (
+        "fabrique <fabrique@example.invalid> pin"
+    )
+    with pytest.raises(StaleWrite, match=r"changed since it was read \(HTTP 422\)"):
+        client.update_file(repo.slug, "main", read, "images: [b]\n", "pin", AUTHOR)
+    with pytest.raises(StaleWrite, match=r"changed since it was read \(HTTP 422\)"):
+        client.create_file(repo.slug, "deploy/k.yaml", "main", "images: []\n", "add", AUTHOR)
+    assert repo.remote_head() == updated
+
+
+def test_a_file_deleted_since_it_was_read_is_a_stale_write(
+    server: Server, client: GiteaClient
+) -> None:
+    repo = server.repo(SEED)
+    read = client.get_file(repo.slug, TARGET, "main")
+    assert read is not None
+    repo.commit({}, "deleted meanwhile", remove=(TARGET,))
+    with pytest.raises(StaleWrite, match=r"gone since it was read \(HTTP 404\)"):
+        client.update_file(repo.slug, "main", read, "images: [x]\n", "pin", AUTHOR)
+
+
+@pytest.mark.parametrize(
+    ("path", "reason"),
+    [
+        (APP, f"a directory exists where you\u2019re trying to create a file [path: {APP}]"),
+        ("README.md/k.yaml", "a file exists where you\u2019re trying to create a subdirectory"),
+    ],
+)
+def test_a_path_gitea_cannot_write_is_refused_with_its_reason(
+    server: Server, client: GiteaClient, path: str, reason: str
+) -> None:
+    repo = server.repo(SEED)
+    with pytest.raises(TargetError, match=r"Gitea refused the write \(HTTP 422\)") as refused:
+        client.create_file(repo.slug, path, "main", "images: []\n", "add", AUTHOR)
+    assert reason in str(refused.value)
+    assert repo.remote_head() == repo.head()
+
+
+def test_a_write_to_a_missing_branch_is_named(server: Server, client: GiteaClient) -> None:
+    repo = server.repo(SEED)
+    with pytest.raises(GiteaError, match="branch or repository not found"):
+        client.create_file(repo.slug, "new.yaml", "gone", "a: 1\n", "add", AUTHOR)
+
+
+# -- history -------------------------------------------------------------------------------
+
+
+def test_commits_by_path_come_in_pages_of_50_with_gitea_s_headers(
+    server: Server, client: GiteaClient
+) -> None:
+    repo = server.repo(SEED)
+    first = repo.head()
+    made = repo.commits(60, f"{APP}/app.txt")
+    repo.commit({"README.md": "elsewhere\n"})
+    query = {"sha": "main", "path": APP, "limit": "50", "files": "true", "stat": "false"}
+    with api(server) as raw:
+        page = raw.get(f"/repos/{repo.slug}/commits", params=query)
+        last = raw.get(f"/repos/{repo.slug}/commits", params={**query, "page": "2"})
+        nowhere = raw.get(f"/repos/{repo.slug}/commits", params={**query, "path": "nowhere"})
+        none_since = raw.get(f"/repos/{repo.slug}/commits", params={**query, "not": repo.head()})
+    assert len(page.json()) == 50
+    assert page.headers["X-Total-Count"] == "61"
+    assert (page.headers["X-Page"], page.headers["X-PerPage"]) == ("1", "50")
+    assert (page.headers["X-PageCount"], page.headers["X-HasMore"]) == ("2", "true")
+    assert 'rel="next"' in page.headers["Link"] and "page=2" in page.headers["Link"]
+    assert len(last.json()) == 11 and last.headers["X-HasMore"] == "false"
+    assert 'rel="prev"' in last.headers["Link"]
+    assert nowhere.status_code == 404, "no commit touches the path"
+    assert none_since.status_code == 404, "none since the head"
+    listed = [sha for sha, _ in client.commits_touching(repo.slug, APP, start="main")]
+    assert listed == [*reversed(made), first], "every page read, newest first"
+    assert client.last_change(repo.slug, "main", "nowhere", frozenset()) is None
+    assert client.files_changed(repo.slug, made[-1], repo.head(), APP) == []
+    assert client.files_changed(repo.slug, made[0], made[1], APP) == [f"{APP}/app.txt"]
+
+
+def test_a_missing_start_of_a_listing_is_an_error_not_no_change(
+    server: Server, client: GiteaClient
+) -> None:
+    repo = server.repo(SEED)
+    # with `path`, Gitea hands the revision to git, which fails: a 500, not "no change"
+    with pytest.raises(GiteaError, match="HTTP 500"):
+        client.files_changed(repo.slug, repo.head(), "f" * 40, APP)
+    with pytest.raises(GiteaError, match="HTTP 500"):
+        client.last_change(repo.slug, "gone", APP, frozenset())
+
+
+def test_a_merge_s_files_are_those_it_changed_against_its_first_parent(
+    server: Server, client: GiteaClient
+) -> None:
+    """A merge that brings in only the deployed file (ignored) is no change of the app;
+    the commit of main before it, which changed the app's code, is."""
+    repo = server.repo(SEED)
+    since = repo.head()
+    ours, theirs, merge = repo.merge({f"{APP}/app.txt": "ours\n"}, {TARGET: "images: []\n"})
+    assert client.last_change(repo.slug, "main", APP, frozenset({TARGET})) == ours
+    assert client.last_change(repo.slug, "main", APP, frozenset()) == merge
+    listed = dict(client.commits_touching(repo.slug, APP, start="main"))
+    assert listed[merge] == [TARGET] and listed[ours] == [f"{APP}/app.txt"]
+    commits = client.commits_since(repo.slug, merge, since)
+    assert commits is not None
+    assert (commits[0].sha, commits[0].parents) == (merge, (ours, theirs))
+    assert {c.sha for c in commits} == {merge, ours, theirs}
+
+
+def test_compare_orders_commits_and_fails_closed_on_unrelated_histories(
+    server: Server, client: GiteaClient
+) -> None:
+    repo = server.repo(SEED)
+    older = repo.head()
+    newer = repo.commit({"README.md": "next\n"})
+    assert client.is_ancestor(repo.slug, older, newer) is True
+    assert client.is_ancestor(repo.slug, newer, older) is False
+    assert client.is_ancestor(repo.slug, newer, newer) is True
+    orphan = repo.orphan({"README.md": "another history\n"})
+    with api(server) as raw:
+        # GetCompareInfo: no merge base, no commit listed, and 200 all the same
+        unrelated = raw.get(f"/repos/{repo.slug}/compare/{newer}...{orphan}")
+    assert unrelated.status_code == 200
+    assert unrelated.json()["total_commits"] == 0
+    assert client.is_ancestor(repo.slug, orphan, newer) is False
+    assert client.is_ancestor(repo.slug, newer, orphan) is False
+
+
+def test_a_commit_resolves_by_its_short_sha_and_a_name_that_is_none_is_none(
+    server: Server, client: GiteaClient
+) -> None:
+    repo = server.repo(SEED)
+    head = repo.head()
+    assert client.resolve_commit(repo.slug, head[:12]) == head
+    assert client.resolve_commit(repo.slug, "main") == head
+    assert client.resolve_commit(repo.slug, "1.4.2") is None
+    assert client.resolve_commit(repo.slug, "f" * 40) is None
+    with api(server) as raw:
+        answer = raw.get(f"/repos/{repo.slug}/git/commits/not-a-branch")
+    assert answer.status_code == 404
+    assert answer.json()["message"] == "commit doesn't exist: not-a-branch"
+
+
+# -- commit statuses -----------------------------------------------------------------------
+
+
+def test_statuses_are_posted_and_the_latest_of_each_context_read_back(
+    server: Server, client: GiteaClient
+) -> None:
+    repo = server.repo(SEED)
+    head = repo.head()
+    assert client.latest_statuses(repo.slug, head) == {}
+    with api(server) as raw:
+        none = raw.get(f"/repos/{repo.slug}/commits/{head}/status").json()
+    assert (none["state"], none["total_count"]) == ("pending", 0)
+    assert not none["statuses"]
+    build = "fabrique/build"
+    client.create_status(repo.slug, head, CommitStatus(build, "pending", "building"))
+    done = CommitStatus(build, "success", "built", "http://argo.invalid/workflows/x")
+    client.create_status(repo.slug, head, done)
+    deploy = CommitStatus("fabrique/deploy", "failure", "write-back refused")
+    client.create_status(repo.slug, head, deploy)
+    assert client.latest_statuses(repo.slug, head) == {build: done, deploy.context: deploy}
+    with api(server) as raw:
+        combined = raw.get(f"/repos/{repo.slug}/commits/{head}/status").json()
+        every = raw.get(f"/repos/{repo.slug}/commits/{head}/statuses").json()
+    assert (combined["state"], combined["total_count"]) == ("failure", 2)
+    assert len(every) == 3
+    # Gitea answers 500 to a status on a commit it cannot find: not a failure to retry
+    with pytest.raises(GiteaError, match="commit not found in Gitea") as missing:
+        client.create_status(repo.slug, "f" * 40, CommitStatus(build, "pending"))
+    assert not missing.value.transient
+
+
+# -- webhook #2 ----------------------------------------------------------------------------
+
+
+def _seed_webhook(server: Server, repo: str, tmp_path: Path, *args: str, token: str) -> str:
+    values = write_values(
+        tmp_path / "site.yaml", **{"gitea.url": server.url, "gitea.codeRepo": repo}
+    )
+    env = {"FABRIQUE_GITEA_TOKEN": server.token, "FABRIQUE_WEBHOOK_TOKEN": token}
+    result = run_cli("--values", str(values), "seed-webhook", *args, env=env)
+    assert result.exit_code == 0, result.stderr
+    for secret in env.values():
+        assert secret not in result.stdout + result.stderr
+    return result.stdout.strip()
+
+
+def _hooks(server: Server, repo: str) -> list[dict[str, Any]]:
+    with api(server) as raw:
+        answer = raw.get(f"/repos/{repo}/hooks")
+    assert answer.status_code == 200, answer.text
+    return list(answer.json())
+
+
+def test_seed_webhook_creates_then_changes_nothing(server: Server, tmp_path: Path) -> None:
+    repo = server.repo(SEED)
+    created = _seed_webhook(server, repo.slug, tmp_path, token="bearer-1a2b")
+    assert created.startswith("created: webhook #")
+    (hook,) = _hooks(server, repo.slug)
+    assert created == f"created: webhook #{hook['id']} ({HOOK_URL}, push on main)"
+    assert hook["type"] == "gitea" and hook["name"].startswith(HOOK_NAME)
+    assert hook["config"] == {"url": HOOK_URL, "content_type": "json"}
+    assert (hook["events"], hook["branch_filter"], hook["active"]) == (["push"], "main", True)
+    # Gitea never shows the header it stores, nor anything else that holds the token
+    assert hook["authorization_header"] == ""
+    assert "bearer-1a2b" not in str(hook)
+    again = _seed_webhook(server, repo.slug, tmp_path, token="bearer-1a2b")
+    assert again == f"unchanged: webhook #{hook['id']}"
+    assert _hooks(server, repo.slug) == [hook]
+
+
+def test_seed_webhook_repairs_a_hook_edited_by_hand(server: Server, tmp_path: Path) -> None:
+    repo = server.repo(SEED)
+    _seed_webhook(server, repo.slug, tmp_path, token="bearer-1a2b")
+    (hook,) = _hooks(server, repo.slug)
+    with api(server) as raw:  # the settings page sends every field; the API may not
+        edited = raw.patch(
+            f"/repos/{repo.slug}/hooks/{hook['id']}",
+            json={"events": ["push", "create"], "branch_filter": "main", "active": False},
+        )
+    assert edited.status_code == 200, edited.text
+    repaired = _seed_webhook(server, repo.slug, tmp_path, token="bearer-1a2b")
+    (new,) = _hooks(server, repo.slug)
+    assert repaired == (
+        f"repaired: webhook #{new['id']} (events, active; recreated, #{hook['id']} removed)"
+    )
+    assert (new["events"], new["active"]) == (["push"], True)
+    assert _seed_webhook(server, repo.slug, tmp_path, token="bearer-1a2b") == (
+        f"unchanged: webhook #{new['id']}"
+    )
+
+
+def test_seed_webhook_applies_a_new_token_and_rotate_rewrites_it(
+    server: Server, tmp_path: Path
+) -> None:
+    repo = server.repo(SEED)
+    _seed_webhook(server, repo.slug, tmp_path, token="bearer-1a2b")
+    (first,) = _hooks(server, repo.slug)
+    # the Secret holds a new token: the hook is found to carry another one
+    changed = _seed_webhook(server, repo.slug, tmp_path, token="bearer-3c4d")
+    (second,) = _hooks(server, repo.slug)
+    assert changed == (
+        f"repaired: webhook #{second['id']} (authorization_header; recreated, "
+        f"#{first['id']} removed)"
+    )
+    assert _seed_webhook(server, repo.slug, tmp_path, token="bearer-3c4d") == (
+        f"unchanged: webhook #{second['id']}"
+    )
+    rotated = _seed_webhook(server, repo.slug, tmp_path, "--rotate", token="bearer-3c4d")
+    (third,) = _hooks(server, repo.slug)
+    assert rotated == (
+        f"repaired: webhook #{third['id']} (token rotated; recreated, #{second['id']} removed)"
+    )
+    assert "bearer-3c4d" not in str(_hooks(server, repo.slug))
+
+
+def test_seed_webhook_removes_duplicates_and_leaves_other_hooks(
+    server: Server, tmp_path: Path
+) -> None:
+    repo = server.repo(SEED)
+    _seed_webhook(server, repo.slug, tmp_path, token="bearer-1a2b")
+    (hook,) = _hooks(server, repo.slug)
+    with api(server) as raw:
+        body = {"type": "gitea", "config": {"url": HOOK_URL, "content_type": "json"}}
+        twin = raw.post(f"/repos/{repo.slug}/hooks", json=body).json()
+        other = {
+            "type": "gitea",
+            "config": {"url": "http://argocd.invalid/hook", "content_type": "json"},
+        }
+        argocd = raw.post(f"/repos/{repo.slug}/hooks", json=other).json()
+    result = _seed_webhook(server, repo.slug, tmp_path, token="bearer-1a2b")
+    assert result.splitlines() == [
+        f"unchanged: webhook #{hook['id']}",
+        f"removed: webhook #{twin['id']} (a duplicate pointing at the same URL)",
+    ]
+    assert sorted(h["id"] for h in _hooks(server, repo.slug)) == [hook["id"], argocd["id"]]
+
+
+# -- mirrors -------------------------------------------------------------------------------
+
+
+def test_a_mirror_is_created_left_unchanged_repaired_and_synced(
+    server: Server, client: GiteaClient, tmp_path: Path
+) -> None:
+    """``fabrique mirror`` takes only https:// sources (GitHub); the gesture itself runs
+    here on a git daemon's, which Gitea clones from loopback as it would from GitHub."""
+    upstream = tmp_path / "upstream"
+    init = ["git", "init", "-q", "--bare", "-b", "main"]
+    subprocess.run([*init, str(upstream / "cluster.git")], check=True)
+    source = Clone("upstream", tmp_path / "upstream-work", str(upstream / "cluster.git"), {})
+    source.commit({"README.md": "cluster\n"})
+    slug = f"{ORG}/{unique('mirror')}"
+    site = load_site(env={})
+    with servers.git_daemon(upstream) as daemon:
+        mirror = Mirror.model_construct(repo=slug, source=daemon.url("cluster.git"), interval="10m")
+        created = mirrors.ensure(site, client, mirror, dry_run=False)
+        assert created.line() == (
+            f"created: {slug} (pull mirror of {daemon.url('cluster.git')} every 10m)"
+        )
+        assert mirrors.ensure(site, client, mirror, dry_run=False).line() == f"unchanged: {slug}"
+        with api(server) as raw:
+            shown = raw.get(f"/repos/{slug}").json()
+            edited = raw.patch(f"/repos/{slug}", json={"mirror_interval": "8h"})
+        assert (shown["mirror"], shown["private"], shown["mirror_interval"]) == (
+            True,
+            True,
+            "10m0s",
+        )
+        assert shown["original_url"] == daemon.url("cluster.git")
+        assert edited.status_code == 200, edited.text
+        repaired = mirrors.ensure(site, client, mirror, dry_run=False)
+        assert repaired.line() == f"repaired: {slug} (interval 8h0m0s -> 10m)"
+        assert mirrors.ensure(site, client, mirror, dry_run=False).line() == f"unchanged: {slug}"
+        assert mirrors.sync(client, mirror).line() == f"synced: {slug}"
+
+
+# -- tokens --------------------------------------------------------------------------------
+
+
+def test_a_token_without_the_scope_is_named_with_the_scope_it_lacks(
+    server: Server,
+) -> None:
+    repo = server.repo(SEED)
+    token = server.token_with("read:repository")
+    with GiteaClient(server.url, token, retry=RETRY) as reader:
+        assert reader.branch_head(repo.slug, "main") == repo.head()
+        with pytest.raises(GiteaError) as refused:
+            reader.create_file(repo.slug, "new.yaml", "main", "a: 1\n", "add", AUTHOR)
+    assert "lacks the scope write:repository (HTTP 403)" in str(refused.value)
+    assert "(it has read:repository)" in str(refused.value)
+    assert token not in str(refused.value)
+
+
+def test_a_bearer_token_is_a_token(server: Server) -> None:
+    repo = server.repo(SEED)
+    for scheme in ("token", "Bearer", "bearer"):
+        with api(server, scheme=scheme) as raw:
+            answer = raw.get(f"/repos/{repo.slug}/branches/main")
+        assert answer.status_code == 200, scheme
+        assert answer.json()["commit"]["id"] == repo.head()
+
+
+def test_the_readme_s_scopes_compare(server: Server, client: GiteaClient) -> None:
+    """The README asks for write:repository only: compare, which reads the code, needs
+    no other scope."""
+    repo = server.repo(SEED)
+    older = repo.head()
+    newer = repo.commit({"README.md": "next\n"})
+    token = server.token_with("write:repository")
+    with GiteaClient(server.url, token, retry=RETRY) as writer:
+        assert writer.is_ancestor(repo.slug, older, newer) is True
+
+
+def test_a_private_repository_the_user_cannot_see_is_a_404_that_says_so(
+    server: Server,
+) -> None:
+    repo = server.repo(SEED)
+    with GiteaClient(server.url, server.outsider(), retry=RETRY) as outsider:
+        with pytest.raises(GiteaError, match="private repository that the token's user may not"):
+            outsider.branch_head(repo.slug, "main")
+        assert outsider.get_repo(repo.slug) is None
+    with GiteaClient(server.url, None, retry=RETRY) as anonymous:
+        with pytest.raises(GiteaError, match="HTTP 404 to a request without a token; set FABRI"):
+            anonymous.get_file(repo.slug, TARGET, "main")
+
+
+# -- the write-back, end to end ------------------------------------------------------------
+
+DIGEST_A = "sha256:" + "a" * 64
+DIGEST_B = "sha256:" + "b" * 64
+
+
+@pytest.mark.parametrize("transport", ["gitea", "git"])
+def test_writeback_writes_then_is_unchanged_and_never_rolls_back(
+    server: Server, tmp_path: Path, transport: str
+) -> None:
+    """Through either transport: the Contents API, or git (fetch, commit, push)."""
+    repo = server.repo(SEED)
+    app = {
+        "name": "citation",
+        "image": "citation-dagster",
+        "context": APP,
+        "writeback": {"kind": "kustomize-images", "repo": repo.slug, "path": TARGET},
+    }
+    settings: dict[str, Any] = {"gitea.url": server.url, "gitea.codeRepo": repo.slug}
+    settings |= {"apps": [app], "writeback.transport": transport}
+    with server.git_url() as git_url:
+        values = write_values(tmp_path / "site.yaml", **settings, **{"writeback.gitUrl": git_url})
+        _writes_then_supersedes(server, repo, values)
+
+
+def _writes_then_supersedes(server: Server, repo: Clone, values: Path) -> None:
+    def writeback(revision: str, digest: str) -> str:
+        result = run_cli(
+            *("--values", str(values), "writeback", "--app", "citation"),
+            *("--revision", revision, "--digest", digest),
+            env={"FABRIQUE_GITEA_TOKEN": server.token},
+        )
+        assert result.exit_code == 0, result.stderr
+        return result.stdout
+
+    older = repo.commit({f"{APP}/app.txt": "v1\n"})
+    newer = repo.commit({f"{APP}/app.txt": "v2\n"})
+    assert writeback(newer, DIGEST_B).startswith("changed:")
+    images = yaml.safe_load(repo.show(TARGET))["images"]
+    assert images == [
+        {
+            "name": "citation-dagster",
+            "newName": "registry:80/citation-dagster",
+            "newTag": newer[:12],
+            "digest": DIGEST_B,
+        }
+    ]
+    assert writeback(newer, DIGEST_B).startswith("unchanged:")
+    late = writeback(older, DIGEST_A)
+    assert late.startswith("superseded:"), late
+    assert yaml.safe_load(repo.show(TARGET))["images"] == images
+
+
+def test_a_file_reads_back_as_the_utf_8_text_git_stores(
+    server: Server, client: GiteaClient
+) -> None:
+    text = "name: caf\u00e9 \u2014 \u00fcber\n"
+    repo = server.repo({**SEED, "unicode.yaml": text})
+    found = client.get_file(repo.slug, "unicode.yaml", "main")
+    assert found == FileContent("unicode.yaml", text, repo.blob("unicode.yaml"))
+    with api(server) as raw:
+        answer = raw.get(f"/repos/{repo.slug}/contents/unicode.yaml", params={"ref": "main"})
+    assert base64.b64decode(answer.json()["content"]) == text.encode()
+
+
+# -- the shape of every answer -------------------------------------------------------------
+
+HEX = re.compile(r"\b[0-9a-f]{7,64}\b")
+NUMBER = re.compile(r"\b\d+\b")  # an id
+DECIDED = ("type", "state", "total_count", "total_commits", "mirror", "mirror_interval", "empty")
+
+
+def shape(value: Any) -> Any:
+    """A JSON value with its scalars replaced by their type: what must agree."""
+    if isinstance(value, dict):
+        return {key: shape(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [shape(value[0])] if value else []
+    return {bool: "boolean", int: "integer", float: "number", str: "string"}.get(
+        type(value), "null"
+    )
+
+
+def shape_differences(double: Any, real: Any, where: str) -> list[str]:
+    if isinstance(double, dict) and isinstance(real, dict):
+        found = []
+        for key in sorted(set(double) | set(real)):
+            path = f"{where}.{key}"
+            if key not in real:
+                found.append(f"{path}: the double sends it, Gitea does not")
+            elif key not in double:
+                found.append(f"{path}: Gitea sends it ({real[key]}), the double does not")
+            else:
+                found += shape_differences(double[key], real[key], path)
+        return found
+    if isinstance(double, list) and isinstance(real, list) and double and real:
+        return shape_differences(double[0], real[0], f"{where}[0]")
+    return [] if double == real else [f"{where}: Gitea sends {real}, the double {double}"]
+
+
+def exchanges(server: Server, tmp_path: Path) -> dict[str, Any]:
+    """The answers to every call fabrique makes, and to the errors it reads, on a new
+    repository: (status, shape, the message of an error with its ids masked, paging)."""
+    repo = server.repo(SEED)
+    first = repo.head()
+    repo.commit({}, "a symlink", links={"link.yaml": "README.md"})
+    head = repo.commit({f"{APP}/app.txt": "v2\n"})
+    orphan = repo.orphan({"README.md": "another history\n"})
+    blob = repo.blob(TARGET)
+    person = {"name": AUTHOR.name, "email": AUTHOR.email}
+    write = {"branch": "main", "content": base64.b64encode(b"images: []\n").decode()}
+    write |= {"message": "m", "author": person, "committer": person}
+    hook = {
+        "type": "gitea",
+        "name": HOOK_NAME,
+        "config": {"url": HOOK_URL, "content_type": "json", "http_method": "post"},
+        "events": ["push"],
+        "branch_filter": "main",
+        "authorization_header": "Bearer shape-5a6b",
+        "active": True,
+    }
+    listing = {"sha": "main", "limit": "50", "files": "true", "stat": "false"}
+    listing["verification"] = "false"
+    one = {"stat": "false", "verification": "false", "files": "false"}
+    upstream = tmp_path / f"upstream-{server.name}"
+    init = ["git", "init", "-q", "--bare", "-b", "main"]
+    subprocess.run([*init, str(upstream / "up.git")], check=True)
+    Clone("up", upstream / "work", str(upstream / "up.git"), {}).commit({"README.md": "up\n"})
+    r, m = f"/repos/{repo.slug}", f"/repos/{ORG}/{unique('mirror')}"
+    found: dict[str, Any] = {}
+    with servers.git_daemon(upstream) as daemon, api(server) as raw:
+        source = daemon.url("up.git")
+        migrate = {"clone_addr": source, "repo_owner": ORG, "repo_name": m.split("/")[-1]}
+        migrate |= {"mirror": True, "mirror_interval": "10m", "private": True, "service": "git"}
+        short = {**migrate, "repo_name": unique("short"), "mirror_interval": "1m"}
+
+        def call(name: str, method: str, url: str, **kwargs: Any) -> None:
+            found[name] = _exchange(raw.request(method, url, **kwargs), repo.slug)
+
+        call("branch", "GET", f"{r}/branches/main")
+        call("branch missing", "GET", f"{r}/branches/gone")
+        call("file", "GET", f"{r}/contents/{TARGET}", params={"ref": "main"})
+        call("directory", "GET", f"{r}/contents/{APP}", params={"ref": "main"})
+        call("symlink", "GET", f"{r}/contents/link.yaml", params={"ref": "main"})
+        call("file missing", "GET", f"{r}/contents/gone.yaml", params={"ref": "main"})
+        call("file on no branch", "GET", f"{r}/contents/{TARGET}", params={"ref": "gone"})
+        call("commit", "GET", f"{r}/git/commits/{first}", params=one)
+        call("commit short", "GET", f"{r}/git/commits/{first[:12]}", params=one)
+        call("commit missing", "GET", f"{r}/git/commits/not-a-branch", params=one)
+        call("commit invalid", "GET", f"{r}/git/commits/a..b", params=one)
+        call("by path", "GET", f"{r}/commits", params={**listing, "path": APP})
+        call("by path none", "GET", f"{r}/commits", params={**listing, "path": "nowhere"})
+        call(
+            "by path no start",
+            "GET",
+            f"{r}/commits",
+            params={**listing, "path": APP, "sha": "gone"},
+        )
+        call("since", "GET", f"{r}/commits", params={**listing, "not": first})
+        call("since no start", "GET", f"{r}/commits", params={**listing, "sha": "f" * 40})
+        call("compare", "GET", f"{r}/compare/{first}...{head}")
+        call("compare unrelated", "GET", f"{r}/compare/{head}...{orphan}")
+        call("compare missing", "GET", f"{r}/compare/{'f' * 40}...{head}")
+        call("create", "POST", f"{r}/contents/deploy/k.yaml", json=write)
+        call("create existing", "POST", f"{r}/contents/deploy/k.yaml", json=write)
+        call("create on a file", "POST", f"{r}/contents/README.md/k.yaml", json=write)
+        call("create on a directory", "POST", f"{r}/contents/{APP}", json=write)
+        call(
+            "create on no branch",
+            "POST",
+            f"{r}/contents/new.yaml",
+            json={**write, "branch": "gone"},
+        )
+        call("update", "PUT", f"{r}/contents/{TARGET}", json={**write, "sha": blob})
+        call("update stale", "PUT", f"{r}/contents/{TARGET}", json={**write, "sha": blob})
+        call("update gone", "PUT", f"{r}/contents/gone.yaml", json={**write, "sha": blob})
+        call("update a directory", "PUT", f"{r}/contents/{APP}", json={**write, "sha": blob})
+        call("combined none", "GET", f"{r}/commits/{first}/status", params={"limit": "50"})
+        call("statuses none", "GET", f"{r}/commits/{first}/statuses")
+        status = {"context": "c", "state": "pending"}
+        call("status", "POST", f"{r}/statuses/{first}", json=status)
+        done = {"context": "c", "state": "success", "description": "d", "target_url": HOOK_URL}
+        call("status again", "POST", f"{r}/statuses/{first}", json=done)
+        call(
+            "status other",
+            "POST",
+            f"{r}/statuses/{first}",
+            json={"context": "o", "state": "warning"},
+        )
+        call("status missing", "POST", f"{r}/statuses/{'f' * 40}", json=status)
+        call("combined", "GET", f"{r}/commits/{first}/status", params={"limit": "50"})
+        call("combined missing", "GET", f"{r}/commits/gone/status", params={"limit": "50"})
+        call("statuses", "GET", f"{r}/commits/{first}/statuses")
+        call("hook", "POST", f"{r}/hooks", json=hook)
+        call(
+            "hook without url",
+            "POST",
+            f"{r}/hooks",
+            json={**hook, "config": {"content_type": "json"}},
+        )
+        call("hooks", "GET", f"{r}/hooks", params={"page": "1", "limit": "50"})
+        hook_id = raw.get(f"{r}/hooks").json()[0]["id"]
+        call("hook read", "GET", f"{r}/hooks/{hook_id}")
+        call("hook edit", "PATCH", f"{r}/hooks/{hook_id}", json={"active": False})
+        call("hook delete", "DELETE", f"{r}/hooks/{hook_id}")
+        call("hook deleted", "DELETE", f"{r}/hooks/{hook_id}")
+        call("repository", "GET", r)
+        call("repository missing", "GET", f"/repos/{ORG}/gone")
+        call("migrate", "POST", "/repos/migrate", json=migrate)
+        call("migrate again", "POST", "/repos/migrate", json=migrate)
+        call("migrate too often", "POST", "/repos/migrate", json=short)
+        call("mirror left behind", "GET", f"/repos/{ORG}/{short['repo_name']}")
+        call("mirror", "GET", m)
+        call("mirror interval", "PATCH", m, json={"mirror_interval": "8h"})
+        call("mirror interval too short", "PATCH", m, json={"mirror_interval": "1m"})
+        call("mirror sync", "POST", f"{m}/mirror-sync")
+        call("mirror sync missing", "POST", f"/repos/{ORG}/gone/mirror-sync")
+    with api(server, "not-a-token") as stranger:
+        found["a wrong token"] = _exchange(stranger.get(f"{r}/branches/main"), repo.slug)
+    with httpx.Client(base_url=f"{server.url}/api/v1") as anonymous:
+        found["no token"] = _exchange(anonymous.get(f"{r}/branches/main"), repo.slug)
+    return found
+
+
+def _exchange(answer: httpx.Response, slug: str) -> dict[str, Any]:
+    body = answer.json() if answer.content else None
+    found: dict[str, Any] = {"status": answer.status_code, "shape": shape(body)}
+    if answer.status_code >= 400 and isinstance(body, dict):
+        message = NUMBER.sub("<n>", HEX.sub("<hex>", str(body.get("message"))))
+        found["message"] = message.replace(slug, "<repo>") if slug else message
+    if isinstance(body, dict):  # what fabrique decides on, besides the shape
+        found["values"] = {k: body[k] for k in DECIDED if k in body}
+    elif isinstance(body, list):
+        found["values"] = {"length": len(body)}
+    paging = ("x-total-count", "x-hasmore", "x-pagecount", "x-page", "x-perpage", "x-total")
+    found["paging"] = {k: answer.headers[k] for k in paging if k in answer.headers}
+    return found
+
+
+@pytest.mark.live
+def test_the_double_answers_in_the_shape_gitea_does(
+    real_gitea: Gitea, gitea_swagger: Swagger, tmp_path: Path
+) -> None:
+    """Every call fabrique makes, and every error it reads, made on both servers: the
+    same status, the same fields of the same JSON types (null where Gitea sends null),
+    the same error message and paging headers."""
+    double = GiteaDouble(gitea_swagger, {}, token=GITEA_TOKEN).start()
+    proxy = SpecProxy(real_gitea.url, gitea_swagger).start()
+    try:
+        mine = exchanges(DoubleServer(double, tmp_path / "double"), tmp_path)
+        theirs = exchanges(RealServer(real_gitea, proxy, tmp_path / "real"), tmp_path)
+    finally:
+        double.stop()
+        proxy.stop()
+    assert double.violations == [] and proxy.violations == []
+    found = [
+        difference
+        for name in theirs
+        for difference in shape_differences(mine[name], theirs[name], name)
+    ]
+    assert found == [], "\n".join(found)
