@@ -301,6 +301,10 @@ class Cli:
 
         The size is the process's VmHWM, polled until it exits: the rusage of a child
         counts the copy of this (large) process it was forked from, before its exec."""
+        # its output goes to files: a pipe that nobody reads while it runs fills up with
+        # one line per app and stops it, waiting for the reader
+        out = tempfile.TemporaryFile()
+        err = tempfile.TemporaryFile()
         start = time.perf_counter()
         process = subprocess.Popen(
             [
@@ -310,8 +314,8 @@ class Cli:
                 "reconcile",
             ],
             env=self.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stdout=out,
+            stderr=err,
         )
         status = Path(f"/proc/{process.pid}/status")
         peak_kib = 0
@@ -324,8 +328,13 @@ class Cli:
                 if line.startswith("VmHWM:"):
                     peak_kib = int(line.split()[1])  # the last one read: after the exec
             time.sleep(0.01)
-        stdout, stderr = process.communicate()
+        process.wait()
         elapsed = time.perf_counter() - start
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+        out.close()
+        err.close()
         if process.returncode != 0:
             raise RuntimeError(f"fabrique reconcile exited {process.returncode}: {stderr[-500:]!r}")
         states: dict[str, int] = {}
