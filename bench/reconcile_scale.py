@@ -223,10 +223,9 @@ class RealServer:
     def __init__(self, gitea: Gitea, bare: Path) -> None:
         self.gitea, self.bare = gitea, bare
         self.token = gitea.token
+        gitea.organization("atlas")  # owned by the token's user
         with gitea.admin() as admin:
             admin.delete("/repos/atlas/atlas")
-            if admin.get("/orgs/atlas").status_code == 404:
-                admin.post("/orgs", json={"username": "atlas"}).raise_for_status()
             admin.post("/orgs/atlas/repos", json={"name": "atlas"}).raise_for_status()
         self.seen: list[str] = []
         self.proxy = FaultProxy(gitea.url, lambda method, path, headers: self.seen.append(path))
