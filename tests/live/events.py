@@ -293,6 +293,16 @@ class ArgoEvents:
 
         return self._ask(listed, [])
 
+    def delivered(self) -> int:
+        """The last stream sequence handed to a consumer (the Sensor has taken every
+        event up to it)."""
+
+        async def last(jsm: JetStreamManager) -> int:
+            found = await jsm.consumers_info(STREAM)
+            return max((int(c.delivered.stream_seq or 0) for c in found if c.delivered), default=0)
+
+        return self._ask(last, 0)
+
     def stream_messages(self) -> int:
         """How many messages the stream holds (every event an EventSource published)."""
 
