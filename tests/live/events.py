@@ -33,9 +33,12 @@ import asyncio
 import base64
 import json
 import ssl
+import threading
 from collections.abc import Awaitable, Callable
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import httpx
 import yaml
@@ -43,6 +46,7 @@ from nats.aio.client import Client as NATS
 from nats.js.errors import NotFoundError
 from nats.js.manager import JetStreamManager
 
+from ..doubles.http import QuietServer
 from . import controlplane
 from .cluster import Cluster
 from .controlplane import EVENTS_MODULE, ControlPlaneError, free_port, module_dir
@@ -317,3 +321,74 @@ def _http_ok(url: str) -> bool:
         return httpx.get(url, timeout=2).status_code == 200
     except (httpx.HTTPError, OSError):
         return False
+
+
+class ServiceProxy:
+    """What kube-proxy and the cluster's DNS give a caller of a Service, for a program
+    outside the plane that takes an HTTP proxy (Gitea's ``[webhook] PROXY_URL``): a
+    request for ``http://<service>.<namespace>.svc.cluster.local:<port>/…`` goes to the
+    local endpoint given for that Service (the pod's loopback port), with its Host
+    header as sent; any other host is refused with 502."""
+
+    def __init__(self) -> None:
+        self.endpoints: dict[str, str] = {}
+        proxy = self
+
+        class _Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _forward(self) -> None:
+                target = urlsplit(self.path)
+                endpoint = proxy.endpoints.get(target.netloc)
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                if endpoint is None:
+                    status, headers, content = 502, {}, f"no Service {target.netloc}".encode()
+                else:
+                    path = target.path + (f"?{target.query}" if target.query else "")
+                    sent = {
+                        k: v
+                        for k, v in self.headers.items()
+                        if k.lower() not in ("proxy-connection", "connection", "content-length")
+                    }
+                    answer = httpx.request(
+                        self.command, f"http://{endpoint}{path}", headers=sent, content=body
+                    )
+                    status, content = answer.status_code, answer.content
+                    headers = {"Content-Type": answer.headers.get("content-type", "text/plain")}
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(content)))
+                self.end_headers()
+                self.wfile.write(content)
+
+            do_GET = do_POST = do_PUT = _forward
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._server = QuietServer(("127.0.0.1", 0), _Handler)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def route(self, cluster: Cluster, namespace: str, service: str, local_port: int) -> None:
+        """Send what is addressed to the Service (every port it has) to ``local_port``."""
+        found = cluster.get(f"/api/v1/namespaces/{namespace}/services/{service}")
+        for port in found["spec"]["ports"]:
+            host = f"{service}.{namespace}.svc.cluster.local:{port['port']}"
+            self.endpoints[host] = f"127.0.0.1:{local_port}"
+
+    def start(self) -> ServiceProxy:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -5,10 +5,15 @@ the Sensor, which creates Workflows in the live API server as its own ServiceAcc
 
 from __future__ import annotations
 
+import base64
+import os
+import subprocess
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -17,11 +22,15 @@ from fabrique.site.config import load_site
 from fabrique.site.names import webhook_service_url
 
 from .. import payloads
-from .cluster import ARGO, Cluster
+from ..conftest import KUSTOMIZATION, SEED_KUSTOMIZATION, run_cli, write_values
+from ..gitrepo import make_commit
+from .cluster import ARGO, NODE_ID, Cluster
 from .controlplane import ControlPlaneError
-from .events import BUS, CONTROL, SELECTORS, SENSOR, SOURCE, ArgoEvents
+from .events import BUS, CONTROL, SELECTORS, SENSOR, SOURCE, ArgoEvents, ServiceProxy
+from .gitea import ADMIN, Gitea
+from .gitea import binary as gitea_binary
 from .pods import running_pod
-from .test_workflows import BUILD_NS, ended, step_pod
+from .test_workflows import BUILD_NS, EXECUTOR, ended, step_pod
 
 SITE = load_site(env={})
 EVENTS = "/apis/argoproj.io/v1alpha1/namespaces/" + CONTROL
@@ -222,3 +231,190 @@ def test_a_delivery_without_the_bearer_is_refused_and_publishes_nothing(
         answer = post(event_path, payloads.push(after=revision())["body"], bearer=bearer)
         assert answer.status_code == 401, answer.text
     assert event_path.stream_messages() == before
+
+
+# -- a push to the real Gitea, end to end --------------------------------------------------------
+
+SERVICE_HOST = urlsplit(webhook_service_url(CONTROL)).hostname or ""
+APP_FILE = "dataops/citation-dagster/app.txt"
+
+
+@dataclass
+class Forge:
+    """The event path's Gitea, its code repository and a clone that pushes over HTTP."""
+
+    gitea: Gitea
+    work: Path
+    values: Path
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"FABRIQUE_GITEA_TOKEN": self.gitea.token, "FABRIQUE_WEBHOOK_TOKEN": BEARER}
+
+    def git(self, *args: str) -> str:
+        # the admin's credentials as a header, never in a URL or an argument
+        basic = base64.b64encode(f"{ADMIN}:{self.gitea.password}".encode()).decode()
+        env = {
+            **os.environ,
+            "GIT_CONFIG_COUNT": "1",
+            "GIT_CONFIG_KEY_0": "http.extraHeader",
+            "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}",
+        }
+        done = subprocess.run(
+            ["git", "-C", str(self.work), *args], capture_output=True, text=True, env=env
+        )
+        assert done.returncode == 0, f"git {args[0]}: {done.stderr}"
+        return done.stdout
+
+    def push(self, files: dict[str, str], message: str) -> str:
+        """A commit on main over the server's (pulled first), pushed over HTTP."""
+        if self.git("ls-remote", "origin", "refs/heads/main"):
+            self.git("pull", "-q", "--ff-only", "origin", "main")
+        sha = make_commit(self.work, files, message)
+        self.git("push", "-q", "origin", "HEAD:main")
+        return sha
+
+    def cli(self, *args: str) -> str:
+        result = run_cli("--values", str(self.values), *args, env=self.env)
+        assert result.exit_code == 0, result.stderr
+        for secret in self.env.values():
+            assert secret not in result.stdout + result.stderr
+        return result.stdout
+
+
+@pytest.fixture(scope="module")
+def forge(
+    cluster: Cluster, event_path: ArgoEvents, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Forge]:
+    """A Gitea that delivers webhook #2 as the README says to set it up: only the
+    EventSource's Service allowed (``[webhook] ALLOWED_HOST_LIST``), reached through the
+    cluster's Service network (the proxy); an empty code repository, its hook seeded by
+    ``fabrique seed-webhook``."""
+    proxy = ServiceProxy().start()
+    proxy.route(cluster, CONTROL, f"{SOURCE}-eventsource-svc", event_path.webhook_port)
+    folder = tmp_path_factory.mktemp("events-gitea")
+    webhook = {
+        "ALLOWED_HOST_LIST": SERVICE_HOST,
+        "PROXY_URL": proxy.url,
+        "PROXY_HOSTS": "*.svc.cluster.local:*",
+    }
+    try:
+        gitea = Gitea(folder / "gitea", gitea_binary(), webhook=webhook).start()
+    except ControlPlaneError as failed:
+        proxy.stop()
+        pytest.fail(str(failed), pytrace=False)
+    try:
+        with gitea.admin() as admin:
+            made = admin.post(f"/admin/users/{ADMIN}/orgs", json={"username": "atlas"})
+            assert made.status_code == 201, made.text
+            made = admin.post("/admin/users/atlas/repos", json={"name": "atlas"})
+            assert made.status_code == 201, made.text
+        work = folder / "atlas"
+        subprocess.run(["git", "init", "-q", "-b", "main", str(work)], check=True)
+        forge = Forge(gitea, work, write_values(folder / "site.yaml", **{"gitea.url": gitea.url}))
+        forge.git("remote", "add", "origin", f"{gitea.url}/atlas/atlas.git")
+        seeded = forge.cli("seed-webhook")
+        assert seeded.startswith("created: webhook #"), seeded
+        yield forge
+    finally:
+        gitea.stop()
+        proxy.stop()
+
+
+def plan(cluster: Cluster, forge: Forge, workflow: str, tmp_path: Path) -> dict[str, str]:
+    """Play the ``plan`` step: run its command (``fabrique plan`` with the Workflow's own
+    arguments) against the real Gitea, report its outputs as the executor does, end it."""
+    pod = step_pod(cluster, workflow, "plan", phase="Running")
+    arguments = cluster.workflow(BUILD_NS, workflow)["spec"]["arguments"]["parameters"]
+    parameters = {p["name"]: p["value"] for p in arguments}
+    out = tmp_path / workflow
+    said = forge.cli(
+        "plan", "--app", parameters["app"], "--revision", parameters["revision"], "--out", str(out)
+    )
+    outputs = {f.name: f.read_text() for f in out.iterdir()}
+    assert outputs["reason"] in said
+    answer = cluster.report_outputs(pod, outputs, as_user=EXECUTOR)
+    assert answer.status == 201, answer.message
+    cluster.finish(pod, 0)
+    return outputs
+
+
+def skipped(cluster: Cluster, forge: Forge, sha: str, tmp_path: Path) -> str:
+    """The Workflow of ``sha``: its plan skips, it succeeds, only the plan and the
+    skipped report ran. The plan's reason."""
+    workflow = sensor_workflow(cluster, sha)["metadata"]["name"]
+    outputs = plan(cluster, forge, workflow, tmp_path)
+    assert outputs["build"] == "false", outputs["reason"]
+    cluster.finish(step_pod(cluster, workflow, "report-skipped", phase="Running"), 0)
+    ended(cluster, workflow, "Succeeded")
+    nodes = cluster.nodes_of(BUILD_NS, workflow)
+    ran = sorted(  # a retried step's pod is its attempt's: plan(0)
+        nodes[p["metadata"]["annotations"][NODE_ID]]["displayName"].removesuffix("(0)")
+        for p in cluster.workflow_pods(BUILD_NS, workflow)
+    )
+    assert ran == ["plan", "report-skipped"], ran
+    return outputs["reason"]
+
+
+def test_a_git_push_to_the_apps_context_becomes_its_workflow_and_runs(
+    cluster: Cluster, forge: Forge, tmp_path: Path
+) -> None:
+    sha = forge.push(
+        {
+            "dataops/citation-dagster/Dockerfile": "FROM scratch\nCOPY app.txt /\n",
+            APP_FILE: "citation\n",
+            KUSTOMIZATION: SEED_KUSTOMIZATION,
+            "docs/notes.md": "notes\n",
+        },
+        "the app",
+    )
+    workflow = sensor_workflow(cluster, sha)
+    name = workflow["metadata"]["name"]
+    assert name == f"fabrique-citation-{sha[:12]}"
+    assert workflow["metadata"]["labels"]["events.argoproj.io/sensor"] == SENSOR
+    outputs = plan(cluster, forge, name, tmp_path)
+    assert outputs["build"] == "true", outputs["reason"]
+    # admitted and going on: the checkout's pod is made, on a worker
+    pod = step_pod(cluster, name, "checkout", phase="Running")
+    assert pod["spec"]["nodeName"] == "kwok-worker-0"
+    fail(cluster, name, ["checkout", "report-pending"])
+
+
+def test_the_write_back_and_a_push_beside_the_app_are_skipped_by_the_plan(
+    cluster: Cluster, forge: Forge, tmp_path: Path
+) -> None:
+    """fabrique's own write-back commit, then a push that changes nothing under the
+    app's context: each is delivered, each gets its Workflow, whose plan skips it."""
+    built = forge.git("rev-parse", "HEAD").strip()
+    written = forge.cli(
+        "writeback", "--app", "citation", "--revision", built, "--digest", "sha256:" + "ab" * 32
+    )
+    assert written.startswith("changed:"), written
+    forge.git("pull", "-q", "--ff-only", "origin", "main")
+    write_back = forge.git("rev-parse", "HEAD").strip()
+    reason = skipped(cluster, forge, write_back, tmp_path)
+    assert reason == f"nothing under dataops/citation-dagster changed since deployed {built[:12]}"
+    beside = forge.push({"docs/notes.md": "more notes\n"}, "docs only")
+    reason = skipped(cluster, forge, beside, tmp_path)
+    assert reason == f"nothing under dataops/citation-dagster changed since deployed {built[:12]}"
+
+
+def test_gitea_s_test_delivery_of_the_same_commit_makes_no_second_workflow(
+    cluster: Cluster, forge: Forge, event_path: ArgoEvents
+) -> None:
+    head = forge.git("rev-parse", "HEAD").strip()
+    name = f"fabrique-citation-{head[:12]}"
+    before = cluster.workflow(BUILD_NS, name)["metadata"]["uid"]
+    published = event_path.stream_messages()
+    with forge.gitea.admin() as admin:
+        (hook,) = admin.get("/repos/atlas/atlas/hooks").json()
+        tested = admin.post(f"/repos/atlas/atlas/hooks/{hook['id']}/tests")
+    assert tested.status_code == 204, tested.text
+    # through the EventSource onto the bus, then taken by the Sensor
+    cluster.wait("the test delivery on the bus", lambda: event_path.stream_messages() > published)
+    cluster.wait("the Sensor to take it", lambda: event_path.delivered() > published)
+    assert cluster.workflow(BUILD_NS, name)["metadata"]["uid"] == before
+    same = cluster.items(
+        f"{ARGO}/namespaces/{BUILD_NS}/workflows", f"fabrique.io/revision={head[:12]}"
+    )
+    assert [w["metadata"]["name"] for w in same] == [name]
