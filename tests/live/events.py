@@ -253,6 +253,16 @@ class ArgoEvents:
         for process in reversed(self.pods.values()):
             process.stop()
 
+    def sensor_metric(self, name: str, **labels: str) -> float:
+        """The sum of a series the Sensor serves, over the samples with ``labels``."""
+        text = httpx.get(f"http://127.0.0.1:{self.ports['sensor-metrics']}/metrics").text
+        wanted = [f'{key}="{value}"' for key, value in labels.items()]
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith(name + "{") and all(w in line for w in wanted):
+                total += float(line.rpartition(" ")[2])
+        return total
+
     # -- what the bus holds -------------------------------------------------------------
 
     def _secret(self, name: str) -> dict[str, bytes]:

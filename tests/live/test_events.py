@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import os
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ SITE = load_site(env={})
 EVENTS = "/apis/argoproj.io/v1alpha1/namespaces/" + CONTROL
 # the webhook's bearer token: the value the event path's fixture gives the Secret
 BEARER = f"bearer-{uuid.uuid4().hex}"
+APP_FILE = "dataops/citation-dagster/app.txt"
 
 
 @pytest.fixture(scope="module")
@@ -208,7 +210,7 @@ def test_a_push_posted_to_the_eventsource_becomes_the_workflow_of_its_commit(
     cluster: Cluster, event_path: ArgoEvents
 ) -> None:
     sha = revision()
-    event = payloads.push(after=sha, files=["dataops/citation-dagster/app.txt"])
+    event = payloads.push(after=sha, files=[APP_FILE])
     answer = post(event_path, event["body"])
     assert answer.status_code == 200, answer.text
     workflow = sensor_workflow(cluster, sha)
@@ -233,10 +235,35 @@ def test_a_delivery_without_the_bearer_is_refused_and_publishes_nothing(
     assert event_path.stream_messages() == before
 
 
+def test_a_replayed_push_makes_no_second_workflow_and_costs_its_trigger_a_minute(
+    cluster: Cluster, event_path: ArgoEvents
+) -> None:
+    """What the README says of a redelivery (The safety net): the Workflow exists, so
+    each of the trigger's six tries meets 409 AlreadyExists, 2, 4, 8, 16 and 32 s apart;
+    then the Sensor gives the event up, acked, and counts one failed action."""
+    sha = revision()
+    body = payloads.push(after=sha, files=[APP_FILE])["body"]
+    assert post(event_path, body).status_code == 200
+    workflow = sensor_workflow(cluster, sha)["metadata"]
+    fail(cluster, workflow["name"], ["plan"])
+    started = time.monotonic()
+    assert post(event_path, body).status_code == 200
+    counted = cluster.wait(
+        "the Sensor to count the redelivery as dropped",
+        lambda: event_path.sensor_metric(
+            "argo_events_action_retries_failed_total", trigger_name="build-citation"
+        ),
+        timeout=150,
+    )
+    assert counted == 1
+    assert time.monotonic() - started >= 62
+    # and no second Workflow: the one of the first delivery, untouched
+    assert sensor_workflow(cluster, sha)["metadata"]["uid"] == workflow["uid"]
+
+
 # -- a push to the real Gitea, end to end --------------------------------------------------------
 
 SERVICE_HOST = urlsplit(webhook_service_url(CONTROL)).hostname or ""
-APP_FILE = "dataops/citation-dagster/app.txt"
 
 
 @dataclass
