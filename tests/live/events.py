@@ -265,7 +265,8 @@ class ArgoEvents:
 
     # -- what the bus holds -------------------------------------------------------------
 
-    def _secret(self, name: str) -> dict[str, bytes]:
+    def bus_secret(self, name: str) -> dict[str, bytes]:
+        """A Secret of the control namespace (the controller writes the bus's there)."""
         body = self.cluster.get(f"/api/v1/namespaces/{CONTROL}/secrets/{name}")
         return {k: base64.b64decode(v) for k, v in body["data"].items()}
 
@@ -275,7 +276,7 @@ class ArgoEvents:
         certificate has its CA's very subject, which OpenSSL takes for self-signed; Go's
         verifier would not, but the EventSource and the Sensor skip it). ``otherwise``
         when the stream is not there yet."""
-        auth = yaml.safe_load(self._secret(f"eventbus-{BUS}-js-client-auth")["client-auth"])
+        auth = yaml.safe_load(self.bus_secret(f"eventbus-{BUS}-js-client-auth")["client-auth"])
         tls = ssl.create_default_context()
         tls.check_hostname = False
         tls.verify_mode = ssl.CERT_NONE
