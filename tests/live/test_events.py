@@ -242,7 +242,7 @@ def test_a_delivery_without_the_bearer_is_refused_and_publishes_nothing(
     "eventbus-default-js-client-auth holds 'username: …\\npassword: …', no token; its "
     "server certificate bears its CA's own subject and no key identifiers, which OpenSSL "
     "refuses as self-signed (error 18) for --tls-ca; and against it the doctor never "
-    "returns, its 5 s timeout notwithstanding (stopped here after 30 s)",
+    "returns, its 5 s timeout notwithstanding (stopped here after 15 s)",
 )
 def test_doctor_eventbus_reads_the_real_bus_as_the_readme_says(
     event_path: ArgoEvents, tmp_path: Path
@@ -258,7 +258,7 @@ def test_doctor_eventbus_reads_the_real_bus_as_the_readme_says(
         env={**os.environ, "FABRIQUE_NATS_TOKEN": token},
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=15,
     )
     assert done.returncode == 0, done.stderr
     assert "consumer" in done.stdout
