@@ -122,6 +122,7 @@ class ArgoEvents:
         self.images = images()
         self.ports: dict[str, int] = {}
         self.pods: dict[str, PodProcess] = {}
+        self.ready: dict[str, Callable[[], bool]] = {}
 
     # -- the controller -----------------------------------------------------------------
 
@@ -225,29 +226,31 @@ class ArgoEvents:
     ) -> PodProcess:
         namespace, selector = SELECTORS[role]
         pod = running_pod(self.cluster, namespace, selector)
-        process = PodProcess(
+        self.pods[role] = PodProcess(
             self.cluster, pod, container, self.images, self.folder / role, overrides
-        ).start()
-        self.pods[role] = process
+        )
+        self.ready[role] = ready
+        self.start_container(role)
+        return self.pods[role]
+
+    def start_container(self, role: str) -> None:
+        """Start the container of ``role`` (again: a restart keeps its pod and volumes)
+        and wait until it is ready."""
+        process = self.pods[role].start()
 
         def probe() -> bool:
             died = process.died()
             if died:
-                raise ControlPlaneError(f"{role} ({pod['metadata']['name']}) {died}")
-            return ready()
+                raise ControlPlaneError(f"{role} ({process.name}) {died}")
+            return self.ready[role]()
 
         try:
             self.cluster.wait(f"the {role}'s container to be ready", probe, timeout=60)
         except AssertionError as late:
             raise ControlPlaneError(f"{late}: {process.tail()}") from None
-        return process
 
-    def restart(self, role: str) -> None:
-        """Stop a container and start it again (a container restart: same pod, same
-        volumes)."""
-        process = self.pods[role]
-        process.stop()
-        process.start()
+    def stop_container(self, role: str) -> None:
+        self.pods[role].stop()
 
     def stop(self) -> None:
         for process in reversed(self.pods.values()):
@@ -343,6 +346,8 @@ class ServiceProxy:
 
     def __init__(self) -> None:
         self.endpoints: dict[str, str] = {}
+        # (Gitea's delivery id, the status answered), in order
+        self.requests: list[tuple[str, int]] = []
         proxy = self
 
         class _Handler(BaseHTTPRequestHandler):
@@ -353,8 +358,9 @@ class ServiceProxy:
                 endpoint = proxy.endpoints.get(target.netloc)
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
+                headers: dict[str, str] = {}
                 if endpoint is None:
-                    status, headers, content = 502, {}, f"no Service {target.netloc}".encode()
+                    status, content = 502, f"no Service {target.netloc}".encode()
                 else:
                     path = target.path + (f"?{target.query}" if target.query else "")
                     sent = {
@@ -362,11 +368,17 @@ class ServiceProxy:
                         for k, v in self.headers.items()
                         if k.lower() not in ("proxy-connection", "connection", "content-length")
                     }
-                    answer = httpx.request(
-                        self.command, f"http://{endpoint}{path}", headers=sent, content=body
-                    )
-                    status, content = answer.status_code, answer.content
-                    headers = {"Content-Type": answer.headers.get("content-type", "text/plain")}
+                    try:
+                        answer = httpx.request(
+                            self.command, f"http://{endpoint}{path}", headers=sent, content=body
+                        )
+                    except httpx.TransportError:
+                        # the pod's port refuses: a Service without a ready endpoint
+                        status, content = 503, f"no endpoint for {target.netloc}".encode()
+                    else:
+                        status, content = answer.status_code, answer.content
+                        headers["Content-Type"] = answer.headers.get("content-type", "text/plain")
+                proxy.requests.append((self.headers.get("X-Gitea-Delivery", ""), status))
                 self.send_response(status)
                 for name, value in headers.items():
                     self.send_header(name, value)

@@ -300,6 +300,7 @@ class Forge:
     """The event path's Gitea, its code repository and a clone that pushes over HTTP."""
 
     gitea: Gitea
+    proxy: ServiceProxy
     work: Path
     values: Path
 
@@ -367,7 +368,8 @@ def forge(
             assert made.status_code == 201, made.text
         work = folder / "atlas"
         subprocess.run(["git", "init", "-q", "-b", "main", str(work)], check=True)
-        forge = Forge(gitea, work, write_values(folder / "site.yaml", **{"gitea.url": gitea.url}))
+        values = write_values(folder / "site.yaml", **{"gitea.url": gitea.url})
+        forge = Forge(gitea, proxy, work, values)
         forge.git("remote", "add", "origin", f"{gitea.url}/atlas/atlas.git")
         seeded = forge.cli("seed-webhook")
         assert seeded.startswith("created: webhook #"), seeded
@@ -453,6 +455,33 @@ def test_the_write_back_and_a_push_beside_the_app_are_skipped_by_the_plan(
     beside = forge.push({"docs/notes.md": "more notes\n"}, "docs only")
     reason = skipped(cluster, forge, beside, tmp_path)
     assert reason == f"nothing under dataops/citation-dagster changed since deployed {built[:12]}"
+
+
+def test_a_push_while_the_eventsource_is_down_is_lost_and_the_next_one_builds_it(
+    cluster: Cluster, forge: Forge, event_path: ArgoEvents, tmp_path: Path
+) -> None:
+    """Gitea does not retry a failed delivery: a push while the EventSource is down
+    gets no Workflow, even once it is back. The next push's plan looks at everything
+    since the deployed revision, so it builds the lost change."""
+    event_path.stop_container("eventsource")
+    tried = len(forge.proxy.requests)
+    lost = forge.push({APP_FILE: "citation v2\n"}, "while the EventSource is down")
+    cluster.wait("Gitea's delivery", lambda: len(forge.proxy.requests) > tried)
+    ((delivery, status),) = forge.proxy.requests[tried:]
+    assert status == 503
+    event_path.start_container("eventsource")
+    after = forge.push({"docs/notes.md": "back\n"}, "once it is back")
+    name = sensor_workflow(cluster, after)["metadata"]["name"]
+    outputs = plan(cluster, forge, name, tmp_path)
+    assert (outputs["build"], outputs["reason"]) == (
+        "true",
+        f"1 file(s) changed under dataops/citation-dagster: {APP_FILE}",
+    )
+    fail(cluster, name, ["checkout", "report-pending"])
+    assert not cluster.exists(
+        f"{ARGO}/namespaces/{BUILD_NS}/workflows/fabrique-citation-{lost[:12]}"
+    )
+    assert [d for d, _ in forge.proxy.requests].count(delivery) == 1, "Gitea delivered it again"
 
 
 def test_gitea_s_test_delivery_of_the_same_commit_makes_no_second_workflow(
