@@ -11,7 +11,8 @@ ConfigMaps read from the API server, the ServiceAccount token from the TokenRequ
 (bound to the pod, as the kubelet asks for it), the pod's fields, emptyDirs, a claim's
 folder. The process gets a mount namespace of its own (``unshare``) whose root is a new
 tmpfs holding only these, the image's binary at the image's path, ``/proc`` and a few
-devices; a container with ``readOnlyRootFilesystem`` gets that root read-only.
+devices; a container with ``readOnlyRootFilesystem`` gets that root read-only, and the
+Secret, ConfigMap and projected volumes are read-only as the kubelet mounts them.
 
 Two things stay the host's, and a test says how it bridges them (``Overrides``):
 
@@ -34,7 +35,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +45,7 @@ from .controlplane import ControlPlaneError, _exited, _terminate
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 DEVICES = ("null", "zero", "random", "urandom")
+READ_ONLY_KINDS = ("secret", "configMap", "downwardAPI", "projected")
 
 
 class PodError(ControlPlaneError):
@@ -280,7 +281,9 @@ class PodProcess:
             if not where.exists():
                 self._write_volume(volume, where)
             source = where / mount["subPath"] if mount.get("subPath") else where
-            found.append((source, mount["mountPath"], bool(mount.get("readOnly"))))
+            # the kubelet mounts these read-only whatever the mount says
+            fixed = any(kind in volume for kind in READ_ONLY_KINDS)
+            found.append((source, mount["mountPath"], fixed or bool(mount.get("readOnly"))))
         return found
 
     def script(self, root: Path, mounts: list[tuple[Path, str, bool]]) -> str:
@@ -309,7 +312,8 @@ class PodProcess:
             bind(source, target, read_only)
         secure = self.container.get("securityContext") or {}
         if secure.get("readOnlyRootFilesystem"):
-            lines.append(f"mount -o remount,ro {q(str(root))}")
+            # the mount point read-only (a user namespace may not remount the tmpfs itself)
+            lines.append(f"mount -o remount,bind,ro {q(str(root))}")
         lines.append(f'exec chroot {q(str(root))} "$@"')
         return "\n".join(lines)
 
@@ -375,5 +379,4 @@ def running_pod(
             p["metadata"]["name"]: (p.get("status") or {}).get("phase")
             for p in cluster.items(f"/api/v1/namespaces/{namespace}/pods", selector)
         }
-        print(f"# pods {selector} in {namespace}: {pods}", file=sys.stderr)
-        raise late
+        raise AssertionError(f"{late}; pods: {pods}") from None
