@@ -362,9 +362,9 @@ def forge(
         pytest.fail(str(failed), pytrace=False)
     try:
         with gitea.admin() as admin:
-            made = admin.post(f"/admin/users/{ADMIN}/orgs", json={"username": "atlas"})
-            assert made.status_code == 201, made.text
-            made = admin.post("/admin/users/atlas/repos", json={"name": "atlas"})
+            made = admin.post(
+                f"/admin/users/{gitea.organization('atlas')}/repos", json={"name": "atlas"}
+            )
             assert made.status_code == 201, made.text
         work = folder / "atlas"
         subprocess.run(["git", "init", "-q", "-b", "main", str(work)], check=True)
