@@ -712,6 +712,26 @@ def binaries(names: tuple[str, ...] = PLANE_PEERS) -> dict[str, Path]:
     return found
 
 
+def _start_argo_events(plane: ControlPlane) -> None:
+    """The Argo Events controller of the upstream bundle beside the plane's own
+    (``tests/live/events.py``): it judges the EventBus, EventSource and Sensor a person
+    applies. Its process is one of the plane's, stopped by ``make down``."""
+    # imported here: tests.live.events builds on this module
+    from .cluster import Cluster
+    from .events import ArgoEvents
+
+    cluster = Cluster(plane)
+    try:
+        events = ArgoEvents(cluster, plane.folder / "argo-events")
+        events.start_controller()
+    finally:
+        cluster.http.close()
+    process = events.pods["controller"].process
+    assert process is not None
+    plane.pids["argo-events-controller"] = process.pid
+    plane.save()
+
+
 def default_folder() -> Path:
     return Path(os.environ.get("FABRIQUE_LIVE_DIR") or Path.home() / ".cache" / "fabrique" / "live")
 
@@ -734,7 +754,10 @@ def main(argv: list[str]) -> int:
                 running.stop()
             try:
                 running = ControlPlane(folder).start(binaries())
+                _start_argo_events(running)
             except (ControlPlaneError, peers.PeerError) as failed:
+                if running is not None:
+                    running.stop()
                 print(f"error: {failed}", file=sys.stderr)
                 return 1
         if gitea is not None and gitea.alive():
@@ -748,6 +771,9 @@ def main(argv: list[str]) -> int:
                 print(f"error: {failed}", file=sys.stderr)
                 return 1
         print(f"export KUBECONFIG={running.kubeconfig}")
+        print(
+            f"# the Argo Events controller {running.events_version()} judges what is applied there"
+        )
         # a comment to the shell: what `make up` printed stays something to eval
         print(
             f"# Gitea {gitea_version()} at {gitea.url}: the token of {USER} (no site admin; "

@@ -71,6 +71,8 @@ class Gitea:
     port: int = 0
     pid: int = 0
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    # app.ini's [webhook] section: by default deliveries may go to loopback receivers
+    webhook: dict[str, str] = field(default_factory=lambda: {"ALLOWED_HOST_LIST": "loopback"})
 
     @property
     def url(self) -> str:
@@ -219,6 +221,7 @@ class Gitea:
         f = self.folder
         static = controlplane.module_dir(GITEA_MODULE, version())
         root = os.getuid() == 0
+        webhook = "\n".join(f"{key} = {value}" for key, value in self.webhook.items())
         self.app_ini.write_text(
             f"""\
 APP_NAME = fabrique live
@@ -257,8 +260,7 @@ INTERNAL_TOKEN = {secrets.token_hex(32)}
 ENABLED = false
 
 [webhook]
-; the README's setting for the EventSource's Service; here the receivers are on loopback
-ALLOWED_HOST_LIST = loopback
+{webhook}
 
 [migrations]
 ; the mirror tests' source is a git daemon on loopback, which the default refuses

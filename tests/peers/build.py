@@ -1,7 +1,9 @@
 """Build the real peers of the live tier from their wrapper modules (``make peers``).
 
 Each folder beside this file is one Go module: ``go.mod`` and ``go.sum`` whose ``tool``
-lines name the upstream commands to build. Nothing of the upstream projects is
+lines name the upstream commands to build, or the wrapper's own few lines of Go where
+the live tier needs upstream's command with another value (``argo-events``: the metrics
+address), built as a tool of its own module. Nothing of the upstream projects is
 committed; ``go build`` fetches them through the Go module proxy into the module cache,
 which stays outside the repository, as does the build cache.
 
@@ -92,6 +94,10 @@ class Peer:
         if self.name == "argo-workflows":
             version = self.required("github.com/argoproj/argo-workflows/v4")
             return f"-X github.com/argoproj/argo-workflows/v4.version={version}"
+        if self.name == "argo-events":
+            # its Makefile's LDFLAGS: the version /metrics' build_info and the logs report
+            version = self.required("github.com/argoproj/argo-events")
+            return f"-X github.com/argoproj/argo-events.version={version}"
         if self.name == "gitea":
             # its Makefile's GITEA_VERSION: the tag without the v
             return f"-X main.Version={self.required('code.gitea.io/gitea').lstrip('v')}"
