@@ -24,6 +24,7 @@ Figures only: no pass/fail. See bench/RESULTS.md for the targets.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import logging
@@ -468,7 +469,9 @@ def double_and_real_gitea(work: Path, specs: Path, scale: str) -> list[dict[str,
         proxy = FaultProxy(registry.url, lambda method, path, headers: seen.append(path))
         proxy.start()
         (work / "gitea").mkdir()
-        gitea = Gitea(work / "gitea", gitea_binary()).start()
+        with contextlib.redirect_stdout(sys.stderr):  # build.py's notes: not into --json
+            binary = gitea_binary()
+        gitea = Gitea(work / "gitea", binary).start()
         try:
             for apps, files in sizes:
                 rows.append(scale_measure(work, specs, proxy.host, seen, apps, files, 0))
