@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from fabrique.decisions.plan import make_plan  # noqa: E402
 from fabrique.site.config import load_site  # noqa: E402
+from pipelines.build import BUILD_INPUTS  # noqa: E402
 from tests import servers  # noqa: E402
 from tests.conftest import write_values  # noqa: E402
 from tests.live.buildkit import Builder, builder  # noqa: E402
@@ -57,13 +58,7 @@ def _workspace(bench: Builder, base: str, nonce: str) -> Path:
 def _time(bench: Builder, values: Path, workspace: Path) -> tuple[float, int]:
     site = load_site(values, env={})
     plan = make_plan(site, "citation", REVISION)
-    inputs = {
-        "image-ref": plan.image_ref,
-        "cache-ref": plan.cache_ref,
-        "context": plan.context,
-        "dockerfile": plan.dockerfile,
-        "build-opts": plan.build_opts,
-    }
+    inputs = {name: plan.outputs()[name] for name in BUILD_INPUTS}  # as the plan hands them
     started = time.monotonic()
     build = bench.run(site, REVISION, inputs, workspace)
     seconds = time.monotonic() - started

@@ -40,3 +40,25 @@ def walk(node: Any, path: str = "") -> Iterator[tuple[str, Any, Any]]:
     elif isinstance(node, list):
         for index, value in enumerate(node):
             yield from walk(value, f"{path}[{index}]")
+
+
+def rendered_step(site: Any, name: str) -> dict[str, Any]:
+    """The container of step ``name`` of the fabrique-build template rendered for ``site``."""
+    from pipelines.build import build_template
+
+    template = build_template(site).to_dict()
+    step = next(t for t in template["spec"]["templates"] if t["name"] == name)
+    return dict(step["container"])
+
+
+def step_env(container: dict[str, Any], revision: str, inputs: dict[str, str]) -> dict[str, str]:
+    """The container's environment as Argo fills it in (secrets left out)."""
+    env = {}
+    for item in container["env"]:
+        if "value" not in item:
+            continue
+        value = item["value"].replace("{{workflow.parameters.revision}}", revision)
+        for name, input_value in inputs.items():
+            value = value.replace(f"{{{{inputs.parameters.{name}}}}}", input_value)
+        env[item["name"]] = value
+    return env

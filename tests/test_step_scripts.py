@@ -17,29 +17,14 @@ import pytest
 
 from fabrique.decisions.plan import make_plan
 from fabrique.site.config import load_site
-from pipelines.build import build_template
 
 from .conftest import CodeRepo
+from .manifests import rendered_step, step_env
 from .servers import GitDaemon, free_port
 
 
 def _container(name: str, **site_env: str) -> dict[str, Any]:
-    template = build_template(load_site(env=site_env)).to_dict()
-    step = next(t for t in template["spec"]["templates"] if t["name"] == name)
-    return dict(step["container"])
-
-
-def _env(container: dict[str, Any], revision: str, inputs: dict[str, str]) -> dict[str, str]:
-    """The container's environment as Argo fills it in (secrets left out)."""
-    env = {}
-    for item in container["env"]:
-        if "value" not in item:
-            continue
-        value = item["value"].replace("{{workflow.parameters.revision}}", revision)
-        for name, input_value in inputs.items():
-            value = value.replace(f"{{{{inputs.parameters.{name}}}}}", input_value)
-        env[item["name"]] = value
-    return env
+    return rendered_step(load_site(env=site_env), name)
 
 
 def _run_checkout(
@@ -47,7 +32,7 @@ def _run_checkout(
 ) -> subprocess.CompletedProcess[str]:
     container = _container("checkout")
     inputs = {"repo-url": repo_url, "context": context, "dockerfile": dockerfile}
-    env = _env(container, revision, inputs) | {
+    env = step_env(container, revision, inputs) | {
         "PATH": os.environ["PATH"],
         "HOME": str(workspace.parent),
         "WORKSPACE": str(workspace),
@@ -152,7 +137,7 @@ def _run_build(
         "build-opts": plan.build_opts,
         **env_overrides,
     }
-    env = _env(container, "a" * 40, inputs) | {
+    env = step_env(container, "a" * 40, inputs) | {
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
         "ARGV_FILE": str(tmp_path / "argv"),
         "WORKSPACE": str(tmp_path / "workspace"),

@@ -25,11 +25,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from fabrique.site.config import Site
-from pipelines.build import BUILDKIT_CONFIG_DIR, build_template, buildkitd_toml
+from pipelines.build import BUILDKIT_CONFIG_DIR, buildkitd_toml
 
+from ..manifests import rendered_step, step_env
 from . import controlplane
 
 BUILD_USER = "fabrique-builder"
@@ -145,26 +145,6 @@ class Builder:
             check=False,
         )
         return Build(done.returncode, done.stdout, out / "build-metadata.json")
-
-
-def rendered_step(site: Site, name: str) -> dict[str, Any]:
-    """The container of step ``name`` of the fabrique-build template rendered for ``site``."""
-    template = build_template(site).to_dict()
-    step = next(t for t in template["spec"]["templates"] if t["name"] == name)
-    return dict(step["container"])
-
-
-def step_env(container: dict[str, Any], revision: str, inputs: dict[str, str]) -> dict[str, str]:
-    """The container's environment as Argo fills it in (secrets left out)."""
-    env = {}
-    for item in container["env"]:
-        if "value" not in item:
-            continue
-        value = item["value"].replace("{{workflow.parameters.revision}}", revision)
-        for name, input_value in inputs.items():
-            value = value.replace(f"{{{{inputs.parameters.{name}}}}}", input_value)
-        env[item["name"]] = value
-    return env
 
 
 @contextmanager

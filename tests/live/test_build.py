@@ -24,12 +24,14 @@ from fabrique.decisions.plan import make_plan
 from fabrique.decisions.provenance import Expected, check_labels
 from fabrique.site.config import Site, load_site
 from fabrique.site.errors import ImageNotFound
+from pipelines.build import BUILD_INPUTS
 
 from ..conftest import GITEA_TOKEN, KUSTOMIZATION, Repo, run_cli, write_values
 from ..doubles.gitea import GiteaDouble
+from ..manifests import rendered_step, step_env
 from ..oci import push_image
 from ..servers import GitDaemon, Registry
-from .buildkit import Build, Builder, rendered_step, step_env
+from .buildkit import Build, Builder
 
 APP_DIR = "dataops/citation-dagster"
 
@@ -82,13 +84,7 @@ def _checkout(buildkit: Builder, site: Site, git_daemon: GitDaemon, revision: st
 
 def _build(buildkit: Builder, site: Site, revision: str, workspace: Path) -> Build:
     plan = make_plan(site, "citation", revision)
-    inputs = {
-        "image-ref": plan.image_ref,
-        "cache-ref": plan.cache_ref,
-        "context": plan.context,
-        "dockerfile": plan.dockerfile,
-        "build-opts": plan.build_opts,
-    }
+    inputs = {name: plan.outputs()[name] for name in BUILD_INPUTS}  # as the plan hands them
     return buildkit.run(site, revision, inputs, workspace)
 
 

@@ -21,10 +21,11 @@ from fabrique.site.config import Site
 from fabrique.site.errors import ProvenanceError
 
 from ..conftest import Repo, run_cli
+from ..manifests import rendered_step
 from ..oci import push_image
 from ..servers import GitDaemon, Registry
 from . import controlplane
-from .buildkit import Builder, rendered_step
+from .buildkit import Builder
 from .fixtures import need_go
 from .test_build import _app, _build, _checkout, _site
 
