@@ -253,6 +253,17 @@ def test_reconcile_does_not_write_back_an_unsigned_digest(
     assert code_repo.head() == head
 
 
+def _signed_and_unsigned(
+    registry: Registry, signer: Callable[[bytes], bytes], revision: str
+) -> tuple[str, str]:
+    """The two apps' images of ``revision``: citation-dagster's signed, the worker's not."""
+    signed = push_image(registry.url, "citation-dagster", revision[:12], {"a": b"signed"})
+    payload_ = payload(f"{registry.host}/citation-dagster", signed)
+    push_signature(registry.url, "citation-dagster", signed, signer, payload_)
+    unsigned = push_image(registry.url, "citation-worker", revision[:12], {"b": b"unsigned"})
+    return signed, unsigned
+
+
 def _two_apps_one_file(tmp_path: Path, gitea: GiteaDouble, registry: Registry, pem: str) -> Path:
     """A signing site whose apps citation and worker pin their images in one file."""
     apps = [
@@ -282,15 +293,7 @@ def test_one_unsigned_app_holds_back_no_other_app_of_its_file_in_the_safety_net(
     _, pem, signer = _ec()
     values = _two_apps_one_file(tmp_path, gitea, registry, pem)
     revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
-    signed = push_image(registry.url, "citation-dagster", revision[:12], {"a": b"signed"})
-    push_signature(
-        registry.url,
-        "citation-dagster",
-        signed,
-        signer,
-        payload(f"{registry.host}/citation-dagster", signed),
-    )
-    unsigned = push_image(registry.url, "citation-worker", revision[:12], {"b": b"unsigned"})
+    signed, unsigned = _signed_and_unsigned(registry, signer, revision)
     _phase(kube, revision, "Succeeded", app="citation", values=values, verified=signed)
     _phase(kube, revision, "Succeeded", app="worker", values=values, verified=unsigned)
     env = {
@@ -445,15 +448,7 @@ def test_one_commit_for_several_apps_checks_every_signature(
     site = load_site(values, env={})
     revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
     head = code_repo.head()
-    signed = push_image(registry.url, "citation-dagster", revision[:12], {"a": b"1"})
-    push_signature(
-        registry.url,
-        "citation-dagster",
-        signed,
-        signer,
-        payload(f"{registry.host}/citation-dagster", signed),
-    )
-    unsigned = push_image(registry.url, "citation-worker", revision[:12], {"b": b"2"})
+    signed, unsigned = _signed_and_unsigned(registry, signer, revision)
     deploys = [Deploy("citation", revision, signed), Deploy("worker", revision, unsigned)]
     with open_transport(site, GITEA_TOKEN) as transport, _client(registry) as client:
         gate = signature_gate(site, client)
