@@ -107,3 +107,51 @@ def test_the_wheel_alone_can_validate(clone: Path, tmp_path: Path) -> None:
         probe.stderr
     )
     _render_and_validate(tmp_path / "manifests", cwd=tmp_path, env=env)
+
+
+def _imported_packages(root: Path) -> dict[str, Path]:
+    """Each top-level package outside the standard library that the code under ``root``
+    imports, with one file that imports it."""
+    import ast
+
+    found: dict[str, Path] = {}
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.partition(".")[0]
+                if top not in sys.stdlib_module_names:
+                    found.setdefault(top, path)
+    return found
+
+
+def test_every_package_fabrique_imports_is_a_runtime_dependency() -> None:
+    """``pip install fabrique`` installs only ``[project] dependencies``: a package that
+    only the test extra brings would fail its command on a user's install."""
+    import re
+    import tomllib
+    from importlib.metadata import packages_distributions
+
+    def canonical(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    ours = {p.partition(".")[0] for p in pyproject["tool"]["setuptools"]["packages"]}
+    declared = {
+        canonical(re.split(r"[\s<>=!~\[;]", d, maxsplit=1)[0])
+        for d in pyproject["project"]["dependencies"]
+    }
+    distributions = packages_distributions()
+    undeclared = {
+        f"{package} ({path.relative_to(ROOT)})"
+        for top in sorted(ours)
+        for package, path in _imported_packages(ROOT / top).items()
+        if package not in ours
+        and not {canonical(d) for d in distributions.get(package, [package])} & declared
+    }
+    assert not undeclared, f"imported but not a runtime dependency: {sorted(undeclared)}"
