@@ -982,17 +982,19 @@ def doctor() -> None:
 def doctor_eventbus(url: str, creds: Path | None, tls_ca: Path | None) -> None:
     """Report the JetStream stream and consumers; fail if the Sensor's consumer is missing.
 
-    The EventBus token comes from FABRIQUE_NATS_TOKEN (the Secret
-    eventbus-default-js-client-auth holds it).
+    The client auth comes from FABRIQUE_NATS_CLIENT_AUTH: the Secret
+    eventbus-default-js-client-auth's client-auth as it is (a user and a password), or
+    from FABRIQUE_NATS_TOKEN for a bus with a bare token.
     """
     import os
 
-    from fabrique.gestures.doctor import inspect
+    from fabrique.gestures.doctor import ClientAuth, inspect
     from fabrique.site.errors import RemoteError
 
-    report = inspect(
-        url, token=os.environ.get("FABRIQUE_NATS_TOKEN") or None, creds=creds, tls_ca=tls_ca
+    auth = ClientAuth.parse(
+        os.environ.get("FABRIQUE_NATS_CLIENT_AUTH"), os.environ.get("FABRIQUE_NATS_TOKEN")
     )
+    report = inspect(url, auth=auth, creds=creds, tls_ca=tls_ca)
     for line in report.lines():
         click.echo(line)
     if report.errors:

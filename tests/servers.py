@@ -154,9 +154,15 @@ def git_daemon(base: Path) -> Iterator[GitDaemon]:
 
 @dataclass
 class Nats:
+    """nats-server with JetStream on loopback: a bare token, or (``user``) a user whose
+    password is ``token``, as Argo Events' controller configures its bus; ``tls``, its
+    certificate and key."""
+
     port: int
     token: str
     store: Path
+    user: str | None = None
+    tls: tuple[Path, Path] | None = None
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -174,8 +180,16 @@ class Nats:
                 "127.0.0.1",
                 "-p",
                 str(self.port),
-                "--auth",
-                self.token,
+                *(
+                    ("--user", self.user, "--pass", self.token)
+                    if self.user
+                    else ("--auth", self.token)
+                ),
+                *(
+                    ("--tls", "--tlscert", str(self.tls[0]), "--tlskey", str(self.tls[1]))
+                    if self.tls
+                    else ()
+                ),
                 "-sd",
                 str(self.store),
             ],
@@ -195,8 +209,14 @@ class Nats:
 
 
 @contextmanager
-def nats(store: Path, token: str = "nats-test-token-55aa") -> Iterator[Nats]:
-    server = Nats(free_port(), token, store)
+def nats(
+    store: Path,
+    token: str = "nats-test-token-55aa",
+    *,
+    user: str | None = None,
+    tls: tuple[Path, Path] | None = None,
+) -> Iterator[Nats]:
+    server = Nats(free_port(), token, store, user, tls)
     server.start()
     try:
         yield server

@@ -1,26 +1,45 @@
 """`fabrique doctor eventbus` against a real nats-server with JetStream on loopback.
 
 The stream and the durable consumer are shaped like Argo Events' own: stream ``default``
-on ``default.*.*``, file storage, and a consumer filtered on ``default.gitea.push``.
+on ``default.*.*``, file storage, and a consumer filtered on ``default.gitea.push``. The
+bus of ``argo_bus`` is configured as Argo Events' controller configures a JetStream bus:
+a user and a password, and TLS with a certificate that bears its CA's own subject
+(``tests/live/test_events.py`` runs the doctor against the real one).
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
+import ssl
+from collections.abc import Iterator
+from pathlib import Path
 
 import nats
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from nats.js.api import ConsumerConfig, StorageType, StreamConfig
 
+from . import servers
 from .conftest import run_cli
 from .servers import Nats as NatsServer
 from .servers import free_port
+
+ARGO_AUTH = "username: argo-bus-user\npassword: argo-bus-password-7f3e\n"
 
 
 async def _prepare(
     server: NatsServer, *, consumer: bool, storage: StorageType = StorageType.FILE
 ) -> None:
-    nc = await nats.connect(server.url, token=server.token)
+    if server.tls:
+        unverified = ssl.create_default_context()
+        unverified.check_hostname, unverified.verify_mode = False, ssl.CERT_NONE
+        nc = await nats.connect(server.url, user=server.user, password=server.token, tls=unverified)
+    else:
+        nc = await nats.connect(server.url, token=server.token)
     try:
         js = nc.jetstream()
         await js.add_stream(
@@ -110,3 +129,148 @@ def test_bad_url(url: str) -> None:
     result = run_cli("doctor", "eventbus", "--url", url)
     assert result.exit_code == 2
     assert "must be nats://host:port" in result.stderr
+
+
+# -- a bus as Argo Events' controller makes it ----------------------------------------------
+
+
+def _certificate(
+    subject: x509.Name,
+    key: ec.EllipticCurvePrivateKey,
+    issuer: tuple[x509.Name, ec.EllipticCurvePrivateKey] | None = None,
+    *,
+    ca: bool = False,
+    days: int = 365,
+) -> x509.Certificate:
+    """As the controller's ``createCert``: the CA and the server certificate share one
+    subject and the service's DNS names."""
+    now = datetime.datetime.now(datetime.UTC)
+    issuer_name, issuer_key = issuer or (subject, key)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.DNSName("eventbus-default-js-svc.fabrique.svc")]),
+            critical=False,
+        )
+        .sign(issuer_key, hashes.SHA256())
+    )
+
+
+def _pem(certificate: x509.Certificate) -> bytes:
+    return certificate.public_bytes(serialization.Encoding.PEM)
+
+
+@pytest.fixture()
+def argo_bus(tmp_path: Path) -> Iterator[tuple[NatsServer, Path]]:
+    """The bus with a user, a password and TLS, and the file of its CA."""
+    subject = x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "io.argoproj"),
+            x509.NameAttribute(NameOID.COMMON_NAME, "eventbus-default-js-svc.fabrique.svc"),
+        ]
+    )
+    ca_key, server_key = (
+        ec.generate_private_key(ec.SECP256R1()),
+        ec.generate_private_key(ec.SECP256R1()),
+    )
+    ca = _certificate(subject, ca_key, ca=True)
+    (tmp_path / "ca.crt").write_bytes(_pem(ca))
+    (tmp_path / "server.crt").write_bytes(
+        _pem(_certificate(subject, server_key, (subject, ca_key)))
+    )
+    (tmp_path / "server.key").write_bytes(
+        server_key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    tls = (tmp_path / "server.crt", tmp_path / "server.key")
+    with servers.nats(
+        tmp_path / "jetstream", "argo-bus-password-7f3e", user="argo-bus-user", tls=tls
+    ) as bus:
+        yield bus, tmp_path / "ca.crt"
+
+
+def _doctor_argo(bus: NatsServer, ca: Path | None, auth: str = ARGO_AUTH):  # type: ignore[no-untyped-def]
+    return run_cli(
+        "doctor",
+        "eventbus",
+        "--url",
+        bus.url,
+        *(("--tls-ca", str(ca)) if ca else ()),
+        env={"FABRIQUE_NATS_CLIENT_AUTH": auth},
+    )
+
+
+def test_a_bus_made_as_argo_events_makes_it_is_read_with_its_client_auth_and_its_ca(
+    argo_bus: tuple[NatsServer, Path],
+) -> None:
+    """Its certificate bears its CA's subject, which OpenSSL refuses as self-signed."""
+    bus, ca = argo_bus
+    asyncio.run(_prepare(bus, consumer=True))
+    result = _doctor_argo(bus, ca)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.splitlines()[1].startswith("consumer fabrique-build-push-citation")
+    assert "argo-bus-password-7f3e" not in result.stdout + result.stderr
+
+
+def test_a_certificate_another_ca_issued_is_refused_before_the_password_goes_out(
+    argo_bus: tuple[NatsServer, Path], tmp_path: Path
+) -> None:
+    bus, _ = argo_bus
+    other = tmp_path / "other-ca.crt"
+    key = ec.generate_private_key(ec.SECP256R1())
+    other.write_bytes(_pem(_certificate(x509.Name([]), key, ca=True)))
+    result = _doctor_argo(bus, other)
+    assert result.exit_code == 3, result.stderr
+    assert result.stderr.strip().endswith(
+        "TLS refused: the server's certificate was not issued by --tls-ca"
+    )
+    assert "argo-bus-password-7f3e" not in result.stdout + result.stderr
+
+
+def test_a_tls_bus_without_its_ca_says_to_pass_it(argo_bus: tuple[NatsServer, Path]) -> None:
+    bus, _ = argo_bus
+    result = _doctor_argo(bus, None)
+    assert result.exit_code == 3
+    assert "TLS refused" in result.stderr
+    assert "pass --tls-ca" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("auth", "named"),
+    [
+        ("argo-bus-password-7f3e", "not an EventBus client-auth"),
+        ("username: argo-bus-user\n", "username without a password"),
+        ("username: [argo-bus-password-7f3e]\npassword: x\n", "username must be a string"),
+    ],
+)
+def test_a_client_auth_that_is_not_the_secrets_is_named_and_not_shown(
+    auth: str, named: str
+) -> None:
+    result = run_cli(
+        "doctor",
+        "eventbus",
+        "--url",
+        f"nats://127.0.0.1:{free_port()}",
+        env={"FABRIQUE_NATS_CLIENT_AUTH": auth},
+    )
+    assert result.exit_code == 2
+    assert f"FABRIQUE_NATS_CLIENT_AUTH: {named}" in result.stderr
+    assert "argo-bus-password-7f3e" not in result.stderr
+
+
+def test_a_wrong_password_is_refused_and_not_shown(argo_bus: tuple[NatsServer, Path]) -> None:
+    bus, ca = argo_bus
+    result = _doctor_argo(bus, ca, "username: argo-bus-user\npassword: wrong-bus-password\n")
+    assert result.exit_code == 3
+    assert "authorization refused" in result.stderr
+    assert "wrong-bus-password" not in result.stdout + result.stderr

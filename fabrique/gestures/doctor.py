@@ -1,10 +1,12 @@
 """``fabrique doctor eventbus``: what the EventBus's JetStream holds, and what is wrong.
 
-It connects with the EventBus's own auth (a token, or a creds file; TLS with the bus's
-CA), then reports Argo Events' stream (``default``, subjects ``default.<source>.<event>``)
-and each consumer: pending, awaiting ack, redelivered. It warns about what loses events
-(one replica; memory storage) and fails when the stream, or a consumer for the Sensor's
-dependency on ``default.gitea.push``, is missing.
+It connects as the EventSource and the Sensor do, with the EventBus's own client auth
+(the Secret ``eventbus-<bus>-js-client-auth``: a user and a password for JetStream, or a
+token; or a creds file) and TLS checked against the bus's CA, then reports Argo Events'
+stream (``default``, subjects ``default.<source>.<event>``) and each consumer: pending,
+awaiting ack, redelivered. It warns about what loses events (one replica; memory
+storage) and fails when the stream, or a consumer for the Sensor's dependency on
+``default.gitea.push``, is missing.
 """
 
 from __future__ import annotations
@@ -12,8 +14,12 @@ from __future__ import annotations
 import asyncio
 import ssl
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
+import yaml
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from nats.aio.client import Client as NATS
 from nats.errors import Error as NatsError
 from nats.errors import NoServersError
@@ -23,6 +29,98 @@ from fabrique.site.errors import InputError, RemoteError
 from fabrique.site.names import EVENT_NAME, EVENT_SOURCE, STREAM
 
 SENSOR_SUBJECT = f"{STREAM}.{EVENT_SOURCE}.{EVENT_NAME}"
+
+
+@dataclass(frozen=True)
+class ClientAuth:
+    """What the bus asks of a client: a token, or a user and a password (what Argo Events'
+    controller writes for a JetStream bus). Never printed."""
+
+    token: str | None = None
+    username: str | None = None
+    password: str | None = None
+
+    def __repr__(self) -> str:
+        return "ClientAuth(***)"
+
+    @classmethod
+    def parse(cls, client_auth: str | None, token: str | None) -> ClientAuth:
+        """From the Secret's ``client-auth`` as it is (``FABRIQUE_NATS_CLIENT_AUTH``, YAML
+        as Argo Events reads it: ``token``, or ``username`` and ``password``), or a bare
+        token (``FABRIQUE_NATS_TOKEN``)."""
+        where = "FABRIQUE_NATS_CLIENT_AUTH"
+        if client_auth and token:
+            raise InputError(f"{where} and FABRIQUE_NATS_TOKEN: set one, not both")
+        if not client_auth:
+            return cls(token=token or None)
+        try:
+            fields = yaml.safe_load(client_auth)
+        except yaml.YAMLError:
+            fields = None
+        if not isinstance(fields, dict) or not fields.keys() & {"token", "username"}:
+            raise InputError(
+                f"{where}: not an EventBus client-auth (YAML with token, or username and "
+                "password: the Secret eventbus-default-js-client-auth's client-auth)"
+            )
+        values = {}
+        for key in ("token", "username", "password"):
+            value = fields.get(key)
+            if value is not None and not isinstance(value, str | int):
+                raise InputError(f"{where}: {key} must be a string")
+            values[key] = str(value) if value is not None else None
+        if values["username"] and not values["password"]:
+            raise InputError(f"{where}: username without a password")
+        return cls(**values)
+
+
+def _issued_by(ca_file: Path) -> ssl.SSLContext:
+    """TLS that accepts the server's certificate when one of ``ca_file``'s certificates
+    issued it (its name and signature, within its validity) or is it.
+
+    Argo Events' controller gives the bus's certificate its CA's very subject, so OpenSSL
+    takes it for self-signed and refuses it (error 18) whatever the CA file; the bus's own
+    clients skip verification. The check runs when the handshake ends, before the
+    credentials go out. The certificate's names are not checked: a port-forward reaches
+    the bus as 127.0.0.1, and its CA is the bus's alone.
+    """
+    try:
+        cas = x509.load_pem_x509_certificates(ca_file.read_bytes())
+    except (ValueError, OSError):
+        raise InputError(f"--tls-ca {ca_file}: not a PEM certificate") from None
+
+    class Checked(ssl.SSLObject):
+        def do_handshake(self) -> None:
+            super().do_handshake()
+            problem = _certificate_problem(self.getpeercert(binary_form=True), cas)
+            if problem:
+                refused = ssl.SSLCertVerificationError(problem)
+                refused.verify_message = problem  # as OpenSSL's own refusals carry it
+                raise refused
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # the check is Checked's, not OpenSSL's
+    context.sslobject_class = Checked
+    return context
+
+
+def _certificate_problem(der: bytes | None, cas: list[x509.Certificate]) -> str | None:
+    if not der:
+        return "the server sent no certificate"
+    leaf = x509.load_der_x509_certificate(der)
+    now = datetime.now(UTC)
+    if not leaf.not_valid_before_utc <= now <= leaf.not_valid_after_utc:
+        return f"the server's certificate is not valid now (until {leaf.not_valid_after_utc})"
+    for ca in cas:
+        if leaf == ca:
+            return None
+        try:
+            leaf.verify_directly_issued_by(ca)
+        except (ValueError, TypeError, InvalidSignature):
+            continue
+        return None
+    return "the server's certificate was not issued by --tls-ca"
 
 
 @dataclass(frozen=True)
@@ -88,9 +186,9 @@ def diagnose(stream: Stream) -> Report:
 
 
 async def _inspect(
-    url: str, token: str | None, creds: Path | None, tls_ca: Path | None, timeout: float
+    url: str, auth: ClientAuth, creds: Path | None, tls_ca: Path | None, timeout: float
 ) -> Stream:
-    tls = ssl.create_default_context(cafile=str(tls_ca)) if tls_ca else None
+    tls = _issued_by(tls_ca) if tls_ca else None
     errors: list[str] = []
 
     async def on_error(exc: Exception) -> None:
@@ -108,7 +206,9 @@ async def _inspect(
         await asyncio.wait_for(
             nc.connect(
                 servers=[url],
-                token=token,
+                token=auth.token,
+                user=auth.username,
+                password=auth.password,
                 user_credentials=str(creds) if creds else None,
                 tls=tls,
                 connect_timeout=max(1, round(timeout)),
@@ -120,7 +220,16 @@ async def _inspect(
         )
     except (TimeoutError, NoServersError, NatsError, OSError, ValueError) as exc:
         if connecting:
-            await nc.close()  # a refused connection leaves its transport open otherwise
+            # a refused connection leaves its transport open otherwise; after a refused
+            # TLS handshake nats-py's close never returns
+            try:
+                await asyncio.wait_for(nc.close(), timeout)
+            except TimeoutError:
+                pass
+        if isinstance(exc, ssl.SSLError):
+            reason = getattr(exc, "verify_message", None) or exc.strerror or str(exc)
+            hint = "" if tls_ca else " (pass --tls-ca: eventbus-default-js-server's ca-cert)"
+            raise RemoteError(f"EventBus at {url}: TLS refused: {reason}{hint}") from None
         detail = "; ".join(dict.fromkeys([*errors, str(exc)])) or exc.__class__.__name__
         if "authorization" in detail.lower():
             raise RemoteError(
@@ -169,7 +278,7 @@ async def _inspect(
 def inspect(
     url: str,
     *,
-    token: str | None = None,
+    auth: ClientAuth | None = None,
     creds: Path | None = None,
     tls_ca: Path | None = None,
     timeout: float = 5.0,
@@ -179,4 +288,4 @@ def inspect(
     for name, path in (("--creds", creds), ("--tls-ca", tls_ca)):
         if path is not None and not path.is_file():
             raise InputError(f"{name} {path}: not found")
-    return diagnose(asyncio.run(_inspect(url, token, creds, tls_ca, timeout)))
+    return diagnose(asyncio.run(_inspect(url, auth or ClientAuth(), creds, tls_ca, timeout)))

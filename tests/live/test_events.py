@@ -19,7 +19,9 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+import yaml
 
+from fabrique.gestures.doctor import SENSOR_SUBJECT
 from fabrique.site.config import load_site
 from fabrique.site.names import webhook_service_url
 
@@ -236,32 +238,26 @@ def test_a_delivery_without_the_bearer_is_refused_and_publishes_nothing(
     assert event_path.stream_messages() == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the real EventBus (Argo Events v1.9.11) takes a user and a password: its Secret "
-    "eventbus-default-js-client-auth holds 'username: …\\npassword: …', no token; its "
-    "server certificate bears its CA's own subject and no key identifiers, which OpenSSL "
-    "refuses as self-signed (error 18) for --tls-ca; and against it the doctor never "
-    "returns, its 5 s timeout notwithstanding (stopped here after 15 s)",
-)
 def test_doctor_eventbus_reads_the_real_bus_as_the_readme_says(
     event_path: ArgoEvents, tmp_path: Path
 ) -> None:
-    """The README's Checking the bus: the token from eventbus-default-js-client-auth,
-    TLS checked against the bus's CA. Run as its own process: it may hang."""
+    """The README's Checking the bus: the client auth of eventbus-default-js-client-auth
+    as it is (a user and a password), TLS checked against the bus's CA, whose subject
+    its certificate bears. Run as its own process, as a person runs it."""
     ca = tmp_path / "ca.crt"
     ca.write_bytes(event_path.bus_secret(f"eventbus-{BUS}-js-server")["ca-cert"])
-    token = event_path.bus_secret(f"eventbus-{BUS}-js-client-auth")["client-auth"].decode()
+    auth = event_path.bus_secret(f"eventbus-{BUS}-js-client-auth")["client-auth"].decode()
     fabrique = str(Path(sys.executable).parent / "fabrique")
     done = subprocess.run(
         [fabrique, "doctor", "eventbus", "--url", event_path.nats_url, "--tls-ca", str(ca)],
-        env={**os.environ, "FABRIQUE_NATS_TOKEN": token},
+        env={**os.environ, "FABRIQUE_NATS_CLIENT_AUTH": auth},
         capture_output=True,
         text=True,
         timeout=15,
     )
     assert done.returncode == 0, done.stderr
-    assert "consumer" in done.stdout
+    assert f"({SENSOR_SUBJECT})" in done.stdout
+    assert yaml.safe_load(auth)["password"] not in done.stdout + done.stderr
 
 
 def test_a_replayed_push_makes_no_second_workflow_and_costs_its_trigger_a_minute(
