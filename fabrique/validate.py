@@ -41,7 +41,7 @@ SPECS_ENV = "FABRIQUE_SPECS"
 WORKFLOWS_SCHEMA = "argo-workflows-v4.1.2.schema.json"
 EVENTS_SCHEMA = "argo-events-v1.9.11.schema.json"
 ARGOCD_CRD = "argo-cd-v3.5.1.application-crd.yaml"
-GITEA_SWAGGER = "gitea-1.27.1.swagger.json"  # what the Gitea double is checked against
+GITEA_SWAGGER = "gitea-1.27.3.swagger.json"  # what the Gitea double is checked against
 SPEC_FILES = (WORKFLOWS_SCHEMA, EVENTS_SCHEMA, ARGOCD_CRD, GITEA_SWAGGER)
 
 WORKFLOW_KINDS = frozenset(
