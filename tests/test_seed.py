@@ -166,7 +166,7 @@ def test_full_run_then_replay_is_all_unchanged(
     values, env = _values(tmp_path, gitea, registry), _env(tmp_path, kube_with_secrets)
     first = _seed(values, env, "--yes")
     assert first.exit_code == 0, first.stderr
-    assert "[webhook] ALLOWED_HOST_LIST" in first.stderr, "what Gitea needs to deliver"
+    assert "[security] ALLOWED_HOST_LIST" in first.stderr, "what Gitea needs to deliver"
     report = first.stdout.splitlines()[-5:]
     assert [line.split(" (")[0] for line in report] == [
         "image: unchanged",

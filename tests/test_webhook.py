@@ -171,8 +171,11 @@ def test_seeding_states_what_gitea_needs_to_deliver_in_cluster(
     for args in ((), ("--dry-run",)):
         result = _seed(values, *args)
         host = "gitea-eventsource-svc.fabrique.svc.cluster.local"
-        assert "notice: Gitea delivers webhooks only to the hosts its [webhook] " in result.stderr
-        assert f"set ALLOWED_HOST_LIST = {host} in app.ini" in result.stderr
+        assert "notice: Gitea delivers webhooks only to the hosts its ALLOWED_HOST_LIST" in (
+            result.stderr
+        )
+        assert f"set [security] ALLOWED_HOST_LIST = external, {host} in app.ini" in result.stderr
+        assert f"before Gitea 1.27, [webhook] ALLOWED_HOST_LIST = {host})" in result.stderr
 
 
 def test_dry_run_changes_nothing(values: Path, gitea: GiteaDouble) -> None:

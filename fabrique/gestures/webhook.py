@@ -96,14 +96,18 @@ class Action:
 def allowed_host_notice(site: Site) -> str:
     """What Gitea needs before webhook #2 delivers anything, said where it is seeded.
 
-    Gitea refuses to deliver to a host its ``[webhook] ALLOWED_HOST_LIST`` does not allow,
-    and the default (``external``) excludes every cluster-internal address, so the hook
-    would exist and no push would ever reach the EventSource. No API shows the setting."""
+    Gitea refuses to deliver to a host its ``ALLOWED_HOST_LIST`` does not allow, and the
+    default (``external``) excludes every cluster-internal address, so the hook would
+    exist and no push would ever reach the EventSource. No API shows the setting. Since
+    Gitea 1.27 the key is ``[security]``'s (it also bounds OAuth2, OpenID, migrations and
+    pull mirrors, hence ``external`` kept); ``[webhook]``'s is read before 1.27 and
+    deprecated since."""
     host = urlsplit(webhook_service_url(site.namespaces.control)).hostname
     return (
-        "Gitea delivers webhooks only to the hosts its [webhook] ALLOWED_HOST_LIST allows, "
-        f"and its default (external) refuses {host}: set ALLOWED_HOST_LIST = {host} in "
-        "app.ini (or GITEA__webhook__ALLOWED_HOST_LIST), then check the hook's deliveries"
+        "Gitea delivers webhooks only to the hosts its ALLOWED_HOST_LIST allows, and its "
+        f"default (external) refuses {host}: set [security] ALLOWED_HOST_LIST = external, "
+        f"{host} in app.ini (GITEA__security__ALLOWED_HOST_LIST; before Gitea 1.27, "
+        f"[webhook] ALLOWED_HOST_LIST = {host}), then check the hook's deliveries"
     )
 
 

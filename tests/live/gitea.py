@@ -71,8 +71,11 @@ class Gitea:
     port: int = 0
     pid: int = 0
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
-    # app.ini's [webhook] section: by default deliveries may go to loopback receivers
-    webhook: dict[str, str] = field(default_factory=lambda: {"ALLOWED_HOST_LIST": "loopback"})
+    # [security] ALLOWED_HOST_LIST, which Gitea 1.27.3 reads for webhooks (its [webhook]
+    # key is deprecated): by default deliveries may go to loopback receivers
+    allowed_hosts: str = "loopback"
+    # app.ini's [webhook] section
+    webhook: dict[str, str] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -254,6 +257,7 @@ ROOT = {f / "repositories"}
 INSTALL_LOCK = true
 SECRET_KEY = {secrets.token_hex(32)}
 INTERNAL_TOKEN = {secrets.token_hex(32)}
+ALLOWED_HOST_LIST = {self.allowed_hosts}
 
 [oauth2]
 ; on, Gitea would write a JWT secret of its own into this file

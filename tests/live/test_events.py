@@ -340,19 +340,20 @@ def forge(
     cluster: Cluster, event_path: ArgoEvents, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Forge]:
     """A Gitea that delivers webhook #2 as the README says to set it up: only the
-    EventSource's Service allowed (``[webhook] ALLOWED_HOST_LIST``), reached through the
+    EventSource's Service allowed (``[security] ALLOWED_HOST_LIST``), reached through the
     cluster's Service network (the proxy); an empty code repository, its hook seeded by
     ``fabrique seed-webhook``."""
     proxy = ServiceProxy().start()
     proxy.route(cluster, CONTROL, f"{SOURCE}-eventsource-svc", event_path.webhook_port)
     folder = tmp_path_factory.mktemp("events-gitea")
-    webhook = {
-        "ALLOWED_HOST_LIST": SERVICE_HOST,
-        "PROXY_URL": proxy.url,
-        "PROXY_HOSTS": "*.svc.cluster.local:*",
-    }
+    webhook = {"PROXY_URL": proxy.url, "PROXY_HOSTS": "*.svc.cluster.local:*"}
     try:
-        gitea = Gitea(folder / "gitea", gitea_binary(), webhook=webhook).start()
+        gitea = Gitea(
+            folder / "gitea",
+            gitea_binary(),
+            allowed_hosts=f"external, {SERVICE_HOST}",
+            webhook=webhook,
+        ).start()
     except ControlPlaneError as failed:
         proxy.stop()
         pytest.fail(str(failed), pytrace=False)

@@ -4,12 +4,13 @@ with a token of the scopes the README asks operators for.
 The Gitea double (``tests/doubles/gitea.py``) is held to Gitea's Swagger document; these
 hold fabrique to the program itself: its version, its Contents API (a stale sha is
 still a stale write), its compare under the README's scopes, and a push delivered to
-webhook #2 with its bearer token where ``[webhook] ALLOWED_HOST_LIST`` allows it.
+webhook #2 with its bearer token where ``[security] ALLOWED_HOST_LIST`` allows it.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from fabrique.clients.gitea import FileContent, GiteaClient, Identity
 from fabrique.gestures.webhook import Credentials, desired
 from fabrique.site.config import load_site
 from fabrique.site.errors import StaleWrite
+from fabrique.validate import GITEA_SWAGGER, find_specs
 
 from ..conftest import ROOT, run_cli, write_values
 from ..doubles.http import LoopbackServer, Request
@@ -67,6 +69,15 @@ def test_it_is_the_version_pinned_and_renders_the_release_templates(real_gitea: 
     served = httpx.get(f"{real_gitea.url}/swagger.v1.json")
     assert served.status_code == 200
     assert served.json()["info"]["version"] == version
+    # what the double is checked against is what the real server serves
+    assert served.json() == json.loads((find_specs() / GITEA_SWAGGER).read_text())
+
+
+def test_it_starts_without_a_deprecated_setting(real_gitea: Gitea) -> None:
+    """The app.ini the README gives operators: no key Gitea calls deprecated."""
+    logged = "".join(p.read_text() for p in (real_gitea.folder / "log").glob("*.log"))
+    logged += (real_gitea.folder / "console.log").read_text()
+    assert "Deprecation" not in logged
 
 
 def test_a_file_put_through_the_contents_api_reads_back_through_fabrique(
