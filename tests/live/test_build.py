@@ -95,6 +95,14 @@ def _verify(values: Path, revision: str, metadata: Path):  # type: ignore[no-unt
     )
 
 
+def _writeback(values: Path, revision: str, digest: str):  # type: ignore[no-untyped-def]
+    return run_cli(
+        *("--values", str(values), "writeback", "--app", "citation"),
+        *("--revision", revision, "--digest", digest),
+        env={"FABRIQUE_GITEA_TOKEN": GITEA_TOKEN},
+    )
+
+
 def test_the_build_step_pushes_what_digest_verify_accepts(
     tmp_path: Path,
     buildkit: Builder,
@@ -180,11 +188,7 @@ def test_with_attestations_the_index_carries_the_provenance_and_is_written_back(
     assert verified.exit_code == 0, verified.stderr
     assert verified.stdout.strip() == digest
 
-    written = run_cli(
-        *("--values", str(values), "writeback", "--app", "citation"),
-        *("--revision", revision, "--digest", digest),
-        env={"FABRIQUE_GITEA_TOKEN": GITEA_TOKEN},
-    )
+    written = _writeback(values, revision, digest)
     assert written.exit_code == 0, written.stderr
     pins = yaml.safe_load(code_repo.show(KUSTOMIZATION))["images"]
     assert pins[-1]["digest"] == digest

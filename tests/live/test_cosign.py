@@ -14,20 +14,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fabrique.clients.registry import RegistryClient
 from fabrique.decisions.signature import KEY_FILE, SIGNING_MOUNT, load_public_key, verify_signed
 from fabrique.site.config import Site
 from fabrique.site.errors import ProvenanceError
 
-from ..conftest import Repo, run_cli
+from ..conftest import KUSTOMIZATION, Repo, run_cli
+from ..doubles.gitea import GiteaDouble
 from ..manifests import rendered_step
 from ..oci import push_image
 from ..servers import GitDaemon, Registry
 from . import controlplane
 from .buildkit import Builder
 from .fixtures import need_go
-from .test_build import _app, _build, _checkout, _site
+from .test_build import _app, _build, _checkout, _site, _verify, _writeback
 
 IMAGE = "citation-dagster"
 HTTP = ("--allow-http-registry",)  # the loopback registry speaks plain HTTP
@@ -69,7 +71,9 @@ def keys(cosign: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list
     yield [_key_pair(cosign, root / "site"), _key_pair(cosign, root / "other")]
 
 
-def _signing_site(tmp_path: Path, registry: Registry, pair: KeyPair) -> tuple[Path, Site]:
+def _signing_site(
+    tmp_path: Path, registry: Registry, pair: KeyPair, **overrides: object
+) -> tuple[Path, Site]:
     return _site(
         tmp_path,
         registry,
@@ -77,6 +81,7 @@ def _signing_site(tmp_path: Path, registry: Registry, pair: KeyPair) -> tuple[Pa
             "signing.keySecret": {"name": "fabrique-cosign", "key": KEY_FILE},
             "signing.passwordKey": "cosign.password",
             "signing.publicKey": pair.pub.read_text(),
+            **overrides,
         },
     )
 
@@ -121,6 +126,76 @@ def _copy(registry: Registry, source: str, destination: str) -> None:
     )
 
 
+def _sign(site: Site, values: Path, digest: str, pair: KeyPair, cosign: str) -> None:
+    """The sign step as rendered: its key where the Secret is mounted, here a file."""
+    container = rendered_step(site, "sign")
+    args = [
+        arg.replace("{{workflow.parameters.app}}", "citation").replace(
+            "{{inputs.parameters.digest}}", digest
+        )
+        for arg in container["args"]
+    ]
+    assert f"{SIGNING_MOUNT}/{KEY_FILE}" in args
+    args[args.index(f"{SIGNING_MOUNT}/{KEY_FILE}")] = str(pair.key)
+    signed = run_cli(
+        "--values",
+        str(values),
+        *args,
+        env={
+            "COSIGN_PASSWORD": pair.password,
+            "PATH": f"{Path(cosign).parent}:{os.environ['PATH']}",
+        },
+    )
+    assert signed.exit_code == 0, signed.stderr
+    assert pair.password not in signed.stdout + signed.stderr
+
+
+def test_one_commit_built_verified_attested_signed_and_written_back_with_the_real_tools(
+    tmp_path: Path,
+    buildkit: Builder,
+    cosign: str,
+    keys: list[KeyPair],
+    named_registry: Registry,
+    base_image: str,
+    code_repo: Repo,
+    git_daemon: GitDaemon,
+    gitea: GiteaDouble,
+) -> None:
+    """The build's whole chain on one commit, each step as rendered, with attestations,
+    the registry cache and signing on: BuildKit builds and pushes the index, digest
+    verify reads its provenance, cosign signs it, and the write-back checks the
+    signature before it writes the index digest."""
+    site_pair, _ = keys
+    values, site = _signing_site(
+        tmp_path,
+        named_registry,
+        site_pair,
+        **{"build.attestations": True, "build.cache": True, "gitea.url": gitea.url},
+    )
+    revision = _app(code_repo, base_image)
+    before = code_repo.show(KUSTOMIZATION)
+    build = _build(buildkit, site, revision, _checkout(buildkit, site, git_daemon, revision))
+    assert build.returncode == 0, build.output
+    digest = json.loads(build.metadata.read_text())["containerimage.digest"]
+    with RegistryClient(named_registry.host, plain_http=True) as client:
+        assert client.manifest(IMAGE, digest).is_index
+
+    verified = _verify(values, revision, build.metadata)
+    assert verified.exit_code == 0, verified.stderr
+    assert verified.stdout.strip() == digest
+
+    # before the signature, the write-back refuses; after it, it writes the index digest
+    unsigned = _writeback(values, revision, digest)
+    assert unsigned.exit_code == 8, unsigned.stderr
+    assert "unsigned" in unsigned.stderr and "nothing is written back" in unsigned.stderr
+    assert code_repo.show(KUSTOMIZATION) == before
+    _sign(site, values, digest, site_pair, cosign)
+    assert _cosign_accepts(cosign, site_pair.pub, f"{named_registry.host}/{IMAGE}@{digest}")
+    written = _writeback(values, revision, digest)
+    assert written.exit_code == 0, written.stderr
+    assert yaml.safe_load(code_repo.show(KUSTOMIZATION))["images"][-1]["digest"] == digest
+
+
 def test_the_sign_step_signs_the_build_and_fabrique_judges_as_cosign_verify(
     tmp_path: Path,
     buildkit: Builder,
@@ -138,27 +213,7 @@ def test_the_sign_step_signs_the_build_and_fabrique_judges_as_cosign_verify(
     assert build.returncode == 0, build.output
     digest = json.loads(build.metadata.read_text())["containerimage.digest"]
 
-    # the sign step as rendered: its key where the Secret is mounted, here a file
-    container = rendered_step(site, "sign")
-    args = [
-        arg.replace("{{workflow.parameters.app}}", "citation").replace(
-            "{{inputs.parameters.digest}}", digest
-        )
-        for arg in container["args"]
-    ]
-    assert f"{SIGNING_MOUNT}/{KEY_FILE}" in args
-    args[args.index(f"{SIGNING_MOUNT}/{KEY_FILE}")] = str(site_pair.key)
-    signed = run_cli(
-        "--values",
-        str(values),
-        *args,
-        env={
-            "COSIGN_PASSWORD": site_pair.password,
-            "PATH": f"{Path(cosign).parent}:{os.environ['PATH']}",
-        },
-    )
-    assert signed.exit_code == 0, signed.stderr
-    assert site_pair.password not in signed.stdout + signed.stderr
+    _sign(site, values, digest, site_pair, cosign)
     reference = f"{named_registry.host}/{IMAGE}"
 
     # another image of the app, unsigned; then carrying the first one's signature
