@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -149,7 +150,12 @@ def measure(
     kube = KubeApiDouble(specs).start()
     kube.latency = latency_ms / 1000
     kubeconfig = kube.kubeconfig(bare.parent.parent / "kubeconfig")
-    served = RealServer(real, bare) if real else DoubleServer(specs, bare, latency_ms)
+    # the double runs in this process: its CPU is this process's, the passes' taken out
+    served = (
+        RealServer(real, bare)
+        if real
+        else DoubleServer(specs, bare, latency_ms, cli_cpu=lambda: cli.cpu_s)
+    )
     try:
         values = merge(
             default_values(),
@@ -195,22 +201,29 @@ class DoubleServer:
 
     token = TOKEN
 
-    def __init__(self, specs: Path, bare: Path, latency_ms: float) -> None:
-        self.gitea = GiteaDouble(Swagger(specs / GITEA_SWAGGER), {"atlas/atlas": bare}, token=TOKEN)
-        self.gitea.latency = latency_ms / 1000
-        self.gitea.start()
-        self.url = self.gitea.url
-
     def sync(self) -> None:
         """Nothing to do: the double reads the repository itself."""
 
     def requests(self) -> int:
         return len(self.gitea.requests)
 
+    def __init__(
+        self, specs: Path, bare: Path, latency_ms: float, cli_cpu: Callable[[], float]
+    ) -> None:
+        self.gitea = GiteaDouble(Swagger(specs / GITEA_SWAGGER), {"atlas/atlas": bare}, token=TOKEN)
+        self.gitea.latency = latency_ms / 1000
+        self.gitea.start()
+        self.url = self.gitea.url
+        self.cli_cpu = cli_cpu
+
     def cpu(self) -> float:
-        """This process's CPU time: the double's threads (and the registry's proxy)."""
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        return usage.ru_utime + usage.ru_stime
+        """The double's CPU time: this process's (the double's threads, and the registry's
+        proxy) and its children's (the ``git`` commands the double runs), without the
+        ``fabrique`` processes the bench runs, which are children too."""
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        total = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+        return total - self.cli_cpu()
 
     def stop(self) -> None:
         self.gitea.stop()
@@ -255,9 +268,10 @@ class RealServer:
         return len(self.seen)
 
     def cpu(self) -> float:
-        """The CPU time of the ``gitea web`` process (utime and stime of /proc/PID/stat)."""
+        """The CPU time of the ``gitea web`` process and of the children it has waited
+        for, its ``git`` commands (utime, stime, cutime and cstime of /proc/PID/stat)."""
         fields = Path(f"/proc/{self.gitea.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
     def stop(self) -> None:
         self.proxy.stop()
@@ -278,6 +292,7 @@ class Cli:
         self.values = Path(tempfile.mkdtemp(prefix=f"values-{tag}-", dir=work)) / "values.yaml"
         self.values.write_text(yaml.safe_dump(values))
         self.env = {**os.environ, "KUBECONFIG": str(kubeconfig), "FABRIQUE_GITEA_TOKEN": token}
+        self.cpu_s = 0.0  # the CPU time of the passes run so far
 
     def run(self, *args: str) -> str:
         """``fabrique <args>``: what it printed; an exit other than 0 raises."""
@@ -318,16 +333,21 @@ class Cli:
         )
         status = Path(f"/proc/{process.pid}/status")
         peak_kib = 0
-        while process.poll() is None:
+        while True:
+            # wait4, not poll: it reaps the process with its own CPU time (cpu_s)
+            pid, code, usage = os.wait4(process.pid, os.WNOHANG)
+            if pid:
+                process.returncode = os.waitstatus_to_exitcode(code)
+                self.cpu_s += usage.ru_utime + usage.ru_stime
+                break
             try:
                 lines = status.read_text().splitlines()
-            except OSError:  # exited between the poll and the read
-                break
+            except OSError:  # exited between the wait and the read
+                continue
             for line in lines:
                 if line.startswith("VmHWM:"):
                     peak_kib = int(line.split()[1])  # the last one read: after the exec
             time.sleep(0.01)
-        process.wait()
         elapsed = time.perf_counter() - start
         out.seek(0)
         err.seek(0)
