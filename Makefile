@@ -3,8 +3,9 @@
 #   make test     install fabrique, its test tools and servers, build the live tier's
 #                 peers (Go), run lint, types and tests
 # And for a person who wants the tests' control plane:
-#   make up       start it and a real Gitea on loopback (prints `export KUBECONFIG=...`
-#                 and Gitea's URL and token file); again: no change
+#   make up       start it, the default site's event path and a real Gitea on loopback
+#                 (prints `export KUBECONFIG=...`, where the EventSource takes pushes, and
+#                 Gitea's URL and token file); again: no change
 #   make down     stop them
 PYTHON ?= python3
 VENV ?= .venv

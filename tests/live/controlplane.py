@@ -714,22 +714,55 @@ def binaries(names: tuple[str, ...] = PLANE_PEERS) -> dict[str, Path]:
 
 def _start_argo_events(plane: ControlPlane) -> None:
     """The Argo Events controller of the upstream bundle beside the plane's own
-    (``tests/live/events.py``): it judges the EventBus, EventSource and Sensor a person
-    applies. Its process is one of the plane's, stopped by ``make down``."""
-    # imported here: tests.live.events builds on this module
+    (``tests/live/events.py``), the default site applied, and its event path running as
+    the tests run it: the bus, the EventSource and the Sensor, from the pods the
+    controller makes. Their processes are the plane's, stopped by ``make down``; where
+    to reach them is written to ``event-path.json``."""
+    # imported here: these build on this module
+    from fabrique.site.config import load_site
+
     from .cluster import Cluster
-    from .events import ArgoEvents
+    from .events import ArgoEvents, start_event_path
+    from .fixtures import apply_default_site
 
     cluster = Cluster(plane)
+    events = ArgoEvents(cluster, plane.folder / "argo-events")
     try:
-        events = ArgoEvents(cluster, plane.folder / "argo-events")
         events.start_controller()
+        apply_default_site(cluster)
+        secret = load_site(env={}).events.webhook_secret
+        bearer = plane.folder / "webhook.bearer"
+        bearer.write_text(secrets.token_urlsafe(32))
+        bearer.chmod(0o600)
+        start_event_path(events, (secret.name, secret.key), bearer.read_text())
+    except AssertionError as late:  # a wait that ran out
+        raise ControlPlaneError(f"the event path: {late}") from None
     finally:
+        for role, pod in events.pods.items():
+            if pod.process is not None:
+                plane.pids[f"argo-events-{role}"] = pod.process.pid
+        plane.save()
         cluster.http.close()
-    process = events.pods["controller"].process
-    assert process is not None
-    plane.pids["argo-events-controller"] = process.pid
-    plane.save()
+    (plane.folder / "event-path.json").write_text(
+        json.dumps(
+            {
+                "webhook": f"http://127.0.0.1:{events.webhook_port}/push",
+                "bearer_file": str(bearer),
+                "nats": events.nats_url,
+            }
+        )
+    )
+
+
+def _event_path_lines(folder: Path) -> list[str]:
+    try:
+        found = json.loads((folder / "event-path.json").read_text())
+    except (OSError, ValueError):
+        return []
+    return [
+        f"# the EventSource takes Gitea's pushes at {found['webhook']} (the bearer token in "
+        f"{found['bearer_file']}); the Sensor creates their Workflows; the bus is {found['nats']}"
+    ]
 
 
 def default_folder() -> Path:
@@ -772,8 +805,11 @@ def main(argv: list[str]) -> int:
                 return 1
         print(f"export KUBECONFIG={running.kubeconfig}")
         print(
-            f"# the Argo Events controller {running.events_version()} judges what is applied there"
+            f"# the Argo Events controller {running.events_version()} judges what is applied "
+            "there; the default site is applied"
         )
+        for line in _event_path_lines(folder):
+            print(line)
         # a comment to the shell: what `make up` printed stays something to eval
         print(
             f"# Gitea {gitea_version()} at {gitea.url}: the token of {USER} (no site admin; "

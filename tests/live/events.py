@@ -54,6 +54,7 @@ from .pods import Image, Overrides, PodProcess, running_pod
 
 T = TypeVar("T")
 EVENTS_NAMESPACE = "argo-events"
+EVENTS_API = "/apis/argoproj.io/v1alpha1/namespaces/"
 CONTROL = "fabrique"  # the site's control namespace: the EventBus, EventSource and Sensor
 BUS, SOURCE, SENSOR = "default", "gitea", "fabrique-build"
 NATS_MODULE = "github.com/nats-io/nats-server/v2"
@@ -415,3 +416,57 @@ class ServiceProxy:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+# -- the event path, deployed and running ----------------------------------------------
+
+# each rendered object, and the conditions the controller gives it once it is deployed
+OBJECTS = {
+    "eventbus": ("eventbus", BUS, {"Configured", "Deployed"}),
+    "eventsource": ("eventsources", SOURCE, {"SourcesProvided", "Deployed"}),
+    "sensor": ("sensors", SENSOR, {"DependenciesProvided", "TriggersProvided", "Deployed"}),
+}
+
+
+def conditions(cluster: Cluster, path: str) -> dict[str, dict[str, Any]]:
+    status = cluster.get(path).get("status") or {}
+    return {c["type"]: c for c in status.get("conditions") or []}
+
+
+def _all_true(cluster: Cluster, path: str, wanted: set[str]) -> dict[str, dict[str, Any]] | None:
+    """Its conditions, once it has all of ``wanted`` and every one it has is True."""
+    found = conditions(cluster, path)
+    if wanted <= set(found) and all(c["status"] == "True" for c in found.values()):
+        return found
+    return None
+
+
+def deployed(cluster: Cluster, role: str) -> None:
+    """Wait until the controller has deployed the object of ``role``."""
+    resource, name, wanted = OBJECTS[role]
+    path = f"{EVENTS_API}{CONTROL}/{resource}/{name}"
+    try:
+        cluster.wait(f"{resource}/{name}'s conditions", lambda: _all_true(cluster, path, wanted))
+    except AssertionError as late:
+        raise AssertionError(f"{late}: {conditions(cluster, path)}") from None
+
+
+def start_event_path(events: ArgoEvents, webhook_secret: tuple[str, str], bearer: str) -> None:
+    """Once the rendered objects are applied: the controller's deployments awaited, the
+    webhook's Secret given ``bearer`` (as a site's secret tooling would), then the bus,
+    the EventSource and the Sensor started from their pods."""
+    cluster = events.cluster
+    for role in OBJECTS:
+        deployed(cluster, role)
+    name, key = webhook_secret
+    answer = cluster.request(
+        "PATCH",
+        f"/api/v1/namespaces/{CONTROL}/secrets/{name}",
+        {"stringData": {key: bearer}},
+        content_type="application/merge-patch+json",
+    )
+    if answer.status != 200:
+        raise ControlPlaneError(f"Secret {CONTROL}/{name}: {answer.message}")
+    events.start_bus()
+    events.start_eventsource()
+    events.start_sensor()

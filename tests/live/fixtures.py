@@ -59,20 +59,25 @@ def cluster(control_plane: controlplane.ControlPlane) -> Iterator[Cluster]:
         client.http.close()
 
 
-@pytest.fixture(scope="session")
-def applied(cluster: Cluster) -> Path:
-    """The committed tree (the default site's render), applied server-side once."""
+def apply_default_site(cluster: Cluster) -> Path:
+    """The committed tree (the default site's render), applied server-side, with the
+    Secrets the README asks the site's own secret tooling for (install, step 4)."""
     tree = controlplane.ROOT / "manifests"
     cluster.apply_tree(tree)
-    # the Secrets the README asks the site's own secret tooling for (install, step 4)
     for namespace, name in SITE_SECRETS:
         cluster.kubectl(
             "create", "secret", "generic", name, "-n", namespace, "--from-literal=token=live"
         )
     # a new policy binds a moment after it is written: until then the API server admits
-    # what it will refuse, so the tests start once it refuses
+    # what it will refuse, so what follows starts once it refuses
     cluster.wait("the admission policy in force", cluster.policy_refuses_inline_templates)
     return tree
+
+
+@pytest.fixture(scope="session")
+def applied(cluster: Cluster) -> Path:
+    """The default site, applied once."""
+    return apply_default_site(cluster)
 
 
 @pytest.fixture(scope="session")

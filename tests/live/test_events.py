@@ -30,14 +30,26 @@ from ..conftest import KUSTOMIZATION, SEED_KUSTOMIZATION, run_cli, write_values
 from ..gitrepo import make_commit
 from .cluster import ARGO, NODE_ID, Cluster
 from .controlplane import ControlPlaneError
-from .events import BUS, CONTROL, SELECTORS, SENSOR, SOURCE, ArgoEvents, ServiceProxy
+from .events import (
+    BUS,
+    CONTROL,
+    EVENTS_API,
+    OBJECTS,
+    SELECTORS,
+    SENSOR,
+    SOURCE,
+    ArgoEvents,
+    ServiceProxy,
+    deployed,
+    start_event_path,
+)
 from .gitea import ADMIN, Gitea
 from .gitea import binary as gitea_binary
 from .pods import running_pod
 from .test_workflows import BUILD_NS, EXECUTOR, ended, step_pod
 
 SITE = load_site(env={})
-EVENTS = "/apis/argoproj.io/v1alpha1/namespaces/" + CONTROL
+EVENTS = EVENTS_API + CONTROL
 # the webhook's bearer token: the value the event path's fixture gives the Secret
 BEARER = f"bearer-{uuid.uuid4().hex}"
 APP_FILE = "dataops/citation-dagster/app.txt"
@@ -57,35 +69,6 @@ def argo_events(
         yield events
     finally:
         events.stop()
-
-
-def conditions(cluster: Cluster, path: str) -> dict[str, dict[str, Any]]:
-    status = cluster.get(path).get("status") or {}
-    return {c["type"]: c for c in status.get("conditions") or []}
-
-
-def all_true(cluster: Cluster, path: str, wanted: set[str]) -> dict[str, dict[str, Any]] | None:
-    """Its conditions, once it has all of ``wanted`` and every one it has is True."""
-    found = conditions(cluster, path)
-    if wanted <= set(found) and all(c["status"] == "True" for c in found.values()):
-        return found
-    return None
-
-
-OBJECTS = {
-    "eventbus": ("eventbus", BUS, {"Configured", "Deployed"}),
-    "eventsource": ("eventsources", SOURCE, {"SourcesProvided", "Deployed"}),
-    "sensor": ("sensors", SENSOR, {"DependenciesProvided", "TriggersProvided", "Deployed"}),
-}
-
-
-def deployed(cluster: Cluster, role: str) -> None:
-    resource, name, wanted = OBJECTS[role]
-    path = f"{EVENTS}/{resource}/{name}"
-    try:
-        cluster.wait(f"{resource}/{name}'s conditions", lambda: all_true(cluster, path, wanted))
-    except AssertionError as late:
-        raise AssertionError(f"{late}: {conditions(cluster, path)}") from None
 
 
 # -- the controller judges ------------------------------------------------------------------
@@ -147,22 +130,9 @@ def test_a_replay_of_the_event_path_once_deployed_changes_nothing(
 def event_path(cluster: Cluster, argo_events: ArgoEvents) -> Iterator[ArgoEvents]:
     """The bus, the EventSource and the Sensor running; the Workflows they made deleted
     at the end (each holds its app's mutex)."""
-    for role in OBJECTS:
-        deployed(cluster, role)
-    # a token of the kind a site's secret tooling makes, read by the EventSource from the
-    # Secret's volume
     secret = SITE.events.webhook_secret
-    answer = cluster.request(
-        "PATCH",
-        f"/api/v1/namespaces/{CONTROL}/secrets/{secret.name}",
-        {"stringData": {secret.key: BEARER}},
-        content_type="application/merge-patch+json",
-    )
-    assert answer.status == 200, answer.message
     try:
-        argo_events.start_bus()
-        argo_events.start_eventsource()
-        argo_events.start_sensor()
+        start_event_path(argo_events, (secret.name, secret.key), BEARER)
     except ControlPlaneError as failed:
         pytest.fail(str(failed), pytrace=False)
     yield argo_events
