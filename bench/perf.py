@@ -326,6 +326,9 @@ def reconcile_and_latency(work: Path, apps: int, specs: Path, latency_ms: float)
     return out
 
 
+SECTIONS = ("render", "writeback", "reconcile", "scale", "servers")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--render-apps", default="1,50,200")
@@ -354,12 +357,20 @@ def main(argv: list[str] | None = None) -> int:
         default="200x50,1000x50",
         help="reconcile passes of APPSxFILES against a real Gitea beside the double ('' skips)",
     )
+    parser.add_argument(
+        "--only",
+        default=",".join(SECTIONS),
+        help=f"the sections to measure, of {','.join(SECTIONS)} (the others print empty)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    only = set(args.only.split(","))
+    if only - set(SECTIONS):
+        parser.error(f"--only {args.only}: unknown section(s) {sorted(only - set(SECTIONS))}")
     logging.basicConfig(level=logging.ERROR)
     specs = find_specs()
-    report: dict[str, Any] = {"render": [], "writeback": []}
-    sizes = [int(n) for n in args.render_apps.split(",")]
+    report: dict[str, Any] = {name: [] for name in (*SECTIONS, "curve")}
+    sizes = [int(n) for n in args.render_apps.split(",")] if "render" in only else []
     for apps in sizes:
         wall, peak = measure_render(apps, 3)
         report["render"].append(
@@ -368,16 +379,19 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="fabrique-perf-") as tmp:
         work = Path(tmp)
         latencies = [float(n) for n in args.latency_ms.split(",")]
-        for commits in (int(n) for n in args.commits.split(",")):
+        for commits in (int(n) for n in args.commits.split(",") if "writeback" in only):
             bare = work / f"srv-{commits}" / "atlas" / "atlas.git"
             synthetic_repo(bare, commits, args.size_mb, apps=1)
             for latency in latencies:
                 report["writeback"].append(writeback_cost(work, bare, commits, specs, latency))
-        report["reconcile"] = [
-            reconcile_and_latency(work, args.apps, specs, latency) for latency in latencies
-        ]
-        report["scale"], report["curve"] = reconcile_at_scale(work, specs, args, latencies)
-        report["servers"] = double_and_real_gitea(work, specs, args.real_gitea)
+        if "reconcile" in only:
+            report["reconcile"] = [
+                reconcile_and_latency(work, args.apps, specs, latency) for latency in latencies
+            ]
+        if "scale" in only:
+            report["scale"], report["curve"] = reconcile_at_scale(work, specs, args, latencies)
+        if "servers" in only:
+            report["servers"] = double_and_real_gitea(work, specs, args.real_gitea)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
