@@ -44,10 +44,12 @@ from fabrique.site.retry import RetryPolicy
 from . import servers
 from .conftest import GITEA_TOKEN, run_cli, write_values
 from .doubles.gitea import GiteaDouble
+from .doubles.kube import KubeApiDouble
 from .doubles.proxy import SpecProxy
 from .doubles.swagger import Swagger
 from .gitrepo import make_commit
 from .live.gitea import USER, Gitea
+from .oci import push_image
 
 ORG = "atlas"
 AUTHOR = Identity("fabrique", "fabrique@example.invalid")
@@ -788,6 +790,127 @@ def _writes_then_supersedes(server: Server, repo: Clone, values: Path) -> None:
     late = writeback(older, DIGEST_A)
     assert late.startswith("superseded:"), late
     assert yaml.safe_load(repo.show(TARGET))["images"] == images
+
+
+def test_hold_release_rollback_and_status_read_and_write_as_on_the_double(
+    server: Server, tmp_path: Path, registry: servers.Registry, kube: KubeApiDouble
+) -> None:
+    """The gestures a person runs on a deployed app: each writes one commit through the
+    server's API, and reads back what it wrote, with the same lines on both servers."""
+    repo = server.repo(SEED)
+    app = {
+        "name": "citation",
+        "image": unique("citation"),
+        "context": APP,
+        "writeback": {"kind": "kustomize-images", "repo": repo.slug, "path": TARGET},
+    }
+    values = write_values(
+        tmp_path / "site.yaml",
+        **{"gitea.url": server.url, "gitea.codeRepo": repo.slug, "registry.host": registry.host},
+        apps=[app],
+    )
+    env = {
+        "FABRIQUE_GITEA_TOKEN": server.token,
+        "KUBECONFIG": str(kube.kubeconfig(tmp_path / "kubeconfig")),
+    }
+
+    def fab(*args: str) -> str:
+        result = run_cli("--values", str(values), *args, env=env)
+        assert result.exit_code == 0, result.stderr
+        return result.stdout
+
+    built = {}
+    for text in ("v1\n", "v2\n"):
+        revision = repo.commit({f"{APP}/app.txt": text})
+        labels = {
+            "org.opencontainers.image.revision": revision,
+            "org.opencontainers.image.source": f"{server.url}/{repo.slug}.git",
+        }
+        built[revision] = push_image(
+            registry.url, app["image"], revision[:12], {"app.txt": text.encode()}, labels=labels
+        )
+        written = fab(
+            "writeback", "--app", "citation", "--revision", revision, "--digest", built[revision]
+        )
+        assert written.startswith("changed: "), written
+    (old, old_digest), (new, _) = built.items()
+
+    held = fab("hold", "--app", "citation", "--reason", "incident 42", "--by", "alice")
+    assert held.startswith("held: citation held by alice since "), held
+    head = repo.remote_head()
+    assert fab("hold", "--app", "citation", "--by", "bob").startswith("unchanged: ")
+    step = fab("writeback", "--app", "citation", "--revision", new, "--digest", built[new])
+    assert step.startswith("held: citation is held by alice since "), step
+    assert repo.remote_head() == head
+    released = fab("release", "--app", "citation", "--by", "alice")
+    assert released.startswith("released: citation ") and repo.remote_head() != head
+
+    rolled = fab("rollback", "--app", "citation", "--to", old[:12], "--by", "alice")
+    assert rolled.startswith(
+        f"rolled back: citation {registry.host}/{app['image']}:{old[:12]}@{old_digest} -> "
+    )
+    head = repo.remote_head()
+    assert fab("rollback", "--app", "citation", "--to", old, "--by", "bob").startswith(
+        "unchanged: "
+    )
+    assert repo.remote_head() == head
+    pin = yaml.safe_load(repo.show(TARGET))["images"][0]
+    assert (pin["newTag"], pin["digest"]) == (old[:12], old_digest)
+    message = repo.git("log", "-1", "--format=%B", "FETCH_HEAD")
+    assert f"Source-Revision: {old}" in message and "Held-By: alice" in message
+
+    (entry,) = yaml.safe_load(fab("status", "-o", "json"))
+    assert (entry["app"], entry["state"]) == ("citation", "held")
+    assert entry["facts"]["hold"]["by"] == "alice"
+
+
+def test_a_lost_success_report_is_posted_by_the_safety_net(
+    server: Server, tmp_path: Path, registry: servers.Registry, kube: KubeApiDouble
+) -> None:
+    """The exit handler's pending report, then a write-back whose success report was
+    lost: the next reconcile pass posts it, and reads it back as posted."""
+    repo = server.repo(SEED)
+    app = {
+        "name": "citation",
+        "image": "citation-dagster",
+        "context": APP,
+        "writeback": {"kind": "kustomize-images", "repo": repo.slug, "path": TARGET},
+    }
+    values = write_values(
+        tmp_path / "site.yaml",
+        **{"gitea.url": server.url, "gitea.codeRepo": repo.slug, "registry.host": registry.host},
+        apps=[app],
+    )
+    env = {
+        "FABRIQUE_GITEA_TOKEN": server.token,
+        "KUBECONFIG": str(kube.kubeconfig(tmp_path / "kubeconfig")),
+    }
+
+    def fab(*args: str) -> str:
+        result = run_cli("--values", str(values), *args, env=env)
+        assert result.exit_code == 0, result.stderr
+        return result.stdout
+
+    revision = repo.commit({f"{APP}/app.txt": "v2\n"})
+    digest = "sha256:" + "5" * 64
+    workflow = f"fabrique-citation-{revision[:12]}"
+    fab(
+        "status-report",
+        "pending",
+        "--app",
+        "citation",
+        "--revision",
+        revision,
+        "--workflow",
+        workflow,
+    )
+    fab("writeback", "--app", "citation", "--revision", revision, "--digest", digest)
+    line = fab("reconcile").splitlines()[0]
+    assert line.startswith("citation: ok: ") and line.endswith("; status success posted"), line
+    with GiteaClient(server.url, server.token) as client:
+        (status,) = client.latest_statuses(repo.slug, revision).values()
+    assert (status.context, status.state) == ("fabrique/citation", "success")
+    assert status.description == f"safety net: {digest} deployed"
 
 
 def test_a_file_reads_back_as_the_utf_8_text_git_stores(
