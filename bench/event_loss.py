@@ -63,7 +63,7 @@ from tests.doubles.gitea import GiteaDouble  # noqa: E402
 from tests.doubles.kube import KubeApiDouble, argo_status  # noqa: E402
 from tests.doubles.sensor import filters_pass, fire  # noqa: E402
 from tests.doubles.swagger import Swagger  # noqa: E402
-from tests.gitrepo import Repo  # noqa: E402
+from tests.gitrepo import BareRepo, Repo  # noqa: E402
 from tests.oci import push_image  # noqa: E402
 
 SUBJECT = "default.gitea.push"
@@ -125,30 +125,39 @@ class CountingTransport(httpx.BaseTransport):
         return self.inner.handle_request(request)
 
 
+def site_values(apps: int, registry: str) -> dict[str, Any]:
+    """The bench's site, over the defaults: ``apps`` apps in one code repository."""
+    return {
+        "registry": {"host": registry},
+        "network": {"backoffSeconds": 0.01, "timeoutSeconds": 10},
+        "writeback": {"attempts": 50},
+        "reconcile": {"concurrency": 8},
+        "apps": [
+            {
+                "name": f"app-{i:02d}",
+                "image": f"app-{i:02d}",
+                "context": f"apps/app-{i:02d}",
+                "writeback": {
+                    "repo": "atlas/atlas",
+                    "path": f"apps/app-{i:02d}/deploy/kustomization.yaml",
+                },
+            }
+            for i in range(apps)
+        ],
+    }
+
+
 def make_site(apps: int, gitea_url: str, registry: str) -> Site:
-    values = merge(
-        default_values(),
-        {
-            "gitea": {"url": gitea_url},
-            "registry": {"host": registry},
-            "network": {"backoffSeconds": 0.01, "timeoutSeconds": 10},
-            "writeback": {"attempts": 50},
-            "reconcile": {"concurrency": 8},
-            "apps": [
-                {
-                    "name": f"app-{i:02d}",
-                    "image": f"app-{i:02d}",
-                    "context": f"apps/app-{i:02d}",
-                    "writeback": {
-                        "repo": "atlas/atlas",
-                        "path": f"apps/app-{i:02d}/deploy/kustomization.yaml",
-                    },
-                }
-                for i in range(apps)
-            ],
-        },
-    )
-    return parse_site(values)
+    values = merge(site_values(apps, registry), {"gitea": {"url": gitea_url}})
+    return parse_site(merge(default_values(), values))
+
+
+def seed_files(apps: int) -> dict[str, str]:
+    """The code repository's first commit: each app's Dockerfile and deploy target."""
+    return {
+        **{f"apps/app-{i:02d}/Dockerfile": "FROM scratch\n" for i in range(apps)},
+        **{f"apps/app-{i:02d}/deploy/kustomization.yaml": SEED_KUSTOMIZATION for i in range(apps)},
+    }
 
 
 class Bench:
@@ -164,16 +173,7 @@ class Bench:
         (work / "registry").mkdir()
         with servers.registry(work / "registry") as registry, servers.nats(work / "nats") as bus:
             repo = Repo(work / "srv", "atlas/atlas")
-            repo.commit(
-                {
-                    **{f"apps/app-{i:02d}/Dockerfile": "FROM scratch\n" for i in range(args.apps)},
-                    **{
-                        f"apps/app-{i:02d}/deploy/kustomization.yaml": SEED_KUSTOMIZATION
-                        for i in range(args.apps)
-                    },
-                },
-                "seed",
-            )
+            repo.commit(seed_files(args.apps), "seed")
             gitea = GiteaDouble(
                 Swagger(specs / GITEA_SWAGGER),
                 {"atlas/atlas": repo.bare},
@@ -194,11 +194,11 @@ class Bench:
                     transport = GiteaTransport(
                         client, Identity("fabrique", "fabrique@fabrique.invalid")
                     )
-                    world = World(
+                    world = DoubleWorld(
+                        kube,
                         site,
                         repo,
                         registry,
-                        kube,
                         api,
                         transport,
                         self.rng,
@@ -316,25 +316,44 @@ async def connect(bus: servers.Nats) -> tuple[Any, Any]:
 
 
 class World:
-    """The cluster side of the simulation: Workflows, builds, write-backs."""
+    """The cluster side of the simulation: Workflows, builds, write-backs. The controller's
+    part is played on whichever API holds the Workflows (``pending``, ``record``,
+    ``failed``, ``remove``); ``repo`` is the code repository, read with git."""
 
     def __init__(
         self,
         site: Site,
-        repo: Repo,
+        repo: BareRepo,
         registry: servers.Registry,
-        kube: KubeApiDouble,
         api: KubeClient,
         transport: GiteaTransport,
         rng: random.Random,
         figures: Figures,
         crash: float,
     ) -> None:
-        self.site, self.repo, self.registry, self.kube = site, repo, registry, kube
+        self.site, self.repo, self.registry = site, repo, registry
         self.api, self.transport, self.rng, self.f = api, transport, rng, figures
         self.crash = crash
         self.published = 0
         self.delivered: set[str] = set()
+
+    # -- the Workflows, where the API keeps them -------------------------------------------
+
+    def pending(self) -> list[tuple[str, dict[str, Any]]]:
+        """The Workflows that have not run yet (no status), by key."""
+        raise NotImplementedError
+
+    def record(self, key: str, body: dict[str, Any], status: dict[str, Any]) -> None:
+        """Write the status the controller writes once the Workflow has run."""
+        raise NotImplementedError
+
+    def failed(self) -> list[tuple[str, dict[str, Any]]]:
+        raise NotImplementedError
+
+    def remove(self, key: str) -> None:
+        raise NotImplementedError
+
+    # -- the controller's part -------------------------------------------------------------
 
     def create(self, body: dict[str, Any]) -> None:
         if self.api.create_workflow(body).created:
@@ -345,13 +364,12 @@ class World:
     def run_controller(self, crash: float | None = None) -> None:
         """Run every Workflow that has not run yet, in a shuffled order."""
         crash = self.crash if crash is None else crash
-        pending = [key for key, body in self.kube.objects.items() if "status" not in body]
+        pending = self.pending()
         self.rng.shuffle(pending)
-        for key in pending:
-            body = self.kube.objects[key]
+        for key, body in pending:
             params = {p["name"]: p["value"] for p in body["spec"]["arguments"]["parameters"]}
             app, revision = params["app"], params["revision"]
-            self.kube.objects[key] = {**body, "status": self.build(body, app, revision, crash)}
+            self.record(key, body, self.build(body, app, revision, crash))
 
     def build(self, body: dict[str, Any], app: str, revision: str, crash: float) -> dict[str, Any]:
         """Run the Workflow; its status as the controller would write it."""
@@ -376,13 +394,12 @@ class World:
     def expire_failed(self) -> None:
         """The failed Workflows go (an operator's delete, or their TTL): the next pass
         resubmits them."""
-        for key, body in list(self.kube.objects.items()):
-            if (body.get("status") or {}).get("phase") == "Failed":
-                params = {p["name"]: p["value"] for p in body["spec"]["arguments"]["parameters"]}
-                built = (params["app"], params["revision"])
-                self.f.expired[built] = self.f.expired.get(built, 0) + 1
-                self.f.failed_expired += 1
-                del self.kube.objects[key]
+        for key, body in self.failed():
+            params = {p["name"]: p["value"] for p in body["spec"]["arguments"]["parameters"]}
+            built = (params["app"], params["revision"])
+            self.f.expired[built] = self.f.expired.get(built, 0) + 1
+            self.f.failed_expired += 1
+            self.remove(key)
 
     def want(self, app: Any) -> str | None:
         return self.transport.last_change(
@@ -430,6 +447,35 @@ class World:
                     count += 0 if ancestor else 1
                 previous = current or previous
         return count
+
+
+class DoubleWorld(World):
+    """The Workflows in the Kubernetes API double, its store written directly."""
+
+    def __init__(self, kube: KubeApiDouble, *args: Any) -> None:
+        super().__init__(*args)
+        self.kube = kube
+
+    def _key(self, name: str) -> tuple[str, str]:
+        return (self.site.namespaces.build, name)
+
+    def pending(self) -> list[tuple[str, dict[str, Any]]]:
+        return [
+            (name, body) for (_, name), body in self.kube.objects.items() if "status" not in body
+        ]
+
+    def record(self, key: str, body: dict[str, Any], status: dict[str, Any]) -> None:
+        self.kube.objects[self._key(key)] = {**body, "status": status}
+
+    def failed(self) -> list[tuple[str, dict[str, Any]]]:
+        return [
+            (name, body)
+            for (_, name), body in self.kube.objects.items()
+            if (body.get("status") or {}).get("phase") == "Failed"
+        ]
+
+    def remove(self, key: str) -> None:
+        del self.kube.objects[self._key(key)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -551,6 +551,16 @@ class ControlPlane:
 
     # -- stop -----------------------------------------------------------------------------
 
+    def stop_peer(self, name: str) -> None:
+        """Stop one of its processes and leave the others running (a bench that plays the
+        Argo controller's part itself stops the real one, so that only one acts)."""
+        pid = self.pids.pop(name)
+        _terminate([pid])
+        process = self.processes.pop(name, None)
+        if process is not None:
+            process.wait(timeout=10)
+        self.save()
+
     def stop(self) -> None:
         _terminate(list(reversed(self.pids.values())))
         for process in self.processes.values():

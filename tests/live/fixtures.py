@@ -62,9 +62,14 @@ def cluster(control_plane: controlplane.ControlPlane) -> Iterator[Cluster]:
 @pytest.fixture(scope="session")
 def applied(cluster: Cluster) -> Path:
     """The committed tree (the default site's render), applied server-side once."""
-    tree = controlplane.ROOT / "manifests"
+    return apply_site(cluster, controlplane.ROOT / "manifests")
+
+
+def apply_site(cluster: Cluster, tree: Path) -> Path:
+    """A rendered tree applied server-side as the README's install does it, the Secrets
+    its step 4 asks the site's own secret tooling for made; back once the admission
+    policy is in force."""
     cluster.apply_tree(tree)
-    # the Secrets the README asks the site's own secret tooling for (install, step 4)
     for namespace, name in SITE_SECRETS:
         cluster.kubectl(
             "create", "secret", "generic", name, "-n", namespace, "--from-literal=token=live"
