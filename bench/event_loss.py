@@ -36,9 +36,10 @@ import logging
 import random
 import sys
 import tempfile
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -478,31 +479,99 @@ class DoubleWorld(World):
         del self.kube.objects[self._key(key)]
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Bad input is one line on stderr, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {message} (see --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def bad_input(args: argparse.Namespace) -> str | None:
+    """What is wrong with the arguments, or None."""
+    for name in ("apps", "pushes", "batch", "max_passes"):
+        if getattr(args, name) < 1:
+            return f"--{name.replace('_', '-')} must be at least 1, not {getattr(args, name)}"
+    if not 0 <= args.outage <= args.pushes:
+        return f"--outage must be between 0 and --pushes ({args.pushes}), not {args.outage}"
+    for name in ("drop", "crash", "redeliver"):
+        if not 0.0 <= getattr(args, name) <= 1.0:
+            return f"--{name} is a share, between 0 and 1, not {getattr(args, name)}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--apps", type=int, default=20)
-    parser.add_argument("--pushes", type=int, default=200)
+    parser = OneLineParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--real",
+        action="store_true",
+        help="the live tier's real Gitea, control plane, EventBus, EventSource and Sensor "
+        "(bench/event_loss_real.py; needs Go)",
+    )
+    parser.add_argument("--apps", type=int, help="default 20, or 5 with --real")
+    parser.add_argument("--pushes", type=int, help="default 200, or 40 with --real")
     parser.add_argument("--drop", type=float, default=0.1, help="share of webhook deliveries lost")
     parser.add_argument(
         "--crash", type=float, default=0.05, help="share of builds crashing before write-back"
     )
     parser.add_argument(
-        "--redeliver", type=float, default=0.1, help="share of events delivered twice"
+        "--redeliver",
+        type=float,
+        default=0.1,
+        help="share of events delivered twice (--real: picks one push of the second half)",
     )
     parser.add_argument(
         "--outage", type=int, default=3, help="last pushes sent while the EventSource is down"
     )
-    parser.add_argument("--batch", type=int, default=8, help="pushes between two Sensor fetches")
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=8,
+        help="pushes between two Sensor fetches (--real: between two runs of the Workflows)",
+    )
     parser.add_argument("--max-passes", type=int, default=6)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="work in DIR (new or empty) and keep it: the servers' logs and data",
+    )
     parser.add_argument("--verbose", "-v", action="store_true", help="show fabrique's own log")
     args = parser.parse_args(argv)
+    if args.apps is None:
+        args.apps = 5 if args.real else 20
+    if args.pushes is None:
+        args.pushes = 40 if args.real else 200
+    wrong = bad_input(args)
+    if wrong is None and args.keep is not None and args.keep.exists() and any(args.keep.iterdir()):
+        wrong = f"--keep {args.keep} is not empty"
+    if wrong:
+        print(f"error: {wrong}", file=sys.stderr)
+        return 2
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.ERROR, format="%(name)s: %(message)s"
     )
-    with tempfile.TemporaryDirectory(prefix="fabrique-event-loss-") as tmp:
-        figures = asyncio.run(Bench(args, Path(tmp)).run())
+    with ExitStack() as stack:
+        if args.keep is None:
+            work = Path(
+                stack.enter_context(tempfile.TemporaryDirectory(prefix="fabrique-event-loss-"))
+            )
+        else:
+            work = args.keep.resolve()
+            work.mkdir(parents=True, exist_ok=True)
+        if args.real:
+            # imported here: the simulation needs no Go and none of the live tier
+            from bench.event_loss_real import BenchError, RealBench
+
+            try:
+                figures: Figures = RealBench(args, work).run()
+            except BenchError as failed:
+                print(f"error: {failed}", file=sys.stderr)
+                return 1
+        else:
+            figures = asyncio.run(Bench(args, work).run())
     report = figures.report()
     if args.json:
         print(json.dumps(report, indent=2))
