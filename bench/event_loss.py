@@ -1,6 +1,7 @@
 """Fault bench: events get lost, the reconciler makes the platform converge anyway.
 
     python bench/event_loss.py [--apps 20] [--pushes 200] [--drop 0.1] [--crash 0.05] [--json]
+    python bench/event_loss.py --real [--apps 5] [--pushes 40] [--keep DIR]
 
 A **simulation**, run on this machine: the real Sensor and Argo controller are not in the
 loop. What is real: a nats-server with JetStream (memory storage, an EventBus without a
@@ -25,6 +26,10 @@ reconcile passes run until every app is deployed at its last change.
 
 It prints the figures below and exits non-zero if a rule breaks: no duplicate build, no
 rollback, no app drifted once converged.
+
+``--real`` runs the same faults and rules on the live tier's real programs instead: a real
+Gitea, the real EventBus, EventSource and Sensor on the live control plane, the bench
+playing the Argo controller there (``bench/event_loss_real.py``; it needs Go).
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ import logging
 import random
 import sys
 import tempfile
-from contextlib import ExitStack
+from contextlib import ExitStack, redirect_stdout
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -566,7 +571,9 @@ def main(argv: list[str] | None = None) -> int:
             from bench.event_loss_real import BenchError, RealBench
 
             try:
-                figures: Figures = RealBench(args, work).run()
+                # what the live tier says of its peers is progress: stdout is the figures'
+                with redirect_stdout(sys.stderr):
+                    figures: Figures = RealBench(args, work).run()
             except BenchError as failed:
                 print(f"error: {failed}", file=sys.stderr)
                 return 1

@@ -22,12 +22,12 @@ The faults:
 - the EventSource's container is SIGKILLed before the last ``--outage`` pushes, and
   started again once the Sensor has done all it had: the write-backs of those builds are
   pushes that meet the outage too, so only the reconciler can heal the last pushes;
-- Gitea's "Test Delivery" redelivers one delivered push of the second half (the first
-  the ``--redeliver`` share picks). Every trigger fires on every push (each app's plan
-  decides), so it costs every trigger the minute of six tries meeting 409, during which
-  no trigger takes anything else. It comes after the bus's restart: a restart within
-  that minute gets the event delivered again to a new subscription, which costs another
-  minute (see RESULTS.md);
+- Gitea's "Test Delivery" redelivers one push of the second half that the EventSource
+  took (the first the ``--redeliver`` share picks). Every trigger fires on every push
+  (each app's plan decides), so it costs every trigger the minute of six tries meeting
+  409, during which no trigger takes anything else. It comes after the bus's restart: a
+  restart within that minute gets the event delivered again to a new subscription,
+  which costs another minute (see RESULTS.md);
 - a share of the builds crash between the push and the write-back.
 
 **What plays the Argo controller: the bench**, on the live API server. The plane's
@@ -35,8 +35,10 @@ workflow-controller is stopped once the plane is up, so that nothing else acts o
 Workflows. The bench runs each Workflow without a status as in the simulation (the plan
 step's change check, a real image pushed, the write-back through fabrique's Gitea client
 to the real Gitea, a share crashing before it) and writes the status the controller
-would (``argo_status``) onto the Workflow. Every write-back is a push to Gitea too: it is
-delivered, and its Workflow's plan skips it, as on a cluster.
+would (``argo_status``) onto the Workflow. Every write-back is a push to Gitea too, as
+on a cluster: it is delivered, the Sensor makes its Workflows (one per app), and each
+plans as for any push: the app written back skips it, an app with a change not deployed
+yet builds it at that commit.
 
 Once the Sensor has taken and acked every event, the real ``Reconciler`` runs passes
 against the real Gitea, registry and API server until every app is current. Requests
@@ -309,7 +311,7 @@ class RealBench:
             status = self.delivered(sha, 1)[0].status
             f.eventsource_answers[str(status)] = f.eventsource_answers.get(str(status), 0) + 1
             if (
-                fate == "sent"
+                status == 200  # the EventSource took it: a redelivery, not a second chance
                 and not f.redelivered
                 and push >= args.pushes // 2
                 and self.rng.random() < args.redeliver
