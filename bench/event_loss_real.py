@@ -53,7 +53,7 @@ import random
 import secrets
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,7 +80,14 @@ from tests import servers
 from tests.gitrepo import BareRepo
 from tests.live import controlplane
 from tests.live.cluster import ARGO, Cluster
-from tests.live.events import CONTROL, SOURCE, ArgoEvents, ServiceProxy, start_event_path
+from tests.live.events import (
+    CONTROL,
+    SOURCE,
+    ArgoEvents,
+    Delivery,
+    ServiceProxy,
+    start_event_path,
+)
 from tests.live.fixtures import apply_site
 from tests.live.forge import Forge, forge
 
@@ -325,7 +332,7 @@ class RealBench:
             if (push + 1) % args.batch == 0:
                 world.run_controller()
 
-    def delivered(self, sha: str, times: int) -> list[Any]:
+    def delivered(self, sha: str, times: int) -> list[Delivery]:
         """Gitea's deliveries of ``sha``'s push, once there are ``times`` of them."""
         deadline = time.monotonic() + 30
         while True:
@@ -390,7 +397,9 @@ class RealBench:
 
     # -- the safety net --------------------------------------------------------------------
 
-    def converge(self, world: LiveWorld, reconciler: Reconciler, requests: Any) -> None:
+    def converge(
+        self, world: LiveWorld, reconciler: Reconciler, requests: Callable[[], int]
+    ) -> None:
         f = self.figures
         total = 0
         for _ in range(self.args.max_passes):
