@@ -1,6 +1,7 @@
 """Fault bench: events get lost, the reconciler makes the platform converge anyway.
 
     python bench/event_loss.py [--apps 20] [--pushes 200] [--drop 0.1] [--crash 0.05] [--json]
+    python bench/event_loss.py --real [--apps 5] [--pushes 40] [--keep DIR]
 
 A **simulation**, run on this machine: the real Sensor and Argo controller are not in the
 loop. What is real: a nats-server with JetStream (memory storage, an EventBus without a
@@ -25,6 +26,10 @@ reconcile passes run until every app is deployed at its last change.
 
 It prints the figures below and exits non-zero if a rule breaks: no duplicate build, no
 rollback, no app drifted once converged.
+
+``--real`` runs the same faults and rules on the live tier's real programs instead: a real
+Gitea, the real EventBus, EventSource and Sensor on the live control plane, the bench
+playing the Argo controller there (``bench/event_loss_real.py``; it needs Go).
 """
 
 from __future__ import annotations
@@ -36,9 +41,10 @@ import logging
 import random
 import sys
 import tempfile
+from contextlib import ExitStack, redirect_stdout
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -63,7 +69,7 @@ from tests.doubles.gitea import GiteaDouble  # noqa: E402
 from tests.doubles.kube import KubeApiDouble, argo_status  # noqa: E402
 from tests.doubles.sensor import filters_pass, fire  # noqa: E402
 from tests.doubles.swagger import Swagger  # noqa: E402
-from tests.gitrepo import Repo  # noqa: E402
+from tests.gitrepo import BareRepo, Repo  # noqa: E402
 from tests.oci import push_image  # noqa: E402
 
 SUBJECT = "default.gitea.push"
@@ -125,30 +131,39 @@ class CountingTransport(httpx.BaseTransport):
         return self.inner.handle_request(request)
 
 
+def site_values(apps: int, registry: str) -> dict[str, Any]:
+    """The bench's site, over the defaults: ``apps`` apps in one code repository."""
+    return {
+        "registry": {"host": registry},
+        "network": {"backoffSeconds": 0.01, "timeoutSeconds": 10},
+        "writeback": {"attempts": 50},
+        "reconcile": {"concurrency": 8},
+        "apps": [
+            {
+                "name": f"app-{i:02d}",
+                "image": f"app-{i:02d}",
+                "context": f"apps/app-{i:02d}",
+                "writeback": {
+                    "repo": "atlas/atlas",
+                    "path": f"apps/app-{i:02d}/deploy/kustomization.yaml",
+                },
+            }
+            for i in range(apps)
+        ],
+    }
+
+
 def make_site(apps: int, gitea_url: str, registry: str) -> Site:
-    values = merge(
-        default_values(),
-        {
-            "gitea": {"url": gitea_url},
-            "registry": {"host": registry},
-            "network": {"backoffSeconds": 0.01, "timeoutSeconds": 10},
-            "writeback": {"attempts": 50},
-            "reconcile": {"concurrency": 8},
-            "apps": [
-                {
-                    "name": f"app-{i:02d}",
-                    "image": f"app-{i:02d}",
-                    "context": f"apps/app-{i:02d}",
-                    "writeback": {
-                        "repo": "atlas/atlas",
-                        "path": f"apps/app-{i:02d}/deploy/kustomization.yaml",
-                    },
-                }
-                for i in range(apps)
-            ],
-        },
-    )
-    return parse_site(values)
+    values = merge(site_values(apps, registry), {"gitea": {"url": gitea_url}})
+    return parse_site(merge(default_values(), values))
+
+
+def seed_files(apps: int) -> dict[str, str]:
+    """The code repository's first commit: each app's Dockerfile and deploy target."""
+    return {
+        **{f"apps/app-{i:02d}/Dockerfile": "FROM scratch\n" for i in range(apps)},
+        **{f"apps/app-{i:02d}/deploy/kustomization.yaml": SEED_KUSTOMIZATION for i in range(apps)},
+    }
 
 
 class Bench:
@@ -164,16 +179,7 @@ class Bench:
         (work / "registry").mkdir()
         with servers.registry(work / "registry") as registry, servers.nats(work / "nats") as bus:
             repo = Repo(work / "srv", "atlas/atlas")
-            repo.commit(
-                {
-                    **{f"apps/app-{i:02d}/Dockerfile": "FROM scratch\n" for i in range(args.apps)},
-                    **{
-                        f"apps/app-{i:02d}/deploy/kustomization.yaml": SEED_KUSTOMIZATION
-                        for i in range(args.apps)
-                    },
-                },
-                "seed",
-            )
+            repo.commit(seed_files(args.apps), "seed")
             gitea = GiteaDouble(
                 Swagger(specs / GITEA_SWAGGER),
                 {"atlas/atlas": repo.bare},
@@ -194,11 +200,11 @@ class Bench:
                     transport = GiteaTransport(
                         client, Identity("fabrique", "fabrique@fabrique.invalid")
                     )
-                    world = World(
+                    world = DoubleWorld(
+                        kube,
                         site,
                         repo,
                         registry,
-                        kube,
                         api,
                         transport,
                         self.rng,
@@ -316,25 +322,44 @@ async def connect(bus: servers.Nats) -> tuple[Any, Any]:
 
 
 class World:
-    """The cluster side of the simulation: Workflows, builds, write-backs."""
+    """The cluster side of the simulation: Workflows, builds, write-backs. The controller's
+    part is played on whichever API holds the Workflows (``pending``, ``record``,
+    ``failed``, ``remove``); ``repo`` is the code repository, read with git."""
 
     def __init__(
         self,
         site: Site,
-        repo: Repo,
+        repo: BareRepo,
         registry: servers.Registry,
-        kube: KubeApiDouble,
         api: KubeClient,
         transport: GiteaTransport,
         rng: random.Random,
         figures: Figures,
         crash: float,
     ) -> None:
-        self.site, self.repo, self.registry, self.kube = site, repo, registry, kube
+        self.site, self.repo, self.registry = site, repo, registry
         self.api, self.transport, self.rng, self.f = api, transport, rng, figures
         self.crash = crash
         self.published = 0
         self.delivered: set[str] = set()
+
+    # -- the Workflows, where the API keeps them -------------------------------------------
+
+    def pending(self) -> list[tuple[str, dict[str, Any]]]:
+        """The Workflows that have not run yet (no status), by key."""
+        raise NotImplementedError
+
+    def record(self, key: str, body: dict[str, Any], status: dict[str, Any]) -> None:
+        """Write the status the controller writes once the Workflow has run."""
+        raise NotImplementedError
+
+    def failed(self) -> list[tuple[str, dict[str, Any]]]:
+        raise NotImplementedError
+
+    def remove(self, key: str) -> None:
+        raise NotImplementedError
+
+    # -- the controller's part -------------------------------------------------------------
 
     def create(self, body: dict[str, Any]) -> None:
         if self.api.create_workflow(body).created:
@@ -345,13 +370,12 @@ class World:
     def run_controller(self, crash: float | None = None) -> None:
         """Run every Workflow that has not run yet, in a shuffled order."""
         crash = self.crash if crash is None else crash
-        pending = [key for key, body in self.kube.objects.items() if "status" not in body]
+        pending = self.pending()
         self.rng.shuffle(pending)
-        for key in pending:
-            body = self.kube.objects[key]
+        for key, body in pending:
             params = {p["name"]: p["value"] for p in body["spec"]["arguments"]["parameters"]}
             app, revision = params["app"], params["revision"]
-            self.kube.objects[key] = {**body, "status": self.build(body, app, revision, crash)}
+            self.record(key, body, self.build(body, app, revision, crash))
 
     def build(self, body: dict[str, Any], app: str, revision: str, crash: float) -> dict[str, Any]:
         """Run the Workflow; its status as the controller would write it."""
@@ -376,13 +400,12 @@ class World:
     def expire_failed(self) -> None:
         """The failed Workflows go (an operator's delete, or their TTL): the next pass
         resubmits them."""
-        for key, body in list(self.kube.objects.items()):
-            if (body.get("status") or {}).get("phase") == "Failed":
-                params = {p["name"]: p["value"] for p in body["spec"]["arguments"]["parameters"]}
-                built = (params["app"], params["revision"])
-                self.f.expired[built] = self.f.expired.get(built, 0) + 1
-                self.f.failed_expired += 1
-                del self.kube.objects[key]
+        for key, body in self.failed():
+            params = {p["name"]: p["value"] for p in body["spec"]["arguments"]["parameters"]}
+            built = (params["app"], params["revision"])
+            self.f.expired[built] = self.f.expired.get(built, 0) + 1
+            self.f.failed_expired += 1
+            self.remove(key)
 
     def want(self, app: Any) -> str | None:
         return self.transport.last_change(
@@ -432,31 +455,130 @@ class World:
         return count
 
 
+class DoubleWorld(World):
+    """The Workflows in the Kubernetes API double, its store written directly."""
+
+    def __init__(self, kube: KubeApiDouble, *args: Any) -> None:
+        super().__init__(*args)
+        self.kube = kube
+
+    def _key(self, name: str) -> tuple[str, str]:
+        return (self.site.namespaces.build, name)
+
+    def pending(self) -> list[tuple[str, dict[str, Any]]]:
+        return [
+            (name, body) for (_, name), body in self.kube.objects.items() if "status" not in body
+        ]
+
+    def record(self, key: str, body: dict[str, Any], status: dict[str, Any]) -> None:
+        self.kube.objects[self._key(key)] = {**body, "status": status}
+
+    def failed(self) -> list[tuple[str, dict[str, Any]]]:
+        return [
+            (name, body)
+            for (_, name), body in self.kube.objects.items()
+            if (body.get("status") or {}).get("phase") == "Failed"
+        ]
+
+    def remove(self, key: str) -> None:
+        del self.kube.objects[self._key(key)]
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Bad input is one line on stderr, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {message} (see --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def bad_input(args: argparse.Namespace) -> str | None:
+    """What is wrong with the arguments, or None."""
+    for name in ("apps", "pushes", "batch", "max_passes"):
+        if getattr(args, name) < 1:
+            return f"--{name.replace('_', '-')} must be at least 1, not {getattr(args, name)}"
+    if not 0 <= args.outage <= args.pushes:
+        return f"--outage must be between 0 and --pushes ({args.pushes}), not {args.outage}"
+    for name in ("drop", "crash", "redeliver"):
+        if not 0.0 <= getattr(args, name) <= 1.0:
+            return f"--{name} is a share, between 0 and 1, not {getattr(args, name)}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--apps", type=int, default=20)
-    parser.add_argument("--pushes", type=int, default=200)
+    parser = OneLineParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--real",
+        action="store_true",
+        help="the live tier's real Gitea, control plane, EventBus, EventSource and Sensor "
+        "(bench/event_loss_real.py; needs Go)",
+    )
+    parser.add_argument("--apps", type=int, help="default 20, or 5 with --real")
+    parser.add_argument("--pushes", type=int, help="default 200, or 40 with --real")
     parser.add_argument("--drop", type=float, default=0.1, help="share of webhook deliveries lost")
     parser.add_argument(
         "--crash", type=float, default=0.05, help="share of builds crashing before write-back"
     )
     parser.add_argument(
-        "--redeliver", type=float, default=0.1, help="share of events delivered twice"
+        "--redeliver",
+        type=float,
+        default=0.1,
+        help="share of events delivered twice (--real: picks one push of the second half)",
     )
     parser.add_argument(
         "--outage", type=int, default=3, help="last pushes sent while the EventSource is down"
     )
-    parser.add_argument("--batch", type=int, default=8, help="pushes between two Sensor fetches")
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=8,
+        help="pushes between two Sensor fetches (--real: between two runs of the Workflows)",
+    )
     parser.add_argument("--max-passes", type=int, default=6)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="work in DIR (new or empty) and keep it: the servers' logs and data",
+    )
     parser.add_argument("--verbose", "-v", action="store_true", help="show fabrique's own log")
     args = parser.parse_args(argv)
+    if args.apps is None:
+        args.apps = 5 if args.real else 20
+    if args.pushes is None:
+        args.pushes = 40 if args.real else 200
+    wrong = bad_input(args)
+    if wrong is None and args.keep is not None and args.keep.exists() and any(args.keep.iterdir()):
+        wrong = f"--keep {args.keep} is not empty"
+    if wrong:
+        print(f"error: {wrong}", file=sys.stderr)
+        return 2
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.ERROR, format="%(name)s: %(message)s"
     )
-    with tempfile.TemporaryDirectory(prefix="fabrique-event-loss-") as tmp:
-        figures = asyncio.run(Bench(args, Path(tmp)).run())
+    with ExitStack() as stack:
+        if args.keep is None:
+            work = Path(
+                stack.enter_context(tempfile.TemporaryDirectory(prefix="fabrique-event-loss-"))
+            )
+        else:
+            work = args.keep.resolve()
+            work.mkdir(parents=True, exist_ok=True)
+        if args.real:
+            # imported here: the simulation needs no Go and none of the live tier
+            from bench.event_loss_real import BenchError, RealBench
+
+            try:
+                # what the live tier says of its peers is progress: stdout is the figures'
+                with redirect_stdout(sys.stderr):
+                    figures: Figures = RealBench(args, work).run()
+            except BenchError as failed:
+                print(f"error: {failed}", file=sys.stderr)
+                return 1
+        else:
+            figures = asyncio.run(Bench(args, work).run())
     report = figures.report()
     if args.json:
         print(json.dumps(report, indent=2))

@@ -33,12 +33,44 @@ def make_commit(work: Path, files: dict[str, str], message: str) -> str:
     ).stdout.strip()
 
 
-class Repo:
+class BareRepo:
+    """A bare repository, read with git (another program may be the one writing it:
+    Gitea keeps its repositories so, under its ``repositories/``)."""
+
+    def __init__(self, bare: Path) -> None:
+        self.bare = bare
+
+    def git(self, *args: str, input_text: str | None = None) -> str:
+        return subprocess.run(
+            ["git", "-C", str(self.bare), *args],
+            capture_output=True,
+            text=True,
+            check=True,
+            input=input_text,
+        ).stdout
+
+    def git_ok(self, *args: str) -> bool:
+        """Whether a git command (such as ``merge-base --is-ancestor``) exits 0."""
+        return (
+            subprocess.run(
+                ["git", "-C", str(self.bare), *args], capture_output=True, check=False
+            ).returncode
+            == 0
+        )
+
+    def head(self) -> str:
+        return self.git("rev-parse", "refs/heads/main").strip()
+
+    def show(self, path: str, ref: str = "main") -> str:
+        return self.git("show", f"{ref}:{path}")
+
+
+class Repo(BareRepo):
     """A bare repository ``<root>/<owner>/<name>.git`` with a working clone to commit from."""
 
     def __init__(self, root: Path, slug: str, *, object_format: str = "sha1") -> None:
         self.slug = slug
-        self.bare = root / f"{slug}.git"
+        super().__init__(root / f"{slug}.git")
         self.work = root / "work" / slug
         self.bare.parent.mkdir(parents=True, exist_ok=True)
         init = ["git", "init", "-q", f"--object-format={object_format}", "-b", "main"]
@@ -85,27 +117,3 @@ class Repo:
         return subprocess.run(
             ["git", "-C", work, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
         ).stdout.strip()
-
-    def git(self, *args: str, input_text: str | None = None) -> str:
-        return subprocess.run(
-            ["git", "-C", str(self.bare), *args],
-            capture_output=True,
-            text=True,
-            check=True,
-            input=input_text,
-        ).stdout
-
-    def git_ok(self, *args: str) -> bool:
-        """Whether a git command (such as ``merge-base --is-ancestor``) exits 0."""
-        return (
-            subprocess.run(
-                ["git", "-C", str(self.bare), *args], capture_output=True, check=False
-            ).returncode
-            == 0
-        )
-
-    def head(self) -> str:
-        return self.git("rev-parse", "refs/heads/main").strip()
-
-    def show(self, path: str, ref: str = "main") -> str:
-        return self.git("show", f"{ref}:{path}")

@@ -551,6 +551,16 @@ class ControlPlane:
 
     # -- stop -----------------------------------------------------------------------------
 
+    def stop_peer(self, name: str) -> None:
+        """Stop one of its processes and leave the others running (a bench that plays the
+        Argo controller's part itself stops the real one, so that only one acts)."""
+        pid = self.pids.pop(name)
+        _terminate([pid])
+        process = self.processes.pop(name, None)
+        if process is not None:
+            process.wait(timeout=10)
+        self.save()
+
     def stop(self) -> None:
         _terminate(list(reversed(self.pids.values())))
         for process in self.processes.values():
@@ -723,18 +733,17 @@ def _start_argo_events(plane: ControlPlane) -> None:
 
     from .cluster import Cluster
     from .events import ArgoEvents, start_event_path
-    from .fixtures import apply_default_site
+    from .fixtures import apply_site
 
     cluster = Cluster(plane)
     events = ArgoEvents(cluster, plane.folder / "argo-events")
     try:
         events.start_controller()
-        apply_default_site(cluster)
-        secret = load_site(env={}).events.webhook_secret
+        apply_site(cluster, ROOT / "manifests")
         bearer = plane.folder / "webhook.bearer"
         bearer.write_text(secrets.token_urlsafe(32))
         bearer.chmod(0o600)
-        start_event_path(events, (secret.name, secret.key), bearer.read_text())
+        start_event_path(cluster, events, load_site(env={}), bearer.read_text())
     except AssertionError as late:  # a wait that ran out
         raise ControlPlaneError(f"the event path: {late}") from None
     finally:

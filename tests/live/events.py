@@ -35,9 +35,10 @@ import json
 import ssl
 import threading
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -45,6 +46,8 @@ import yaml
 from nats.aio.client import Client as NATS
 from nats.js.errors import NotFoundError
 from nats.js.manager import JetStreamManager
+
+from fabrique.site.config import Site
 
 from ..doubles.http import QuietServer
 from . import controlplane
@@ -54,7 +57,6 @@ from .pods import Image, Overrides, PodProcess, running_pod
 
 T = TypeVar("T")
 EVENTS_NAMESPACE = "argo-events"
-EVENTS_API = "/apis/argoproj.io/v1alpha1/namespaces/"
 CONTROL = "fabrique"  # the site's control namespace: the EventBus, EventSource and Sensor
 BUS, SOURCE, SENSOR = "default", "gitea", "fabrique-build"
 NATS_MODULE = "github.com/nats-io/nats-server/v2"
@@ -64,6 +66,13 @@ SELECTORS = {
     "eventbus": (CONTROL, f"controller=eventbus-controller,eventbus-name={BUS}"),
     "eventsource": (CONTROL, f"controller=eventsource-controller,eventsource-name={SOURCE}"),
     "sensor": (CONTROL, f"controller=sensor-controller,sensor-name={SENSOR}"),
+}
+EVENTS = "/apis/argoproj.io/v1alpha1/namespaces/" + CONTROL
+# each object the controller deploys, and the conditions it sets once it has
+OBJECTS = {
+    "eventbus": ("eventbus", BUS, {"Configured", "Deployed"}),
+    "eventsource": ("eventsources", SOURCE, {"SourcesProvided", "Deployed"}),
+    "sensor": ("sensors", SENSOR, {"DependenciesProvided", "TriggersProvided", "Deployed"}),
 }
 
 
@@ -112,6 +121,59 @@ def edit_base64_json(edit: Callable[[dict[str, Any]], None]) -> Callable[[str], 
         return base64.b64encode(json.dumps(value).encode()).decode()
 
     return apply
+
+
+def conditions(cluster: Cluster, path: str) -> dict[str, dict[str, Any]]:
+    status = cluster.get(path).get("status") or {}
+    return {c["type"]: c for c in status.get("conditions") or []}
+
+
+def all_true(cluster: Cluster, path: str, wanted: set[str]) -> dict[str, dict[str, Any]] | None:
+    """Its conditions, once it has all of ``wanted`` and every one it has is True."""
+    found = conditions(cluster, path)
+    if wanted <= set(found) and all(c["status"] == "True" for c in found.values()):
+        return found
+    return None
+
+
+def deployed(cluster: Cluster, role: str) -> None:
+    """Wait until the controller has taken the object of ``role`` and deployed it."""
+    resource, name, wanted = OBJECTS[role]
+    path = f"{EVENTS}/{resource}/{name}"
+    try:
+        cluster.wait(f"{resource}/{name}'s conditions", lambda: all_true(cluster, path, wanted))
+    except AssertionError as late:
+        raise AssertionError(f"{late}: {conditions(cluster, path)}") from None
+
+
+def start_event_path(cluster: Cluster, events: ArgoEvents, site: Site, bearer: str) -> None:
+    """The bus, the EventSource and the Sensor running, once the controller has deployed
+    each; the webhook's Secret holding ``bearer``, a token of the kind a site's secret
+    tooling makes, which the EventSource reads from the Secret's volume."""
+    for role in OBJECTS:
+        deployed(cluster, role)
+    secret = site.events.webhook_secret
+    answer = cluster.request(
+        "PATCH",
+        f"/api/v1/namespaces/{CONTROL}/secrets/{secret.name}",
+        {"stringData": {secret.key: bearer}},
+        content_type="application/merge-patch+json",
+    )
+    if answer.status != 200:
+        raise ControlPlaneError(f"the webhook's Secret {secret.name}: {answer.message}")
+    events.start_bus()
+    events.start_eventsource()
+    events.start_sensor()
+
+
+@dataclass(frozen=True)
+class ConsumerState:
+    """One durable consumer of the stream, as JetStream reports it."""
+
+    name: str
+    delivered: int  # the last stream sequence handed to it
+    pending: int  # messages of the stream not handed to it yet
+    ack_pending: int  # handed to it, not acked yet
 
 
 class ArgoEvents:
@@ -253,6 +315,10 @@ class ArgoEvents:
     def stop_container(self, role: str) -> None:
         self.pods[role].stop()
 
+    def kill_container(self, role: str) -> None:
+        """SIGKILL, no grace: the container's process dies as on an OOM kill or a lost node."""
+        self.pods[role].kill()
+
     def stop(self) -> None:
         for process in reversed(self.pods.values()):
             process.stop()
@@ -330,6 +396,36 @@ class ArgoEvents:
 
         return self._ask(counted, 0)
 
+    def stream_last(self) -> int:
+        """The stream's last sequence (0 while there is none)."""
+
+        async def last(jsm: JetStreamManager) -> int:
+            return int((await jsm.stream_info(STREAM)).state.last_seq or 0)
+
+        return self._ask(last, 0)
+
+    def consumer_states(self) -> list[ConsumerState]:
+        async def listed(jsm: JetStreamManager) -> list[ConsumerState]:
+            return [
+                ConsumerState(
+                    str(c.name),
+                    int(c.delivered.stream_seq or 0) if c.delivered else 0,
+                    int(c.num_pending or 0),
+                    int(c.num_ack_pending or 0),
+                )
+                for c in await jsm.consumers_info(STREAM)
+            ]
+
+        return self._ask(listed, [])
+
+    def settled(self) -> bool:
+        """The Sensor has taken and acked every event on the stream: each of its
+        consumers has been handed the last one, and none waits for an ack."""
+        last, found = self.stream_last(), self.consumer_states()
+        return bool(found) and all(
+            c.delivered >= last and c.pending == 0 and c.ack_pending == 0 for c in found
+        )
+
 
 def _http_ok(url: str) -> bool:
     try:
@@ -338,17 +434,38 @@ def _http_ok(url: str) -> bool:
         return False
 
 
+class Delivery(NamedTuple):
+    """A request the proxy took: Gitea's delivery id, the status answered, and the
+    ``after`` of its body when it is a push ("" otherwise)."""
+
+    id: str
+    status: int
+    after: str
+
+
+def _after(body: bytes) -> str:
+    try:
+        found = json.loads(body).get("after") if body else None
+    except (ValueError, AttributeError):
+        return ""
+    return found if isinstance(found, str) else ""
+
+
 class ServiceProxy:
     """What kube-proxy and the cluster's DNS give a caller of a Service, for a program
     outside the plane that takes an HTTP proxy (Gitea's ``[webhook] PROXY_URL``): a
     request for ``http://<service>.<namespace>.svc.cluster.local:<port>/…`` goes to the
     local endpoint given for that Service (the pod's loopback port), with its Host
-    header as sent; any other host is refused with 502."""
+    header as sent; any other host is refused with 502.
 
-    def __init__(self) -> None:
+    ``refuse`` plays a network that loses a request on the way: a request whose body it
+    says yes to is answered 502 and never forwarded."""
+
+    def __init__(self, refuse: Callable[[bytes], bool] | None = None) -> None:
         self.endpoints: dict[str, str] = {}
-        # (Gitea's delivery id, the status answered), in order
-        self.requests: list[tuple[str, int]] = []
+        self.refuse = refuse
+        # every request taken, in order
+        self.requests: list[Delivery] = []
         proxy = self
 
         class _Handler(BaseHTTPRequestHandler):
@@ -362,6 +479,8 @@ class ServiceProxy:
                 headers: dict[str, str] = {}
                 if endpoint is None:
                     status, content = 502, f"no Service {target.netloc}".encode()
+                elif proxy.refuse is not None and proxy.refuse(body):
+                    status, content = 502, b"lost on the way"
                 else:
                     path = target.path + (f"?{target.query}" if target.query else "")
                     sent = {
@@ -379,7 +498,8 @@ class ServiceProxy:
                     else:
                         status, content = answer.status_code, answer.content
                         headers["Content-Type"] = answer.headers.get("content-type", "text/plain")
-                proxy.requests.append((self.headers.get("X-Gitea-Delivery", ""), status))
+                delivery = self.headers.get("X-Gitea-Delivery", "")
+                proxy.requests.append(Delivery(delivery, status, _after(body)))
                 self.send_response(status)
                 for name, value in headers.items():
                     self.send_header(name, value)
@@ -416,57 +536,3 @@ class ServiceProxy:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
-
-
-# -- the event path, deployed and running ----------------------------------------------
-
-# each rendered object, and the conditions the controller gives it once it is deployed
-OBJECTS = {
-    "eventbus": ("eventbus", BUS, {"Configured", "Deployed"}),
-    "eventsource": ("eventsources", SOURCE, {"SourcesProvided", "Deployed"}),
-    "sensor": ("sensors", SENSOR, {"DependenciesProvided", "TriggersProvided", "Deployed"}),
-}
-
-
-def conditions(cluster: Cluster, path: str) -> dict[str, dict[str, Any]]:
-    status = cluster.get(path).get("status") or {}
-    return {c["type"]: c for c in status.get("conditions") or []}
-
-
-def _all_true(cluster: Cluster, path: str, wanted: set[str]) -> dict[str, dict[str, Any]] | None:
-    """Its conditions, once it has all of ``wanted`` and every one it has is True."""
-    found = conditions(cluster, path)
-    if wanted <= set(found) and all(c["status"] == "True" for c in found.values()):
-        return found
-    return None
-
-
-def deployed(cluster: Cluster, role: str) -> None:
-    """Wait until the controller has deployed the object of ``role``."""
-    resource, name, wanted = OBJECTS[role]
-    path = f"{EVENTS_API}{CONTROL}/{resource}/{name}"
-    try:
-        cluster.wait(f"{resource}/{name}'s conditions", lambda: _all_true(cluster, path, wanted))
-    except AssertionError as late:
-        raise AssertionError(f"{late}: {conditions(cluster, path)}") from None
-
-
-def start_event_path(events: ArgoEvents, webhook_secret: tuple[str, str], bearer: str) -> None:
-    """Once the rendered objects are applied: the controller's deployments awaited, the
-    webhook's Secret given ``bearer`` (as a site's secret tooling would), then the bus,
-    the EventSource and the Sensor started from their pods."""
-    cluster = events.cluster
-    for role in OBJECTS:
-        deployed(cluster, role)
-    name, key = webhook_secret
-    answer = cluster.request(
-        "PATCH",
-        f"/api/v1/namespaces/{CONTROL}/secrets/{name}",
-        {"stringData": {key: bearer}},
-        content_type="application/merge-patch+json",
-    )
-    if answer.status != 200:
-        raise ControlPlaneError(f"Secret {CONTROL}/{name}: {answer.message}")
-    events.start_bus()
-    events.start_eventsource()
-    events.start_sensor()

@@ -59,10 +59,16 @@ def cluster(control_plane: controlplane.ControlPlane) -> Iterator[Cluster]:
         client.http.close()
 
 
-def apply_default_site(cluster: Cluster) -> Path:
-    """The committed tree (the default site's render), applied server-side, with the
-    Secrets the README asks the site's own secret tooling for (install, step 4)."""
-    tree = controlplane.ROOT / "manifests"
+@pytest.fixture(scope="session")
+def applied(cluster: Cluster) -> Path:
+    """The committed tree (the default site's render), applied server-side once."""
+    return apply_site(cluster, controlplane.ROOT / "manifests")
+
+
+def apply_site(cluster: Cluster, tree: Path) -> Path:
+    """A rendered tree applied server-side as the README's install does it, the Secrets
+    its step 4 asks the site's own secret tooling for made; back once the admission
+    policy is in force."""
     cluster.apply_tree(tree)
     for namespace, name in SITE_SECRETS:
         cluster.kubectl(
@@ -72,12 +78,6 @@ def apply_default_site(cluster: Cluster) -> Path:
     # what it will refuse, so what follows starts once it refuses
     cluster.wait("the admission policy in force", cluster.policy_refuses_inline_templates)
     return tree
-
-
-@pytest.fixture(scope="session")
-def applied(cluster: Cluster) -> Path:
-    """The default site, applied once."""
-    return apply_default_site(cluster)
 
 
 @pytest.fixture(scope="session")

@@ -34,6 +34,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -353,6 +354,16 @@ class PodProcess:
     def stop(self) -> None:
         if self.process is not None:
             _terminate([self.process.pid])
+            self.process.wait(timeout=10)
+            self.process = None
+
+    def kill(self) -> None:
+        """SIGKILL to its process group, no SIGTERM first: it cannot drain or flush."""
+        if self.process is not None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except OSError:
+                pass
             self.process.wait(timeout=10)
             self.process = None
 

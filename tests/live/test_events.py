@@ -5,17 +5,14 @@ the Sensor, which creates Workflows in the live API server as its own ServiceAcc
 
 from __future__ import annotations
 
-import base64
 import os
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -26,14 +23,12 @@ from fabrique.site.config import load_site
 from fabrique.site.names import webhook_service_url
 
 from .. import payloads
-from ..conftest import KUSTOMIZATION, SEED_KUSTOMIZATION, run_cli, write_values
-from ..gitrepo import make_commit
+from ..conftest import KUSTOMIZATION, SEED_KUSTOMIZATION
 from .cluster import ARGO, NODE_ID, Cluster
 from .controlplane import ControlPlaneError
 from .events import (
     BUS,
     CONTROL,
-    EVENTS_API,
     OBJECTS,
     SELECTORS,
     SENSOR,
@@ -43,13 +38,12 @@ from .events import (
     deployed,
     start_event_path,
 )
-from .gitea import ADMIN, Gitea
-from .gitea import binary as gitea_binary
+from .forge import Forge
+from .forge import forge as open_forge
 from .pods import running_pod
 from .test_workflows import BUILD_NS, EXECUTOR, ended, step_pod
 
 SITE = load_site(env={})
-EVENTS = EVENTS_API + CONTROL
 # the webhook's bearer token: the value the event path's fixture gives the Secret
 BEARER = f"bearer-{uuid.uuid4().hex}"
 APP_FILE = "dataops/citation-dagster/app.txt"
@@ -130,9 +124,8 @@ def test_a_replay_of_the_event_path_once_deployed_changes_nothing(
 def event_path(cluster: Cluster, argo_events: ArgoEvents) -> Iterator[ArgoEvents]:
     """The bus, the EventSource and the Sensor running; the Workflows they made deleted
     at the end (each holds its app's mutex)."""
-    secret = SITE.events.webhook_secret
     try:
-        start_event_path(argo_events, (secret.name, secret.key), BEARER)
+        start_event_path(cluster, argo_events, SITE, BEARER)
     except ControlPlaneError as failed:
         pytest.fail(str(failed), pytrace=False)
     yield argo_events
@@ -258,91 +251,21 @@ def test_a_replayed_push_makes_no_second_workflow_and_costs_its_trigger_a_minute
 
 # -- a push to the real Gitea, end to end --------------------------------------------------------
 
-SERVICE_HOST = urlsplit(webhook_service_url(CONTROL)).hostname or ""
-
-
-@dataclass
-class Forge:
-    """The event path's Gitea, its code repository and a clone that pushes over HTTP."""
-
-    gitea: Gitea
-    proxy: ServiceProxy
-    work: Path
-    values: Path
-
-    @property
-    def env(self) -> dict[str, str]:
-        return {"FABRIQUE_GITEA_TOKEN": self.gitea.token, "FABRIQUE_WEBHOOK_TOKEN": BEARER}
-
-    def git(self, *args: str) -> str:
-        # the admin's credentials as a header, never in a URL or an argument
-        basic = base64.b64encode(f"{ADMIN}:{self.gitea.password}".encode()).decode()
-        env = {
-            **os.environ,
-            "GIT_CONFIG_COUNT": "1",
-            "GIT_CONFIG_KEY_0": "http.extraHeader",
-            "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}",
-        }
-        done = subprocess.run(
-            ["git", "-C", str(self.work), *args], capture_output=True, text=True, env=env
-        )
-        assert done.returncode == 0, f"git {args[0]}: {done.stderr}"
-        return done.stdout
-
-    def push(self, files: dict[str, str], message: str) -> str:
-        """A commit on main over the server's (pulled first), pushed over HTTP."""
-        if self.git("ls-remote", "origin", "refs/heads/main"):
-            self.git("pull", "-q", "--ff-only", "origin", "main")
-        sha = make_commit(self.work, files, message)
-        self.git("push", "-q", "origin", "HEAD:main")
-        return sha
-
-    def cli(self, *args: str) -> str:
-        result = run_cli("--values", str(self.values), *args, env=self.env)
-        assert result.exit_code == 0, result.stderr
-        for secret in self.env.values():
-            assert secret not in result.stdout + result.stderr
-        return result.stdout
-
 
 @pytest.fixture(scope="module")
 def forge(
     cluster: Cluster, event_path: ArgoEvents, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Forge]:
-    """A Gitea that delivers webhook #2 as the README says to set it up: only the
-    EventSource's Service allowed (``[security] ALLOWED_HOST_LIST``), reached through the
-    cluster's Service network (the proxy); an empty code repository, its hook seeded by
-    ``fabrique seed-webhook``."""
+    """A Gitea that delivers webhook #2 as the README says to set it up (``forge.py``):
+    an empty code repository, its hook seeded by ``fabrique seed-webhook``."""
     proxy = ServiceProxy().start()
     proxy.route(cluster, CONTROL, f"{SOURCE}-eventsource-svc", event_path.webhook_port)
-    folder = tmp_path_factory.mktemp("events-gitea")
-    webhook = {"PROXY_URL": proxy.url, "PROXY_HOSTS": "*.svc.cluster.local:*"}
     try:
-        gitea = Gitea(
-            folder / "gitea",
-            gitea_binary(),
-            allowed_hosts=f"external, {SERVICE_HOST}",
-            webhook=webhook,
-        ).start()
+        with open_forge(tmp_path_factory.mktemp("events-gitea"), proxy, BEARER) as made:
+            yield made
     except ControlPlaneError as failed:
-        proxy.stop()
         pytest.fail(str(failed), pytrace=False)
-    try:
-        with gitea.admin() as admin:
-            made = admin.post(
-                f"/admin/users/{gitea.organization('atlas')}/repos", json={"name": "atlas"}
-            )
-            assert made.status_code == 201, made.text
-        work = folder / "atlas"
-        subprocess.run(["git", "init", "-q", "-b", "main", str(work)], check=True)
-        values = write_values(folder / "site.yaml", **{"gitea.url": gitea.url})
-        forge = Forge(gitea, proxy, work, values)
-        forge.git("remote", "add", "origin", f"{gitea.url}/atlas/atlas.git")
-        seeded = forge.cli("seed-webhook")
-        assert seeded.startswith("created: webhook #"), seeded
-        yield forge
     finally:
-        gitea.stop()
         proxy.stop()
 
 
@@ -434,8 +357,8 @@ def test_a_push_while_the_eventsource_is_down_is_lost_and_the_next_one_builds_it
     tried = len(forge.proxy.requests)
     lost = forge.push({APP_FILE: "citation v2\n"}, "while the EventSource is down")
     cluster.wait("Gitea's delivery", lambda: len(forge.proxy.requests) > tried)
-    ((delivery, status),) = forge.proxy.requests[tried:]
-    assert status == 503
+    (delivery,) = forge.proxy.requests[tried:]
+    assert (delivery.status, delivery.after) == (503, lost)
     event_path.start_container("eventsource")
     after = forge.push({"docs/notes.md": "back\n"}, "once it is back")
     name = sensor_workflow(cluster, after)["metadata"]["name"]
@@ -448,7 +371,7 @@ def test_a_push_while_the_eventsource_is_down_is_lost_and_the_next_one_builds_it
     assert not cluster.exists(
         f"{ARGO}/namespaces/{BUILD_NS}/workflows/fabrique-citation-{lost[:12]}"
     )
-    assert [d for d, _ in forge.proxy.requests].count(delivery) == 1, "Gitea delivered it again"
+    assert [d.id for d in forge.proxy.requests].count(delivery.id) == 1, "Gitea delivered it again"
 
 
 def test_gitea_s_test_delivery_of_the_same_commit_makes_no_second_workflow(
@@ -458,10 +381,7 @@ def test_gitea_s_test_delivery_of_the_same_commit_makes_no_second_workflow(
     name = f"fabrique-citation-{head[:12]}"
     before = cluster.workflow(BUILD_NS, name)["metadata"]["uid"]
     published = event_path.stream_messages()
-    with forge.gitea.admin() as admin:
-        (hook,) = admin.get("/repos/atlas/atlas/hooks").json()
-        tested = admin.post(f"/repos/atlas/atlas/hooks/{hook['id']}/tests")
-    assert tested.status_code == 204, tested.text
+    assert forge.test_delivery(forge.hook_id()) == 204
     # through the EventSource onto the bus, then taken by the Sensor
     cluster.wait("the test delivery on the bus", lambda: event_path.stream_messages() > published)
     cluster.wait("the Sensor to take it", lambda: event_path.delivered() > published)

@@ -1,0 +1,433 @@
+"""The fault bench's real mode (``python bench/event_loss.py --real``): the same faults
+and the same rules as the simulation, with the live tier's real programs in the loop.
+
+What is real (``tests/live/``):
+
+- **Gitea** (``forge.py``): each push is a ``git push`` over HTTP of a commit touching
+  one app's context; webhook #2 is made by ``fabrique seed-webhook``, delivered through
+  the proxy that stands in for the Service network (``[webhook] PROXY_URL``), only the
+  EventSource's Service allowed (``[security] ALLOWED_HOST_LIST``);
+- **the event path** (``events.py``): the control plane (etcd, kube-apiserver,
+  controllers, scheduler, kwok), the bench's site rendered and applied, the Argo Events
+  controller, and the containers of the pods it makes run as local processes: the
+  EventBus's nats-server (JetStream on the folder standing in for its claim), the
+  EventSource and the Sensor, which creates the Workflows in the live API server as
+  ``fabrique-sensor``;
+- the registry, and the reconciler's Gitea, registry and Kubernetes clients.
+
+The faults:
+
+- the proxy loses a share of the push deliveries on the way (502; Gitea does not retry);
+- the bus's container is stopped and started again halfway, on the claim it had;
+- the EventSource's container is SIGKILLed before the last ``--outage`` pushes, and
+  started again once the Sensor has done all it had: the write-backs of those builds are
+  pushes that meet the outage too, so only the reconciler can heal the last pushes;
+- Gitea's "Test Delivery" redelivers one push of the second half that the EventSource
+  took (the first the ``--redeliver`` share picks). Every trigger fires on every push
+  (each app's plan decides), so it costs every trigger the minute of six tries meeting
+  409, during which no trigger takes anything else. It comes after the bus's restart: a
+  restart within that minute gets the event delivered again to a new subscription,
+  which costs another minute (see RESULTS.md);
+- a share of the builds crash between the push and the write-back.
+
+**What plays the Argo controller: the bench**, on the live API server. The plane's
+workflow-controller is stopped once the plane is up, so that nothing else acts on the
+Workflows. The bench runs each Workflow without a status as in the simulation (the plan
+step's change check, a real image pushed, the write-back through fabrique's Gitea client
+to the real Gitea, a share crashing before it) and writes the status the controller
+would (``argo_status``) onto the Workflow. Every write-back is a push to Gitea too, as
+on a cluster: it is delivered, the Sensor makes its Workflows (one per app), and each
+plans as for any push: the app written back skips it, an app with a change not deployed
+yet builds it at that commit.
+
+Once the Sensor has taken and acked every event, the real ``Reconciler`` runs passes
+against the real Gitea, registry and API server until every app is current. Requests
+per app per pass count Gitea's, the registry's and the API server's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import secrets
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import config as k8s_config
+
+from bench.event_loss import (
+    CountingTransport,
+    Figures,
+    World,
+    make_site,
+    seed_files,
+    site_values,
+)
+from fabrique.clients.gitea import GiteaClient, Identity
+from fabrique.clients.kube import KubeClient
+from fabrique.clients.registry import RegistryClient
+from fabrique.decisions.reconcile import Reconciler
+from fabrique.decisions.writeback import GiteaTransport
+from fabrique.render import render_tree, write_tree
+from fabrique.site.names import workflow_name
+from tests import servers
+from tests.gitrepo import BareRepo
+from tests.live import controlplane
+from tests.live.cluster import ARGO, Cluster
+from tests.live.events import (
+    CONTROL,
+    SOURCE,
+    ArgoEvents,
+    Delivery,
+    ServiceProxy,
+    start_event_path,
+)
+from tests.live.fixtures import apply_site
+from tests.live.forge import Forge, forge
+
+SETTLE_SECONDS = 180  # the Sensor's slowest: a redelivery's minute, then what waited behind it
+
+
+class BenchError(RuntimeError):
+    """The real components could not be set up or did not settle: the message says which."""
+
+
+@dataclass
+class LiveFigures(Figures):
+    """The simulation's figures, and what only the real programs tell."""
+
+    deliveries: int = 0  # requests Gitea made to the EventSource's Service (all pushes)
+    writebacks_lost: int = 0  # deliveries of write-back pushes that got no 200 (not events_sent)
+    eventsource_answers: dict[str, int] = field(default_factory=dict)  # pushes: status -> n
+    gitea_retried: int = 0  # lost pushes Gitea delivered again (it does not retry)
+    bus_messages_before_restart: int = 0
+    bus_messages_after_restart: int = 0
+    bus_unconsumed_at_restart: int = 0  # events a trigger had not acked when it stopped
+    bus_consumers_after_restart: int = 0
+    redeliveries_given_up: int = 0  # the Sensor's six tries met 409 each time
+    seconds_setup: float = 0.0
+    seconds_events: float = 0.0
+    seconds_reconcile: float = 0.0
+
+
+@dataclass(frozen=True)
+class Push:
+    app: str
+    sha: str
+    fate: str  # dropped | outage | sent
+
+
+class LiveWorld(World):
+    """The Workflows in the live API server, their status written as the controller
+    writes it (the Workflow CRD has no status subresource)."""
+
+    def __init__(self, cluster: Cluster, *args: Any) -> None:
+        super().__init__(*args)
+        self.cluster = cluster
+        self.path = f"{ARGO}/namespaces/{self.site.namespaces.build}/workflows"
+
+    def _all(self) -> list[dict[str, Any]]:
+        return self.cluster.items(self.path)
+
+    def pending(self) -> list[tuple[str, dict[str, Any]]]:
+        return [
+            (w["metadata"]["name"], w)
+            for w in self._all()
+            if not (w.get("status") or {}).get("phase")
+        ]
+
+    def record(self, key: str, body: dict[str, Any], status: dict[str, Any]) -> None:
+        answer = self.cluster.request(
+            "PATCH",
+            f"{self.path}/{key}",
+            {"status": status},
+            content_type="application/merge-patch+json",
+        )
+        if answer.status != 200:
+            raise BenchError(f"the status of Workflow {key}: {answer.status} {answer.message}")
+
+    def failed(self) -> list[tuple[str, dict[str, Any]]]:
+        return [
+            (w["metadata"]["name"], w)
+            for w in self._all()
+            if (w.get("status") or {}).get("phase") == "Failed"
+        ]
+
+    def remove(self, key: str) -> None:
+        answer = self.cluster.request("DELETE", f"{self.path}/{key}")
+        if answer.status not in (200, 202, 404):
+            raise BenchError(f"delete Workflow {key}: {answer.status} {answer.message}")
+
+    def exists(self, app: str, revision: str) -> bool:
+        return self.cluster.exists(f"{self.path}/{workflow_name(app, revision)}")
+
+
+class RealBench:
+    def __init__(self, args: argparse.Namespace, work: Path) -> None:
+        self.args = args
+        self.work = work
+        self.rng = random.Random(args.seed)
+        self.figures = LiveFigures()
+        self.bearer = f"bench-{secrets.token_hex(16)}"
+        self.refusing: set[str] = set()
+        self.proxy = ServiceProxy(refuse=self._refuse)
+        self.pushes: list[Push] = []
+
+    def _refuse(self, body: bytes) -> bool:
+        try:
+            after = json.loads(body).get("after")
+        except (ValueError, AttributeError):
+            return False
+        return after in self.refusing
+
+    # -- the real components ------------------------------------------------------------
+
+    @contextmanager
+    def components(self) -> Iterator[tuple[Forge, Cluster, ArgoEvents, servers.Registry]]:
+        """Gitea, the registry, the control plane with the bench's site applied and its
+        Argo controller stopped, and the event path running; all stopped on the way out."""
+        if controlplane.peers.find_go() is None:
+            raise BenchError(
+                f"--real needs Go >= {controlplane.peers.MIN_GO[0]}.{controlplane.peers.MIN_GO[1]} "
+                "to build the live tier's peers (make peers)"
+            )
+        work, apps = self.work, self.args.apps
+        with ExitStack() as stack:
+            (work / "registry").mkdir()
+            registry = stack.enter_context(servers.registry(work / "registry"))
+            self.proxy.start()
+            stack.callback(self.proxy.stop)
+            forged = stack.enter_context(
+                forge(
+                    work / "forge",
+                    self.proxy,
+                    self.bearer,
+                    site_values(apps, registry.host),
+                    seed=seed_files(apps),
+                )
+            )
+            site = make_site(apps, forged.gitea.url, registry.host)
+            plane = controlplane.ControlPlane(work / "plane")
+            plane.start(controlplane.binaries())
+            stack.callback(plane.stop)
+            # the bench plays the Argo controller: the real one must not act too
+            plane.stop_peer("workflow-controller")
+            cluster = Cluster(plane)
+            stack.callback(cluster.http.close)
+            tree = work / "tree"
+            write_tree(render_tree(site), tree)
+            apply_site(cluster, tree)
+            events = ArgoEvents(cluster, work / "argo-events")
+            stack.callback(events.stop)
+            events.start_controller()
+            start_event_path(cluster, events, site, self.bearer)
+            self.proxy.route(cluster, CONTROL, f"{SOURCE}-eventsource-svc", events.webhook_port)
+            yield forged, cluster, events, registry
+
+    def run(self) -> LiveFigures:
+        f, args = self.figures, self.args
+        started = time.monotonic()
+        try:
+            with self.components() as (forged, cluster, events, registry):
+                f.seconds_setup = round(time.monotonic() - started, 1)
+                site = make_site(args.apps, forged.gitea.url, registry.host)
+                kubeconfig = cluster.kubeconfig
+                api_client = k8s_config.new_client_from_config(config_file=str(kubeconfig))
+                kube_calls = count_calls(api_client)
+                api = KubeClient(api_client)
+                gitea_counting, registry_counting = CountingTransport(), CountingTransport()
+                with (
+                    GiteaClient(
+                        site.gitea.url,
+                        forged.gitea.token,
+                        retry=site.network.retry_policy(),
+                        transport=gitea_counting,
+                    ) as client,
+                    RegistryClient(
+                        registry.host, plain_http=True, transport=registry_counting
+                    ) as reg,
+                ):
+                    transport = GiteaTransport(
+                        client, Identity("fabrique", "fabrique@fabrique.invalid")
+                    )
+                    world = LiveWorld(
+                        cluster,
+                        site,
+                        BareRepo(forged.bare),
+                        registry,
+                        api,
+                        transport,
+                        # its own stream: how many Workflows wait at each run is timing's,
+                        # and must not move which pushes are lost
+                        random.Random(args.seed + 1),
+                        f,
+                        args.crash,
+                    )
+                    played = time.monotonic()
+                    self.play(world, forged, events)
+                    # the EventSource stays down until the builds in flight are done:
+                    # their write-backs' deliveries are lost too, and nothing heals the
+                    # last pushes but the reconciler
+                    self.settle(world, events)
+                    if args.outage:
+                        events.start_container("eventsource")
+                    self.count_losses(world, events)
+                    f.seconds_events = round(time.monotonic() - played, 1)
+                    f.drifted_before = world.drifted()
+                    reconciling = time.monotonic()
+                    self.converge(
+                        world,
+                        Reconciler(site, transport, reg, api),
+                        lambda: gitea_counting.count + registry_counting.count + kube_calls[0],
+                    )
+                    f.seconds_reconcile = round(time.monotonic() - reconciling, 1)
+                    f.rollbacks = world.rollbacks()
+                    f.duplicate_builds = sum(
+                        max(0, n - 1 - f.expired.get(key, 0)) for key, n in f.built.items()
+                    )
+        except (controlplane.ControlPlaneError, controlplane.peers.PeerError) as failed:
+            raise BenchError(f"the live tier did not start: {failed}") from None
+        return f
+
+    # -- the faults ------------------------------------------------------------------------
+
+    def play(self, world: LiveWorld, forged: Forge, events: ArgoEvents) -> None:
+        args, f = self.args, self.figures
+        hook = forged.hook_id()
+        outage_from = args.pushes - args.outage
+        for push in range(args.pushes):
+            if push == args.pushes // 2:
+                self.restart_bus(events)
+            if push == outage_from:
+                events.kill_container("eventsource")
+            app = world.site.apps[self.rng.randrange(args.apps)].name
+            sha = forged.commit({f"apps/{app}/src.txt": f"push {push}\n"}, f"push {push}")
+            fate = "outage" if push >= outage_from else "sent"
+            if fate == "sent" and self.rng.random() < args.drop:
+                fate = "dropped"
+                self.refusing.add(sha)
+            forged.push()
+            f.events_sent += 1
+            self.pushes.append(Push(app, sha, fate))
+            status = self.delivered(sha, 1)[0].status
+            f.eventsource_answers[str(status)] = f.eventsource_answers.get(str(status), 0) + 1
+            if (
+                status == 200  # the EventSource took it: a redelivery, not a second chance
+                and not f.redelivered
+                and push >= args.pushes // 2
+                and self.rng.random() < args.redeliver
+            ):
+                # the head is this push: Gitea delivers it again, as a person's click would
+                tested = forged.test_delivery(hook)
+                if tested != 204:
+                    raise BenchError(f"Gitea's test delivery of hook #{hook} answered {tested}")
+                self.delivered(sha, 2)
+                f.redelivered += 1
+            if (push + 1) % args.batch == 0:
+                world.run_controller()
+
+    def delivered(self, sha: str, times: int) -> list[Delivery]:
+        """Gitea's deliveries of ``sha``'s push, once there are ``times`` of them."""
+        deadline = time.monotonic() + 30
+        while True:
+            found = [d for d in self.proxy.requests if d.after == sha]
+            if len(found) >= times:
+                return found
+            if time.monotonic() > deadline:
+                raise BenchError(f"Gitea delivered the push of {sha[:12]} {len(found)} time(s)")
+            time.sleep(0.05)
+
+    def restart_bus(self, events: ArgoEvents) -> None:
+        """Stop the EventBus's container and start it again, with the claim it had:
+        what does JetStream keep?"""
+        f = self.figures
+        f.bus_messages_before_restart = events.stream_messages()
+        states = events.consumer_states()
+        f.bus_unconsumed_at_restart = max((c.pending + c.ack_pending for c in states), default=0)
+        events.stop_container("eventbus")
+        events.start_container("eventbus")
+        f.bus_messages_after_restart = events.stream_messages()
+        f.bus_consumers_after_restart = len(events.consumer_states())
+
+    def settle(self, world: LiveWorld, events: ArgoEvents) -> None:
+        """Run the Workflows until the event path is quiet: the Sensor has taken and acked
+        every event, no Workflow waits, and Gitea delivered nothing new for a second."""
+        deadline = time.monotonic() + SETTLE_SECONDS
+        seen = -1
+        while True:
+            world.run_controller()
+            now = len(self.proxy.requests)
+            if now == seen and events.settled() and not world.pending():
+                return
+            seen = now
+            if time.monotonic() > deadline:
+                states = events.consumer_states()
+                raise BenchError(
+                    f"the event path did not settle in {SETTLE_SECONDS} s: stream at "
+                    f"{events.stream_last()}, consumers {states}"
+                )
+            time.sleep(1)
+
+    def count_losses(self, world: LiveWorld, events: ArgoEvents) -> None:
+        f = self.figures
+        f.deliveries = len(self.proxy.requests)
+        per_push = Counter(d.after for d in self.proxy.requests)
+        ours = {push.sha for push in self.pushes}
+        f.writebacks_lost = sum(d.status != 200 for d in self.proxy.requests if d.after not in ours)
+        for push in self.pushes:
+            if push.fate == "dropped":
+                f.lost_webhook += 1
+            elif push.fate == "outage":
+                f.lost_outage += 1
+            elif not world.exists(push.app, push.sha):
+                f.lost_eventbus += 1  # the EventSource took it; no Workflow came of it
+            if push.fate != "sent" and per_push[push.sha] > 1:
+                f.gitea_retried += 1
+        f.workflows_created = int(events.sensor_metric("argo_events_action_triggered_total"))
+        f.workflows_refused_409 = int(events.sensor_metric("argo_events_action_failed_total"))
+        f.redeliveries_given_up = int(
+            events.sensor_metric("argo_events_action_retries_failed_total")
+        )
+
+    # -- the safety net --------------------------------------------------------------------
+
+    def converge(
+        self, world: LiveWorld, reconciler: Reconciler, requests: Callable[[], int]
+    ) -> None:
+        f = self.figures
+        total = 0
+        for _ in range(self.args.max_passes):
+            before = requests()
+            results = reconciler.run(list(world.site.apps), "act")
+            total += requests() - before
+            f.reconcile_passes += 1
+            errors = [r for r in results if r.state == "error"]
+            if errors:
+                raise BenchError(f"reconcile errors: {[r.detail for r in errors][:3]}")
+            f.workflows_created += sum(r.state == "submitted" for r in results)
+            f.failed_reported += sum(r.state == "failed" for r in results)
+            world.expire_failed()
+            world.run_controller(crash=0.0)
+            if all(r.state == "ok" for r in results):
+                break
+        f.requests_per_app_per_pass = round(total / (len(world.site.apps) * f.reconcile_passes), 1)
+        f.drifted_after = world.drifted()
+
+
+def count_calls(api_client: Any) -> list[int]:
+    """Count the API server requests made through ``api_client`` (one per ``call_api``)."""
+    calls = [0]
+    call_api = api_client.call_api
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return call_api(*args, **kwargs)
+
+    api_client.call_api = counted
+    return calls
