@@ -24,7 +24,7 @@ import re
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Protocol
@@ -792,15 +792,19 @@ def _writes_then_supersedes(server: Server, repo: Clone, values: Path) -> None:
     assert yaml.safe_load(repo.show(TARGET))["images"] == images
 
 
-def test_hold_release_rollback_and_status_read_and_write_as_on_the_double(
-    server: Server, tmp_path: Path, registry: servers.Registry, kube: KubeApiDouble
-) -> None:
-    """The gestures a person runs on a deployed app: each writes one commit through the
-    server's API, and reads back what it wrote, with the same lines on both servers."""
-    repo = server.repo(SEED)
+def _gestures(
+    server: Server,
+    repo: Clone,
+    tmp_path: Path,
+    registry: servers.Registry,
+    kube: KubeApiDouble,
+    image: str,
+) -> Callable[..., str]:
+    """``fabrique <args>`` on a site whose one app, citation, is pinned in ``repo``: what
+    it printed, once it has exited 0."""
     app = {
         "name": "citation",
-        "image": unique("citation"),
+        "image": image,
         "context": APP,
         "writeback": {"kind": "kustomize-images", "repo": repo.slug, "path": TARGET},
     }
@@ -819,6 +823,17 @@ def test_hold_release_rollback_and_status_read_and_write_as_on_the_double(
         assert result.exit_code == 0, result.stderr
         return result.stdout
 
+    return fab
+
+
+def test_hold_release_rollback_and_status_read_and_write_as_on_the_double(
+    server: Server, tmp_path: Path, registry: servers.Registry, kube: KubeApiDouble
+) -> None:
+    """The gestures a person runs on a deployed app: each writes one commit through the
+    server's API, and reads back what it wrote, with the same lines on both servers."""
+    repo = server.repo(SEED)
+    image = unique("citation")
+    fab = _gestures(server, repo, tmp_path, registry, kube, image)
     built = {}
     for text in ("v1\n", "v2\n"):
         revision = repo.commit({f"{APP}/app.txt": text})
@@ -827,7 +842,7 @@ def test_hold_release_rollback_and_status_read_and_write_as_on_the_double(
             "org.opencontainers.image.source": f"{server.url}/{repo.slug}.git",
         }
         built[revision] = push_image(
-            registry.url, app["image"], revision[:12], {"app.txt": text.encode()}, labels=labels
+            registry.url, image, revision[:12], {"app.txt": text.encode()}, labels=labels
         )
         written = fab(
             "writeback", "--app", "citation", "--revision", revision, "--digest", built[revision]
@@ -847,7 +862,7 @@ def test_hold_release_rollback_and_status_read_and_write_as_on_the_double(
 
     rolled = fab("rollback", "--app", "citation", "--to", old[:12], "--by", "alice")
     assert rolled.startswith(
-        f"rolled back: citation {registry.host}/{app['image']}:{old[:12]}@{old_digest} -> "
+        f"rolled back: citation {registry.host}/{image}:{old[:12]}@{old_digest} -> "
     )
     head = repo.remote_head()
     assert fab("rollback", "--app", "citation", "--to", old, "--by", "bob").startswith(
@@ -870,27 +885,7 @@ def test_a_lost_success_report_is_posted_by_the_safety_net(
     """The exit handler's pending report, then a write-back whose success report was
     lost: the next reconcile pass posts it, and reads it back as posted."""
     repo = server.repo(SEED)
-    app = {
-        "name": "citation",
-        "image": "citation-dagster",
-        "context": APP,
-        "writeback": {"kind": "kustomize-images", "repo": repo.slug, "path": TARGET},
-    }
-    values = write_values(
-        tmp_path / "site.yaml",
-        **{"gitea.url": server.url, "gitea.codeRepo": repo.slug, "registry.host": registry.host},
-        apps=[app],
-    )
-    env = {
-        "FABRIQUE_GITEA_TOKEN": server.token,
-        "KUBECONFIG": str(kube.kubeconfig(tmp_path / "kubeconfig")),
-    }
-
-    def fab(*args: str) -> str:
-        result = run_cli("--values", str(values), *args, env=env)
-        assert result.exit_code == 0, result.stderr
-        return result.stdout
-
+    fab = _gestures(server, repo, tmp_path, registry, kube, "citation-dagster")
     revision = repo.commit({f"{APP}/app.txt": "v2\n"})
     digest = "sha256:" + "5" * 64
     workflow = f"fabrique-citation-{revision[:12]}"
