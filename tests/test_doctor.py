@@ -222,7 +222,7 @@ def test_a_bus_made_as_argo_events_makes_it_is_read_with_its_client_auth_and_its
     assert "argo-bus-password-7f3e" not in result.stdout + result.stderr
 
 
-def test_a_certificate_another_ca_issued_is_refused_before_the_password_goes_out(
+def test_a_certificate_another_ca_issued_is_refused_and_named(
     argo_bus: tuple[NatsServer, Path], tmp_path: Path
 ) -> None:
     bus, _ = argo_bus

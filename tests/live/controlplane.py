@@ -740,10 +740,10 @@ def _start_argo_events(plane: ControlPlane) -> None:
     try:
         events.start_controller()
         apply_site(cluster, ROOT / "manifests")
-        bearer = plane.folder / "webhook.bearer"
-        bearer.write_text(secrets.token_urlsafe(32))
-        bearer.chmod(0o600)
-        start_event_path(cluster, events, load_site(env={}), bearer.read_text())
+        bearer, token = plane.folder / "webhook.bearer", secrets.token_urlsafe(32)
+        bearer.touch(mode=0o600)  # the token is never readable by others, not even at first
+        bearer.write_text(token)
+        start_event_path(cluster, events, load_site(env={}), token)
     except AssertionError as late:  # a wait that ran out
         raise ControlPlaneError(f"the event path: {late}") from None
     finally:
