@@ -585,25 +585,39 @@ def _exited(pid: int) -> str | None:
     return f"exited with status {status >> 8}" if done else None
 
 
-def _terminate(pids: list[int], grace: float = 3) -> None:
+def _terminate(pids: list[int], grace: float = 3, reaped: float = 10) -> None:
     """SIGTERM to every process group at once, then SIGKILL to those still there after
     ``grace`` seconds (the API server and the Argo controller drain for longer, and
-    nothing of a test cluster is worth keeping)."""
+    nothing of a test cluster is worth keeping), and return once every one has ended: a
+    process of several gigabytes, or one in an fsync, takes a while to go after SIGKILL,
+    and whoever stopped it must not see it run. Still there ``reaped`` seconds after
+    SIGKILL, it is an error naming it."""
     for pid in pids:
         try:
             os.killpg(pid, signal.SIGTERM)
         except OSError:
             pass
-    deadline = time.monotonic() + grace
-    running = list(pids)
-    while running and time.monotonic() < deadline:
-        running = [pid for pid in running if _exited(pid) is None]
-        time.sleep(0.1)
+    running = _running(pids, grace)
     for pid in running:
         try:
             os.killpg(pid, signal.SIGKILL)
         except OSError:
             pass
+    left = _running(running, reaped)
+    if left:
+        raise ControlPlaneError(
+            f"process {', '.join(map(str, left))} still runs {reaped:g} s after SIGKILL"
+        )
+
+
+def _running(pids: list[int], seconds: float) -> list[int]:
+    """Those of ``pids`` still running after up to ``seconds`` of waiting for them."""
+    deadline = time.monotonic() + seconds
+    running = [pid for pid in pids if _exited(pid) is None]
+    while running and time.monotonic() < deadline:
+        time.sleep(0.1)
+        running = [pid for pid in running if _exited(pid) is None]
+    return running
 
 
 def _http_ok(url: str) -> bool:
@@ -827,13 +841,17 @@ def main(argv: list[str]) -> int:
         )
         return 0
     if command == "down":
-        if gitea is not None:
-            gitea.stop()
-            print(f"# stopped Gitea in {gitea.folder}", file=sys.stderr)
-        if running is None:
-            print(f"# no control plane in {folder}", file=sys.stderr)
-            return 0
-        running.stop()
+        try:
+            if gitea is not None:
+                gitea.stop()
+                print(f"# stopped Gitea in {gitea.folder}", file=sys.stderr)
+            if running is None:
+                print(f"# no control plane in {folder}", file=sys.stderr)
+                return 0
+            running.stop()
+        except ControlPlaneError as failed:
+            print(f"error: {failed}", file=sys.stderr)
+            return 1
         print(f"# stopped the control plane in {folder}", file=sys.stderr)
         return 0
     print(f"error: unknown command {command!r} (up or down)", file=sys.stderr)

@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import uuid
 from pathlib import Path
 
 import httpx
+import pytest
 
 from .. import payloads
+from . import controlplane
 from .cluster import ARGO, Cluster
-from .controlplane import ROOT, ControlPlane, _exited
+from .controlplane import ROOT, ControlPlane, ControlPlaneError, _exited
 from .fixtures import need_go
 from .gitea import Gitea
 
@@ -81,3 +84,24 @@ def test_make_up_brings_up_the_event_path_and_make_down_stops_it(tmp_path: Path)
     assert all(_exited(pid) is not None for pid in plane.pids.values())
     gitea = Gitea.load(folder / "gitea")
     assert gitea is None or not gitea.alive()
+
+
+def test_a_stop_returns_once_the_killed_process_has_ended(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a process that ignores SIGTERM, and that takes three looks to be gone after SIGKILL
+    # (a Go server of gigabytes, or one in an fsync): `down` must not return before it is
+    sent: list[int] = []
+    looks = iter([None] * 4 + ["exited"] * 10)
+    monkeypatch.setattr(controlplane.os, "killpg", lambda pid, sig: sent.append(sig))
+    monkeypatch.setattr(
+        controlplane, "_exited", lambda pid: next(looks) if signal.SIGKILL in sent else None
+    )
+    controlplane._terminate([4242], grace=0.2)
+    assert sent == [signal.SIGTERM, signal.SIGKILL]
+    assert next(looks) == "exited"  # every look before the last was taken before returning
+
+
+def test_a_process_that_outlives_sigkill_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(controlplane.os, "killpg", lambda pid, sig: None)
+    monkeypatch.setattr(controlplane, "_exited", lambda pid: None)
+    with pytest.raises(ControlPlaneError, match=r"^process 4242 still runs 0\.2 s after SIGKILL$"):
+        controlplane._terminate([4242], grace=0.1, reaped=0.2)
