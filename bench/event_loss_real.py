@@ -18,7 +18,9 @@ What is real (``tests/live/``):
 The faults:
 
 - the proxy loses a share of the push deliveries on the way (502; Gitea does not retry);
-- the bus's container is stopped and started again halfway, on the claim it had;
+- the bus's container is stopped and started again halfway, on the claim it had; the
+  push made then most often meets the EventSource not reconnected yet (500, lost), and
+  the bench waits for its reconnection before the next push;
 - the EventSource's container is SIGKILLed before the last ``--outage`` pushes, and
   started again once the Sensor has done all it had: the write-backs of those builds are
   pushes that meet the outage too, so only the reconciler can heal the last pushes;
@@ -91,6 +93,9 @@ from tests.live.events import (
 from tests.live.fixtures import apply_site
 from tests.live.forge import Forge, forge
 
+# what the EventSource logs once its connection daemon has a new connection to the bus
+# (argo-events pkg/eventsources/eventing.go)
+RECONNECTED = "reconnected to eventbus successfully"
 SETTLE_SECONDS = 180  # the Sensor's slowest: a redelivery's minute, then what waited behind it
 
 
@@ -301,8 +306,10 @@ class RealBench:
         args, f = self.args, self.figures
         hook = forged.hook_id()
         outage_from = args.pushes - args.outage
+        reconnections = 0
         for push in range(args.pushes):
             if push == args.pushes // 2:
+                reconnections = events.said("eventsource", RECONNECTED)
                 self.restart_bus(events)
             if push == outage_from:
                 events.kill_container("eventsource")
@@ -312,16 +319,24 @@ class RealBench:
             if fate == "sent" and self.rng.random() < args.drop:
                 fate = "dropped"
                 self.refusing.add(sha)
+            # drawn for every push, whatever the EventSource answers: which pushes are
+            # lost or redelivered must not hang on timing
+            redeliver = self.rng.random() < args.redeliver
             forged.push()
             f.events_sent += 1
             self.pushes.append(Push(app, sha, fate))
             status = self.delivered(sha, 1)[0].status
             f.eventsource_answers[str(status)] = f.eventsource_answers.get(str(status), 0) + 1
+            if push == args.pushes // 2:
+                # the EventSource finds its connection closed on its next 5-s tick only:
+                # the push just made likely met the bus away (500); the next ones must
+                # not, or no push of the second half is left to redeliver
+                self.reconnected(events, reconnections)
             if (
                 status == 200  # the EventSource took it: a redelivery, not a second chance
                 and not f.redelivered
                 and push >= args.pushes // 2
-                and self.rng.random() < args.redeliver
+                and redeliver
             ):
                 # the head is this push: Gitea delivers it again, as a person's click would
                 tested = forged.test_delivery(hook)
@@ -342,6 +357,18 @@ class RealBench:
             if time.monotonic() > deadline:
                 raise BenchError(f"Gitea delivered the push of {sha[:12]} {len(found)} time(s)")
             time.sleep(0.05)
+
+    def reconnected(self, events: ArgoEvents, before: int) -> None:
+        """Wait until the EventSource says it reconnected to the bus once more than
+        ``before`` times (eventing.go's connection daemon, every 5 s)."""
+        deadline = time.monotonic() + 30
+        while events.said("eventsource", RECONNECTED) <= before:
+            if time.monotonic() > deadline:
+                raise BenchError(
+                    "the EventSource did not reconnect to the restarted bus in 30 s: "
+                    + events.pods["eventsource"].tail()
+                )
+            time.sleep(0.2)
 
     def restart_bus(self, events: ArgoEvents) -> None:
         """Stop the EventBus's container and start it again, with the claim it had:

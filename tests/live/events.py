@@ -323,6 +323,12 @@ class ArgoEvents:
         for process in reversed(self.pods.values()):
             process.stop()
 
+    def said(self, role: str, words: str) -> int:
+        """How many lines of ``role``'s container log (every start of it) hold ``words``."""
+        log = self.pods[role].log
+        text = log.read_text(errors="replace") if log.exists() else ""
+        return sum(words in line for line in text.splitlines())
+
     def sensor_metric(self, name: str, **labels: str) -> float:
         """The sum of a series the Sensor serves, over the samples with ``labels``."""
         text = httpx.get(f"http://127.0.0.1:{self.ports['sensor-metrics']}/metrics").text
