@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -221,32 +220,6 @@ def test_doctor_eventbus_reads_the_real_bus_as_the_readme_says(
     assert done.returncode == 0, done.stderr
     assert f"({SENSOR_SUBJECT})" in done.stdout
     assert yaml.safe_load(auth)["password"] not in done.stdout + done.stderr
-
-
-def test_a_replayed_push_makes_no_second_workflow_and_costs_its_trigger_a_minute(
-    cluster: Cluster, event_path: ArgoEvents
-) -> None:
-    """What the README says of a redelivery (The safety net): the Workflow exists, so
-    each of the trigger's six tries meets 409 AlreadyExists, 2, 4, 8, 16 and 32 s apart;
-    then the Sensor gives the event up, acked, and counts one failed action."""
-    sha = revision()
-    body = payloads.push(after=sha, files=[APP_FILE])["body"]
-    assert post(event_path, body).status_code == 200
-    workflow = sensor_workflow(cluster, sha)["metadata"]
-    fail(cluster, workflow["name"], ["plan"])
-    started = time.monotonic()
-    assert post(event_path, body).status_code == 200
-    counted = cluster.wait(
-        "the Sensor to count the redelivery as dropped",
-        lambda: event_path.sensor_metric(
-            "argo_events_action_retries_failed_total", trigger_name="build-citation"
-        ),
-        timeout=150,
-    )
-    assert counted == 1
-    assert time.monotonic() - started >= 62
-    # and no second Workflow: the one of the first delivery, untouched
-    assert sensor_workflow(cluster, sha)["metadata"]["uid"] == workflow["uid"]
 
 
 # -- a push to the real Gitea, end to end --------------------------------------------------------
