@@ -72,4 +72,4 @@ down: $(VENV)/.test
 	$(BIN)/python -m tests.live.controlplane down
 
 test: system-deps lint peers
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadgroup
