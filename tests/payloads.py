@@ -9,9 +9,15 @@ list) and ``body``.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 ZERO = "0" * 40
+
+
+def revision() -> str:
+    """A commit id of its own (40 hex), for a push or a Workflow no other test makes."""
+    return uuid.uuid4().hex + uuid.uuid4().hex[:8]
 
 
 def _user() -> dict[str, Any]:

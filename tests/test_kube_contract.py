@@ -23,6 +23,7 @@ from fabrique.decisions.workflow import build_workflow
 from fabrique.site.config import load_site
 from fabrique.site.errors import KubeError
 
+from . import payloads
 from .conftest import GITEA_TOKEN, Repo, run_cli, write_values
 from .doubles.gitea import GiteaDouble
 from .doubles.kube import KubeApiDouble
@@ -136,10 +137,6 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def revision() -> str:
-    return uuid.uuid4().hex + uuid.uuid4().hex[:8]
-
-
 def the_namespace_exists(api: Api, namespace: str) -> None:
     """A derived Secret's namespace is the app's: the site has it before fabrique."""
     api.put(
@@ -156,7 +153,7 @@ def the_namespace_exists(api: Api, namespace: str) -> None:
 
 
 def test_submit_creates_then_says_already_exists(api: Api, tmp_path: Path) -> None:
-    sha = revision()
+    sha = payloads.revision()
     env = {"KUBECONFIG": str(api.kubeconfig(tmp_path / "kubeconfig"))}
     first = run_cli("submit", "--app", "citation", "--revision", sha, env=env)
     assert first.exit_code == 0, first.stderr
@@ -175,7 +172,7 @@ def test_submit_creates_then_says_already_exists(api: Api, tmp_path: Path) -> No
 def test_a_workflow_reads_back_with_its_revision_and_a_missing_one_as_none(
     api: Api, client: KubeClient
 ) -> None:
-    sha = revision()
+    sha = payloads.revision()
     body = build_workflow(SITE, "citation", sha, submitted_by="cli")
     assert client.create_workflow(body).created
     state = client.workflow(BUILD_NS, body["metadata"]["name"])
@@ -199,7 +196,7 @@ def test_a_workflow_reads_back_with_its_revision_and_a_missing_one_as_none(
 
 
 def test_a_workflow_outside_the_template_is_refused_and_named(api: Api, client: KubeClient) -> None:
-    body = build_workflow(SITE, "citation", revision(), submitted_by="cli")
+    body = build_workflow(SITE, "citation", payloads.revision(), submitted_by="cli")
     body["spec"]["templates"] = [{"name": "x", "container": {"image": "busybox"}}]
     with pytest.raises(KubeError) as refused:
         client.create_workflow(body)

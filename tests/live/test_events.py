@@ -148,10 +148,6 @@ def fail(cluster: Cluster, workflow: str, running: list[str]) -> None:
     ended(cluster, workflow, "Failed")
 
 
-def revision() -> str:
-    return uuid.uuid4().hex + uuid.uuid4().hex[:8]
-
-
 def post(events: ArgoEvents, body: dict[str, Any], bearer: str | None = BEARER) -> httpx.Response:
     """A delivery as Gitea makes it: JSON, its event header, the bearer token."""
     headers = {"Content-Type": "application/json", "X-Gitea-Event": "push"}
@@ -174,7 +170,7 @@ def sensor_workflow(cluster: Cluster, sha: str, timeout: float = 60) -> dict[str
 def test_a_push_posted_to_the_eventsource_becomes_the_workflow_of_its_commit(
     cluster: Cluster, event_path: ArgoEvents
 ) -> None:
-    sha = revision()
+    sha = payloads.revision()
     event = payloads.push(after=sha, files=[APP_FILE])
     answer = post(event_path, event["body"])
     assert answer.status_code == 200, answer.text
@@ -195,7 +191,7 @@ def test_a_delivery_without_the_bearer_is_refused_and_publishes_nothing(
 ) -> None:
     before = event_path.stream_messages()
     for bearer in ("wrong", None):
-        answer = post(event_path, payloads.push(after=revision())["body"], bearer=bearer)
+        answer = post(event_path, payloads.push(after=payloads.revision())["body"], bearer=bearer)
         assert answer.status_code == 401, answer.text
     assert event_path.stream_messages() == before
 

@@ -10,7 +10,6 @@ import re
 import signal
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import httpx
@@ -61,7 +60,7 @@ def test_make_up_brings_up_the_event_path_and_make_down_stops_it(tmp_path: Path)
         )
 
         # a push delivered where it says, with the bearer: the Sensor makes its Workflow
-        sha = uuid.uuid4().hex + uuid.uuid4().hex[:8]
+        sha = payloads.revision()
         body = payloads.push(after=sha, files=[APP_FILE])["body"]
         headers = {"X-Gitea-Event": "push", "Authorization": f"Bearer {bearer}"}
         assert httpx.post(webhook, json=body, headers=headers, timeout=30).status_code == 200
@@ -87,7 +86,7 @@ def test_make_up_brings_up_the_event_path_and_make_down_stops_it(tmp_path: Path)
 
 
 def test_a_stop_returns_once_the_killed_process_has_ended(monkeypatch: pytest.MonkeyPatch) -> None:
-    # a process that ignores SIGTERM, and that takes three looks to be gone after SIGKILL
+    # a process that ignores SIGTERM, and that takes four looks to be gone after SIGKILL
     # (a Go server of gigabytes, or one in an fsync): `down` must not return before it is
     sent: list[int] = []
     looks = iter([None] * 4 + ["exited"] * 10)

@@ -28,10 +28,6 @@ CONTROL_NS = "fabrique"
 EXECUTOR = f"system:serviceaccount:{BUILD_NS}:fabrique-executor"
 
 
-def revision() -> str:
-    return uuid.uuid4().hex + uuid.uuid4().hex[:8]
-
-
 def create_workflow(cluster: Cluster, body: dict[str, Any]) -> Answer:
     namespace = body["metadata"]["namespace"]
     return cluster.create(f"{ARGO}/namespaces/{namespace}/workflows", body)
@@ -49,7 +45,7 @@ def sensor_workflow(tree: Path, sha: str) -> dict[str, Any]:
 def test_the_sensors_workflow_is_admitted_and_a_redelivery_meets_409(
     cluster: Cluster, applied: Path
 ) -> None:
-    body = sensor_workflow(applied, revision())
+    body = sensor_workflow(applied, payloads.revision())
     assert create_workflow(cluster, body).status == 201
     again = create_workflow(cluster, copy.deepcopy(body))
     assert again.status == 409
@@ -57,7 +53,7 @@ def test_the_sensors_workflow_is_admitted_and_a_redelivery_meets_409(
 
 
 def test_the_reconcilers_workflow_is_admitted(cluster: Cluster, applied: Path) -> None:
-    body = build_workflow(SITE, "citation", revision(), submitted_by="reconciler")
+    body = build_workflow(SITE, "citation", payloads.revision(), submitted_by="reconciler")
     answer = create_workflow(cluster, body)
     assert answer.status == 201, answer.message
 
@@ -85,7 +81,7 @@ def test_the_reconcilers_workflow_is_admitted(cluster: Cluster, applied: Path) -
 def test_the_api_server_refuses_any_other_workflow_in_the_build_namespace(
     cluster: Cluster, applied: Path, change: Any, refusal: str
 ) -> None:
-    body = build_workflow(SITE, "citation", revision(), submitted_by="cli")
+    body = build_workflow(SITE, "citation", payloads.revision(), submitted_by="cli")
     change(body["spec"])
     answer = create_workflow(cluster, body)
     assert answer.status == 422, answer.body
@@ -96,8 +92,8 @@ def test_the_api_server_refuses_any_other_workflow_in_the_build_namespace(
 def test_the_api_server_refuses_a_workflow_named_for_another_commit(
     cluster: Cluster, applied: Path
 ) -> None:
-    body = build_workflow(SITE, "citation", revision(), submitted_by="cli")
-    body["metadata"]["name"] = f"fabrique-citation-{revision()[:12]}"
+    body = build_workflow(SITE, "citation", payloads.revision(), submitted_by="cli")
+    body["metadata"]["name"] = f"fabrique-citation-{payloads.revision()[:12]}"
     answer = create_workflow(cluster, body)
     assert answer.status == 422, answer.body
     assert (
@@ -140,7 +136,7 @@ def start(cluster: Cluster, sha: str | None = None) -> str:
     """A build Workflow for an app of its own: the template holds one mutex per app, and
     the Workflows that other tests leave running would keep this one waiting for it."""
     app = f"live-{uuid.uuid4().hex[:6]}"
-    body = build_workflow(SITE, "citation", sha or revision(), submitted_by="cli")
+    body = build_workflow(SITE, "citation", sha or payloads.revision(), submitted_by="cli")
     name = body["metadata"]["name"].replace("citation", app)
     body["metadata"]["name"] = name
     body["metadata"]["labels"]["fabrique.io/app"] = app
