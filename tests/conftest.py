@@ -38,13 +38,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """``make test`` runs the suite on two workers (pytest-xdist, ``--dist loadgroup``):
-    every test of the live tier, and every ``live`` case of the contract suites, goes to
-    one worker, which starts one control plane and one Gitea for all of them and spends
-    most of its time waiting on the real programs; the other worker runs the rest."""
+    """Every test under ``tests/live/`` is marked ``live``. ``make test`` runs the suite
+    on two workers (pytest-xdist, ``--dist loadgroup``): every ``live`` test, the live
+    tier's and the real-server cases of the contract suites, goes to one worker, which
+    starts one control plane and one Gitea for all of them and spends most of its time
+    waiting on the real programs; the other worker runs the rest."""
     live = ROOT / "tests" / "live"
     for item in items:
-        if live in item.path.parents or item.get_closest_marker("live") is not None:
+        if live in item.path.parents:
+            item.add_marker(pytest.mark.live)
+        if item.get_closest_marker("live") is not None:
             item.add_marker(pytest.mark.xdist_group("live"))
 
 

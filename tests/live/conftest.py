@@ -1,8 +1,9 @@
 """The live tier: one real control plane and one real Gitea for the session
 (``fixtures.py``); BuildKit, and a registry it reaches by name, for the build tests.
 
-Every test under ``tests/live/`` is marked ``live``. Without Go (>= 1.26) they skip,
-saying so; in CI (``CI`` set) a missing Go fails instead: CI never skips the live tier.
+Every test under ``tests/live/`` is marked ``live`` (``tests/conftest.py``). Without Go
+(>= 1.26) they skip, saying so; in CI (``CI`` set) a missing Go fails instead: CI never
+skips the live tier.
 """
 
 from __future__ import annotations
@@ -21,13 +22,6 @@ from .buildkit import Builder, builder
 from .fixtures import need_go
 
 BASE = "base/busybox"
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.live)
 
 
 @pytest.fixture(scope="session")
