@@ -201,12 +201,6 @@ class DoubleServer:
 
     token = TOKEN
 
-    def sync(self) -> None:
-        """Nothing to do: the double reads the repository itself."""
-
-    def requests(self) -> int:
-        return len(self.gitea.requests)
-
     def __init__(
         self, specs: Path, bare: Path, latency_ms: float, cli_cpu: Callable[[], float]
     ) -> None:
@@ -215,6 +209,12 @@ class DoubleServer:
         self.gitea.start()
         self.url = self.gitea.url
         self.cli_cpu = cli_cpu
+
+    def sync(self) -> None:
+        """Nothing to do: the double reads the repository itself."""
+
+    def requests(self) -> int:
+        return len(self.gitea.requests)
 
     def cpu(self) -> float:
         """The double's CPU time: this process's (the double's threads, and the registry's

@@ -17,5 +17,5 @@ def test_the_double_and_a_real_gitea_see_the_same_requests_per_pass(tmp_path: Pa
     assert (double["server"], real["server"]) == ("double", "gitea")
     for label in ("cold", "idle", "moved", "one"):
         assert double[f"{label}_requests"] == real[f"{label}_requests"], label
-    # each server's CPU counts the git commands it runs, and not the CLI's own
+    # each server's CPU is measured (that it counts its git commands is not seen here)
     assert double["cold_cpu_s"] > 0 and real["cold_cpu_s"] > 0
