@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import os
 import ssl
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -274,3 +277,37 @@ def test_a_wrong_password_is_refused_and_not_shown(argo_bus: tuple[NatsServer, P
     assert result.exit_code == 3
     assert "authorization refused" in result.stderr
     assert "wrong-bus-password" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("auth", "exit_code", "said"),
+    [
+        (ARGO_AUTH, 0, ""),
+        (
+            "username: argo-bus-user\npassword: wrong-bus-password\n",
+            3,
+            "error: EventBus at {url}: authorization refused; check the token\n",
+        ),
+    ],
+    ids=["read", "refused"],
+)
+def test_only_fabriques_own_lines_reach_the_user_from_a_tls_bus(
+    argo_bus: tuple[NatsServer, Path], auth: str, exit_code: int, said: str
+) -> None:
+    """Run as a person runs it, in a process of its own, where logging's last resort
+    prints to stderr what asyncio logs (under pytest, its records go to the capture).
+    The bus ends the TLS connection, after the report or on a refusal: asyncio's SSL
+    transport warned of nats-py's stream asking to stay half-open."""
+    bus, ca = argo_bus
+    asyncio.run(_prepare(bus, consumer=True))
+    doctor = ["doctor", "eventbus", "--url", bus.url, "--tls-ca", str(ca)]
+    done = subprocess.run(
+        [sys.executable, "-m", "fabrique", *doctor],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "FABRIQUE_NATS_CLIENT_AUTH": auth},
+    )
+    assert done.returncode == exit_code, done.stderr
+    assert done.stderr == said.format(url=bus.url)

@@ -7,12 +7,18 @@ stream (``default``, subjects ``default.<source>.<event>``) and each consumer: p
 awaiting ack, redelivered. It warns about what loses events (one replica; memory
 storage) and fails when the stream, or a consumer for the Sensor's dependency on
 ``default.gitea.push``, is missing.
+
+Only fabrique's lines reach the user: asyncio's own warning about a TLS connection the
+bus closes is dropped where asyncio logs it (``quiet_tls_eof``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,6 +35,32 @@ from fabrique.site.errors import InputError, RemoteError
 from fabrique.site.names import EVENT_NAME, EVENT_SOURCE, STREAM
 
 SENSOR_SUBJECT = f"{STREAM}.{EVENT_SOURCE}.{EVENT_NAME}"
+# What asyncio's SSL transport logs (sslproto, through the ``asyncio`` logger, which
+# logging's last-resort handler prints to stderr) when the server ends a TLS connection
+# and the protocol asks to stay half-open. nats-py upgrades its stream with
+# ``loop.start_tls`` and a new StreamReaderProtocol that never learns it is over SSL
+# (``_over_ssl`` is set in connection_made, which start_tls does not call), so every
+# TLS connection the bus closes, or refuses, says it. Nothing is wrong: the connection
+# closes as it must.
+TLS_EOF_WARNING = "returning true from eof_received() has no effect when using ssl"
+
+
+class _WithoutTlsEof(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != TLS_EOF_WARNING
+
+
+@contextmanager
+def quiet_tls_eof() -> Iterator[None]:
+    """asyncio's ``TLS_EOF_WARNING`` dropped where asyncio logs it, while this lasts;
+    every other line of asyncio's kept."""
+    asyncio_log = logging.getLogger("asyncio")
+    without = _WithoutTlsEof()
+    asyncio_log.addFilter(without)
+    try:
+        yield
+    finally:
+        asyncio_log.removeFilter(without)
 
 
 @dataclass(frozen=True)
@@ -288,4 +320,6 @@ def inspect(
     for name, path in (("--creds", creds), ("--tls-ca", tls_ca)):
         if path is not None and not path.is_file():
             raise InputError(f"{name} {path}: not found")
-    return diagnose(asyncio.run(_inspect(url, auth or ClientAuth(), creds, tls_ca, timeout)))
+    with quiet_tls_eof():
+        stream = asyncio.run(_inspect(url, auth or ClientAuth(), creds, tls_ca, timeout))
+    return diagnose(stream)

@@ -47,6 +47,7 @@ from nats.aio.client import Client as NATS
 from nats.js.errors import NotFoundError
 from nats.js.manager import JetStreamManager
 
+from fabrique.gestures.doctor import quiet_tls_eof
 from fabrique.site.config import Site
 
 from ..doubles.http import QuietServer
@@ -374,7 +375,8 @@ class ArgoEvents:
             finally:
                 await nc.close()
 
-        return asyncio.run(asked())
+        with quiet_tls_eof():  # asyncio's warning of the TLS connection the bus ends
+            return asyncio.run(asked())
 
     def consumers(self) -> list[str]:
         """The durable consumers on the stream (the Sensor's, one per trigger)."""
