@@ -138,16 +138,24 @@ git remote add origin "$REPO_URL"
 git sparse-checkout set --cone -- "$CONTEXT"
 echo "checkout: fetching $REVISION (sparse: $CONTEXT)"
 errors="$(mktemp)"
-if ! git fetch -q --depth=1 --filter=blob:none origin "$REVISION" 2>"$errors"; then
-  cat "$errors" >&2
-  if grep -Eiq "$GIT_TRANSIENT" "$errors"; then
-    echo "checkout: the git server was not reached: transient, the step retries" >&2
-    exit 75
+# remote WHAT GIT-ARGS...: a git command that talks to the server. A partial clone's
+# checkout does too (it fetches the context's blobs), so both are judged alike: a server
+# not reached is transient (75, retried); any other failure is final (3).
+remote() {
+  what="$1"
+  shift
+  if ! git "$@" 2>"$errors"; then
+    cat "$errors" >&2
+    if grep -Eiq "$GIT_TRANSIENT" "$errors"; then
+      echo "checkout: the git server was not reached: transient, the step retries" >&2
+      exit 75
+    fi
+    echo "checkout: the git server refused to $what $REVISION" >&2
+    exit 3
   fi
-  echo "checkout: the git server refused to fetch $REVISION" >&2
-  exit 3
-fi
-git -c advice.detachedHead=false checkout -q --detach FETCH_HEAD
+}
+remote fetch fetch -q --depth=1 --filter=blob:none origin "$REVISION"
+remote "check out" -c advice.detachedHead=false checkout -q --detach FETCH_HEAD
 head="$(git rev-parse HEAD)"
 if [ "$head" != "$REVISION" ]; then
   echo "checkout: fetched $head, expected $REVISION" >&2

@@ -8,8 +8,11 @@ BuildKit).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +97,56 @@ def test_checkout_of_an_unreachable_server_is_transient(tmp_path: Path, scheme: 
     """Exit 75, the one failure of the checkout its retry policy retries."""
     url = f"{scheme}://127.0.0.1:{free_port()}/atlas/atlas.git"
     result = _run_checkout(tmp_path / "w", url, "a" * 40, "dataops/citation-dagster")
+    assert result.returncode == 75, result.stderr
+    assert "not reached: transient, the step retries" in result.stderr
+
+
+class _OneConnection:
+    """A git server that drops after its first connection: it forwards one connection to
+    ``port``, then stops listening, as a server restarted between the checkout's fetch
+    and the blobs its checkout of a partial clone fetches afterwards."""
+
+    def __init__(self, port: int) -> None:
+        self.upstream = port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        client, _ = self.listener.accept()
+        self.listener.close()  # every later connection is refused
+        server = socket.create_connection(("127.0.0.1", self.upstream))
+        pipes = [
+            threading.Thread(target=self._pipe, args=(a, b), daemon=True)
+            for a, b in ((client, server), (server, client))
+        ]
+        for pipe in pipes:
+            pipe.start()
+        for pipe in pipes:
+            pipe.join()
+        client.close()
+        server.close()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        while data := source.recv(65536):
+            sink.sendall(data)
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+
+def test_a_server_lost_before_the_checkout_fetches_its_blobs_is_transient(
+    tmp_path: Path, code_repo: CodeRepo, git_daemon: GitDaemon
+) -> None:
+    """A partial clone (--filter=blob:none) fetches the context's blobs at the checkout,
+    after the fetch: a server gone by then is as transient as one gone at the fetch."""
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "partial\n"})
+    server = _OneConnection(git_daemon.port)
+    url = f"git://127.0.0.1:{server.port}/atlas/atlas.git"
+    result = _run_checkout(tmp_path / "w", url, revision, "dataops/citation-dagster")
+    server.thread.join(timeout=10)
+    assert "fetching" in result.stdout  # the fetch passed: the checkout was what failed
     assert result.returncode == 75, result.stderr
     assert "not reached: transient, the step retries" in result.stderr
 
