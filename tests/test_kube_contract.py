@@ -1,9 +1,13 @@
 """One contract, two servers: fabrique's Kubernetes calls against the double
 (``tests/doubles/kube.py``) and against the real kube-apiserver of the live tier.
 
-Each test runs twice, ``[double]`` and ``[live]``. They read what was stored through the
-server itself, never through the double's dictionaries, so the same assertions hold the
-double to the real server: where the two differ, the double is wrong.
+Each test runs twice, ``[double]`` and ``[live]``. What a test arranges and what it
+reads back, it sends to the server's own REST API, the same paths and bodies to both
+(``RestApi``), never to the double's dictionaries: so the same assertions hold the
+double to the real server, and where the two differ, the double is wrong. Two things
+differ on purpose: the double has no namespaces (the live side creates one before its
+first object in it), and on the live server the safety net runs with its own
+ServiceAccount's token, where the double takes any.
 """
 
 from __future__ import annotations
@@ -11,9 +15,12 @@ from __future__ import annotations
 import base64
 import json
 import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
+import httpx
 import pytest
 import yaml
 from kubernetes import config as k8s_config
@@ -27,6 +34,7 @@ from . import payloads
 from .conftest import GITEA_TOKEN, Repo, run_cli, write_values
 from .doubles.gitea import GiteaDouble
 from .doubles.kube import KubeApiDouble
+from .live.cluster import Answer
 from .oci import built_labels, push_image
 from .servers import Registry
 
@@ -35,46 +43,69 @@ SITE = load_site(env={})
 CORE = {"Secret": "secrets", "ConfigMap": "configmaps", "Service": "services"}
 
 
-class Api(Protocol):
-    def kubeconfig(self, path: Path, context: str = ...) -> Path: ...
-    def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None: ...
-    def put(self, body: dict[str, Any]) -> None: ...
-    def forget(self, kind: str, namespace: str, name: str) -> None: ...
+class RestApi(ABC):
+    """A test's own reads and writes, through the server's REST API as an admin."""
 
+    @abstractmethod
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Answer: ...
 
-class DoubleApi:
-    def __init__(self, double: KubeApiDouble) -> None:
-        self.double = double
+    @abstractmethod
+    def kubeconfig(self, path: Path, context: str = "test", account: str | None = None) -> Path:
+        """A kubeconfig for fabrique's commands; ``account``: as that ServiceAccount."""
 
-    def kubeconfig(self, path: Path, context: str = "double") -> Path:
-        return self.double.kubeconfig(path, context)
+    @abstractmethod
+    def ensure_namespace(self, namespace: str) -> None: ...
+
+    @staticmethod
+    def path(kind: str, namespace: str, name: str = "") -> str:
+        base = (
+            f"/apis/argoproj.io/v1alpha1/namespaces/{namespace}/workflows"
+            if kind == "Workflow"
+            else f"/api/v1/namespaces/{namespace}/{CORE[kind]}"
+        )
+        return f"{base}/{name}" if name else base
 
     def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._store(kind).get((namespace, name))
-
-    def _store(self, kind: str) -> dict[tuple[str, str], dict[str, Any]]:
-        return {
-            "Workflow": self.double.objects,
-            "Secret": self.double.secrets,
-            "ConfigMap": self.double.configmaps,
-            "Service": self.double.services,
-        }[kind]
+        answer = self.request("GET", self.path(kind, namespace, name))
+        assert answer.status in (200, 404), answer.message
+        return answer.body if answer.status == 200 else None
 
     def forget(self, kind: str, namespace: str, name: str) -> None:
-        self._store(kind).pop((namespace, name), None)
+        answer = self.request("DELETE", self.path(kind, namespace, name))
+        assert answer.status in (200, 404), answer.message
 
     def put(self, body: dict[str, Any]) -> None:
-        store = self._store(body["kind"])
+        """``body`` stored anew: deleted if it exists, then created."""
         meta = body["metadata"]
-        store[(meta["namespace"], meta["name"])] = {
-            **body,
-            "metadata": {**meta, "resourceVersion": "1"},
-        }
+        self.ensure_namespace(meta["namespace"])
+        self.forget(body["kind"], meta["namespace"], meta["name"])
+        answer = self.request("POST", self.path(body["kind"], meta["namespace"]), body)
+        assert answer.status == 201, answer.message
 
 
-class LiveApi:
+class DoubleApi(RestApi):
+    def __init__(self, double: KubeApiDouble) -> None:
+        self.double = double
+        self.http = httpx.Client(base_url=double.url, timeout=30)
+
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Answer:
+        answer = self.http.request(method, path, json=body)
+        return Answer(answer.status_code, answer.json())
+
+    def kubeconfig(self, path: Path, context: str = "double", account: str | None = None) -> Path:
+        return self.double.kubeconfig(path, context)
+
+    def ensure_namespace(self, namespace: str) -> None:
+        pass  # the double has no namespaces: every one exists
+
+
+class LiveApi(RestApi):
     def __init__(self, cluster: Any) -> None:
         self.cluster = cluster
+
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Answer:
+        answer: Answer = self.cluster.request(method, path, body)
+        return answer
 
     def kubeconfig(self, path: Path, context: str = "live", account: str | None = None) -> Path:
         """The admin's kubeconfig, or with ``account`` a real token of that ServiceAccount
@@ -92,43 +123,23 @@ class LiveApi:
         path.write_text(yaml.safe_dump(config))
         return path
 
-    def forget_memory(self) -> None:
-        self.cluster.request(
-            "DELETE", "/api/v1/namespaces/fabrique/configmaps/fabrique-reconcile-memory"
-        )
-
-    def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        path = (
-            f"/apis/argoproj.io/v1alpha1/namespaces/{namespace}/workflows/{name}"
-            if kind == "Workflow"
-            else f"/api/v1/namespaces/{namespace}/{CORE[kind]}/{name}"
-        )
-        answer = self.cluster.request("GET", path)
-        assert answer.status in (200, 404), answer.message
-        return answer.body if answer.status == 200 else None
-
-    def forget(self, kind: str, namespace: str, name: str) -> None:
-        self.cluster.request("DELETE", f"/api/v1/namespaces/{namespace}/{CORE[kind]}/{name}")
-
-    def put(self, body: dict[str, Any]) -> None:
-        meta = body["metadata"]
-        self.cluster.kubectl("create", "namespace", meta["namespace"], check=False)
-        path = f"/api/v1/namespaces/{meta['namespace']}/{CORE[body['kind']]}"
-        self.cluster.request("DELETE", f"{path}/{meta['name']}")
-        answer = self.cluster.create(path, body)
-        assert answer.status == 201, answer.message
+    def ensure_namespace(self, namespace: str) -> None:
+        self.cluster.kubectl("create", "namespace", namespace, check=False)
 
 
 @pytest.fixture(params=["double", pytest.param("live", marks=pytest.mark.live)])
-def api(request: pytest.FixtureRequest) -> Api:
+def api(request: pytest.FixtureRequest) -> Iterator[RestApi]:
     if request.param == "double":
-        return DoubleApi(request.getfixturevalue("kube"))
+        double = DoubleApi(request.getfixturevalue("kube"))
+        with double.http:
+            yield double
+        return
     request.getfixturevalue("applied")
-    return LiveApi(request.getfixturevalue("cluster"))
+    yield LiveApi(request.getfixturevalue("cluster"))
 
 
 @pytest.fixture()
-def client(api: Api, tmp_path: Path) -> KubeClient:
+def client(api: RestApi, tmp_path: Path) -> KubeClient:
     kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
     return KubeClient(k8s_config.new_client_from_config(config_file=str(kubeconfig)))
 
@@ -137,22 +148,15 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def the_namespace_exists(api: Api, namespace: str) -> None:
+def the_namespace_exists(api: RestApi, namespace: str) -> None:
     """A derived Secret's namespace is the app's: the site has it before fabrique."""
-    api.put(
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": "placeholder", "namespace": namespace},
-            "data": {},
-        }
-    )
+    api.ensure_namespace(namespace)
 
 
 # -- Workflows ------------------------------------------------------------------------------
 
 
-def test_submit_creates_then_says_already_exists(api: Api, tmp_path: Path) -> None:
+def test_submit_creates_then_says_already_exists(api: RestApi, tmp_path: Path) -> None:
     sha = payloads.revision()
     env = {"KUBECONFIG": str(api.kubeconfig(tmp_path / "kubeconfig"))}
     first = run_cli("submit", "--app", "citation", "--revision", sha, env=env)
@@ -170,7 +174,7 @@ def test_submit_creates_then_says_already_exists(api: Api, tmp_path: Path) -> No
 
 
 def test_a_workflow_reads_back_with_its_revision_and_a_missing_one_as_none(
-    api: Api, client: KubeClient
+    api: RestApi, client: KubeClient
 ) -> None:
     sha = payloads.revision()
     body = build_workflow(SITE, "citation", sha, submitted_by="cli")
@@ -195,7 +199,9 @@ def test_a_workflow_reads_back_with_its_revision_and_a_missing_one_as_none(
     assert all(w.app != "citation" for w in others)
 
 
-def test_a_workflow_outside_the_template_is_refused_and_named(api: Api, client: KubeClient) -> None:
+def test_a_workflow_outside_the_template_is_refused_and_named(
+    api: RestApi, client: KubeClient
+) -> None:
     body = build_workflow(SITE, "citation", payloads.revision(), submitted_by="cli")
     body["spec"]["templates"] = [{"name": "x", "container": {"image": "busybox"}}]
     with pytest.raises(KubeError) as refused:
@@ -224,7 +230,7 @@ def configmap(namespace: str, name: str, value: str) -> dict[str, Any]:
 
 
 def test_configmap_create_get_replace_and_a_stale_version_is_a_conflict(
-    api: Api, client: KubeClient
+    api: RestApi, client: KubeClient
 ) -> None:
     name = unique("contract")
     assert client.get_configmap("fabrique", name) is None
@@ -245,7 +251,7 @@ def test_configmap_create_get_replace_and_a_stale_version_is_a_conflict(
     assert (api.read("ConfigMap", "fabrique", name) or {})["data"] == {"memory": "two"}
 
 
-def test_a_replace_without_a_version_is_unconditional(api: Api, client: KubeClient) -> None:
+def test_a_replace_without_a_version_is_unconditional(api: RestApi, client: KubeClient) -> None:
     """Optimistic concurrency is the writer's choice: without a resourceVersion the API
     server takes the write (last one wins)."""
     name = unique("contract")
@@ -254,7 +260,7 @@ def test_a_replace_without_a_version_is_unconditional(api: Api, client: KubeClie
     assert (api.read("ConfigMap", "fabrique", name) or {})["data"] == {"memory": "two"}
 
 
-def test_an_invalid_configmap_is_refused(api: Api, client: KubeClient) -> None:
+def test_an_invalid_configmap_is_refused(api: RestApi, client: KubeClient) -> None:
     body = configmap("fabrique", unique("contract"), "x")
     body["data"] = {"not a key!": "x"}
     with pytest.raises(KubeError, match="HTTP 422"):
@@ -265,7 +271,7 @@ def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
-def test_derive_secrets_copies_then_changes_nothing(api: Api, tmp_path: Path) -> None:
+def test_derive_secrets_copies_then_changes_nothing(api: RestApi, tmp_path: Path) -> None:
     source, target = unique("pg-role"), unique("pg-auth")
     api.put(
         {
@@ -306,18 +312,15 @@ MEMORY = ("fabrique", "fabrique-reconcile-memory")
 
 
 @pytest.fixture()
-def net_env(api: Api, tmp_path: Path) -> dict[str, str]:
+def net_env(api: RestApi, tmp_path: Path) -> dict[str, str]:
     """The reconciler's environment; on the live server, its own ServiceAccount token."""
-    if isinstance(api, LiveApi):
-        api.forget_memory()
-        kubeconfig = api.kubeconfig(tmp_path / "kubeconfig", account="fabrique-reconciler")
-    else:
-        kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
+    api.forget("ConfigMap", *MEMORY)
+    kubeconfig = api.kubeconfig(tmp_path / "kubeconfig", account="fabrique-reconciler")
     return {"KUBECONFIG": str(kubeconfig), "FABRIQUE_GITEA_TOKEN": GITEA_TOKEN}
 
 
 def test_reconcile_submits_remembers_and_a_second_pass_finds_it_in_flight(
-    api: Api,
+    api: RestApi,
     code_repo: Repo,
     gitea: GiteaDouble,
     registry: Registry,
@@ -351,7 +354,9 @@ def test_reconcile_submits_remembers_and_a_second_pass_finds_it_in_flight(
     assert entry["facts"]["workflow"] == f"fabrique-citation-{sha[:12]}"
 
 
-def test_a_memory_written_meanwhile_is_not_overwritten(api: Api, net_env: dict[str, str]) -> None:
+def test_a_memory_written_meanwhile_is_not_overwritten(
+    api: RestApi, net_env: dict[str, str]
+) -> None:
     """The pass names the version it read: a write in between answers 409, and the pass
     keeps its findings for next time instead of clobbering the other one's."""
     from fabrique.decisions.memory import ConfigMapMemory
@@ -369,7 +374,7 @@ def test_a_memory_written_meanwhile_is_not_overwritten(api: Api, net_env: dict[s
 
 
 def test_seed_runs_its_cluster_steps_and_a_replay_is_unchanged(
-    api: Api,
+    api: RestApi,
     code_repo: Repo,
     gitea: GiteaDouble,
     registry: Registry,
@@ -429,7 +434,7 @@ def service(namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_seed_checks_the_registrys_bare_name_resolves_in_both_namespaces(
-    api: Api, client: KubeClient
+    api: RestApi, client: KubeClient
 ) -> None:
     from fabrique.gestures.seed import registry_name
 

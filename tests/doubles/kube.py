@@ -1,8 +1,10 @@
 """A Kubernetes API double for Argo Workflows objects. Not a Kubernetes API server.
 
 It answers what fabrique's kube client sends: create a Workflow (201, or 409
-AlreadyExists for a taken name, as the API server does) and get one; get, create and
-replace Secrets and ConfigMaps. What the real API server decides, it decides alike, held
+AlreadyExists for a taken name, as the API server does), get and list them; get, create
+and replace Secrets and ConfigMaps; get Services. It also creates and deletes Secrets,
+ConfigMaps and Services, as a test arranges them on the real server. It has no
+namespaces: every one exists. What the real API server decides, it decides alike, held
 to it by ``tests/test_kube_contract.py`` (run against both): in the build namespace the
 rendered ValidatingAdmissionPolicy refuses with the server's words (422 Invalid); a PUT
 with a resourceVersion that is not the current one is a 409, one without is
@@ -33,8 +35,8 @@ TREE = Path(__file__).resolve().parents[2] / "manifests"
 DATA_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
 
 WORKFLOWS = re.compile(r"^/apis/argoproj\.io/v1alpha1/namespaces/([^/]+)/workflows(?:/([^/]+))?$")
-SECRETS = re.compile(r"^/api/v1/namespaces/([^/]+)/(secrets|configmaps)(?:/([^/]+))?$")
-SERVICE = re.compile(r"^/api/v1/namespaces/([^/]+)/services/([^/]+)$")
+CORE = re.compile(r"^/api/v1/namespaces/([^/]+)/(secrets|configmaps|services)(?:/([^/]+))?$")
+KINDS = {"secrets": "Secret", "configmaps": "ConfigMap", "services": "Service"}
 
 
 def status(code: int, reason: str, message: str, name: str | None = None) -> dict[str, Any]:
@@ -59,7 +61,7 @@ class KubeApiDouble:
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
         self.secrets: dict[tuple[str, str], dict[str, Any]] = {}
         self.configmaps: dict[tuple[str, str], dict[str, Any]] = {}
-        self.services: dict[tuple[str, str], dict[str, Any]] = {}  # read only
+        self.services: dict[tuple[str, str], dict[str, Any]] = {}
         self.version = 100
         self.requests: list[Request] = []
         self.faults: list[int] = []
@@ -98,16 +100,14 @@ class KubeApiDouble:
             if self.faults:
                 code = self.faults.pop(0)
                 return code, status(code, "ServiceUnavailable", "injected fault")
-            service = SERVICE.match(request.path)
-            if service and request.method == "GET":
-                found = self.services.get((service[1], service[2]))
-                if found is None:
-                    return 404, status(404, "NotFound", f'services "{service[2]}" not found')
-                return 200, found
-            secret = SECRETS.match(request.path)
-            if secret:
-                store = self.secrets if secret[2] == "secrets" else self.configmaps
-                return self._secret(request, secret[1], secret[3], store, secret[2])
+            core = CORE.match(request.path)
+            if core:
+                store = {
+                    "secrets": self.secrets,
+                    "configmaps": self.configmaps,
+                    "services": self.services,
+                }[core[2]]
+                return self._core(request, core[1], core[3], store, core[2])
             match = WORKFLOWS.match(request.path)
             if not match:
                 return 404, status(404, "NotFound", f"the server could not find {request.path}")
@@ -156,7 +156,7 @@ class KubeApiDouble:
             "items": items,
         }
 
-    def _secret(
+    def _core(
         self,
         request: Request,
         namespace: str,
@@ -164,18 +164,28 @@ class KubeApiDouble:
         store: dict[tuple[str, str], dict[str, Any]],
         kind: str,
     ) -> tuple[int, Any]:
-        """Secrets and ConfigMaps, checked with kubernetes-validate (strict) on every write;
-        a PUT must carry the current resourceVersion, as optimistic concurrency requires."""
+        """Secrets, ConfigMaps and Services, checked with kubernetes-validate (strict) on
+        every write; a PUT must carry the current resourceVersion, as optimistic
+        concurrency requires. A DELETE answers a Status, as the API server does for these
+        kinds."""
         import kubernetes_validate
         from kubernetes_validate.utils import latest_version
 
-        if request.method == "GET" and name:
+        what = KINDS[kind]
+        if request.method in ("GET", "DELETE") and name:
             found = store.get((namespace, name))
-            return (
-                (200, found)
-                if found
-                else (404, status(404, "NotFound", f'{kind} "{name}" not found'))
-            )
+            if found is None:
+                return 404, status(404, "NotFound", f'{kind} "{name}" not found')
+            if request.method == "GET":
+                return 200, found
+            del store[(namespace, name)]
+            return 200, {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Success",
+                "details": {"name": name, "kind": kind},
+            }
         body = request.json()
         if request.method not in ("POST", "PUT"):
             return 405, status(405, "MethodNotAllowed", request.method)
@@ -183,12 +193,10 @@ class KubeApiDouble:
             kubernetes_validate.validate(body, latest_version(), strict=True)
         except kubernetes_validate.ValidationError as error:
             self.rejections.append(error.message)
-            what = "Secret" if kind == "secrets" else "ConfigMap"
             return 422, status(422, "Invalid", f"{what} is invalid: {error.message}")
         for field in ("data", "stringData", "binaryData"):
             for data_key in body.get(field) or {}:
                 if not DATA_KEY.fullmatch(data_key):
-                    what = "Secret" if kind == "secrets" else "ConfigMap"
                     message = (
                         f'{what} "{body["metadata"].get("name")}" is invalid: '
                         f"{field}[{data_key}]: Invalid value: {data_key!r}: a valid config key "
