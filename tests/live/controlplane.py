@@ -85,6 +85,17 @@ def free_port() -> int:
     raise ControlPlaneError("no free loopback port below the ephemeral range")
 
 
+def write_secret(path: Path, content: str | bytes) -> None:
+    """Write a secret file of the plane (a key, a token, a password, a kubeconfig): mode
+    0600 from its creation, and a file already there is made 0600 before the new content
+    goes in (``touch(mode=…)`` and ``open`` leave an existing file's mode as it was)."""
+    data = content.encode() if isinstance(content, str) else content
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        os.fchmod(out.fileno(), 0o600)
+        out.write(data)
+
+
 def _pem_key(key: rsa.RSAPrivateKey) -> bytes:
     return key.private_bytes(
         serialization.Encoding.PEM,
@@ -133,10 +144,10 @@ def _certificates(folder: Path) -> None:
     )
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     (folder / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    (folder / "ca.key").write_bytes(_pem_key(ca_key))
+    write_secret(folder / "ca.key", _pem_key(ca_key))
     (folder / "apiserver.crt").write_bytes(serving.public_bytes(serialization.Encoding.PEM))
-    (folder / "apiserver.key").write_bytes(_pem_key(key))
-    (folder / "sa.key").write_bytes(_pem_key(sa_key))
+    write_secret(folder / "apiserver.key", _pem_key(key))
+    write_secret(folder / "sa.key", _pem_key(sa_key))
     (folder / "sa.pub").write_bytes(
         sa_key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
@@ -212,12 +223,7 @@ class ControlPlane:
         for name in ("argo-metrics", "argo-telemetry", "kwok"):
             self.ports[name] = free_port()
         _certificates(self.folder)
-        self.token = secrets.token_hex(16)
-        (self.folder / "admin.token").write_text(self.token + "\n")
-        (self.folder / "tokens.csv").write_text(
-            f'{self.token},fabrique-live-admin,fabrique-live-admin,"system:masters"\n'
-        )
-        self._write_kubeconfig(self.kubeconfig, namespace="default")
+        self._write_credentials(secrets.token_hex(16))
         try:
             self._start_etcd()
             self._start_apiserver()
@@ -231,9 +237,21 @@ class ControlPlane:
         self.save()
         return self
 
+    def _write_credentials(self, token: str) -> None:
+        """The admin's token (``system:masters``), in the API server's token file and in
+        the kubeconfig."""
+        self.token = token
+        write_secret(self.folder / "admin.token", token + "\n")
+        write_secret(
+            self.folder / "tokens.csv",
+            f'{token},fabrique-live-admin,fabrique-live-admin,"system:masters"\n',
+        )
+        self._write_kubeconfig(self.kubeconfig, namespace="default")
+
     def _write_kubeconfig(self, path: Path, namespace: str) -> None:
         ca = base64.b64encode((self.folder / "ca.crt").read_bytes()).decode()
-        path.write_text(
+        write_secret(
+            path,
             yaml.safe_dump(
                 {
                     "apiVersion": "v1",
@@ -260,9 +278,8 @@ class ControlPlane:
                     ],
                     "current-context": "fabrique-live",
                 }
-            )
+            ),
         )
-        path.chmod(0o600)
 
     def _spawn(self, name: str, argv: Iterable[str], env: dict[str, str] | None = None) -> None:
         log = (self.folder / f"{name}.log").open("ab")
@@ -755,8 +772,7 @@ def _start_argo_events(plane: ControlPlane) -> None:
         events.start_controller()
         apply_site(cluster, ROOT / "manifests")
         bearer, token = plane.folder / "webhook.bearer", secrets.token_urlsafe(32)
-        bearer.touch(mode=0o600)  # the token is never readable by others, not even at first
-        bearer.write_text(token)
+        write_secret(bearer, token)
         start_event_path(cluster, events, load_site(env={}), token)
     except AssertionError as late:  # a wait that ran out
         raise ControlPlaneError(f"the event path: {late}") from None

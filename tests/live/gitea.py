@@ -36,7 +36,7 @@ from pathlib import Path
 import httpx
 
 from . import controlplane
-from .controlplane import ControlPlaneError
+from .controlplane import ControlPlaneError, write_secret
 
 GITEA_MODULE = "code.gitea.io/gitea"
 ADMIN = "fabrique-admin"
@@ -176,7 +176,7 @@ class Gitea:
             f"--email={ADMIN}@example.invalid",
             "--must-change-password=false",
         )
-        _secret(self.password_file, password)
+        write_secret(self.password_file, password + "\n")
         self._gitea(
             "admin",
             "user",
@@ -195,7 +195,7 @@ class Gitea:
             f"--scopes={','.join(SCOPES)}",
             "--raw",
         ).strip()
-        _secret(self.token_file, token)
+        write_secret(self.token_file, token + "\n")
         log = (self.folder / "console.log").open("ab")
         self.process = subprocess.Popen(
             [str(self.binary), "web", f"--config={self.app_ini}"],
@@ -225,7 +225,9 @@ class Gitea:
         static = controlplane.module_dir(GITEA_MODULE, version())
         root = os.getuid() == 0
         webhook = "\n".join(f"{key} = {value}" for key, value in self.webhook.items())
-        self.app_ini.write_text(
+        # its SECRET_KEY and INTERNAL_TOKEN
+        write_secret(
+            self.app_ini,
             f"""\
 APP_NAME = fabrique live
 RUN_MODE = prod
@@ -288,9 +290,8 @@ ENABLED = false
 MODE = file
 LEVEL = info
 ROOT_PATH = {f / "log"}
-"""
+""",
         )
-        self.app_ini.chmod(0o600)
 
     def _gitea(self, *args: str) -> str:
         """One ``gitea`` command on this folder's config; its output (never in an error:
@@ -345,12 +346,6 @@ def _environment() -> dict[str, str]:
     """This process's environment without Gitea's own variables (``GITEA_WORK_DIR``,
     ``GITEA__section__KEY``): a developer's would change the Gitea under test."""
     return {k: v for k, v in os.environ.items() if not k.startswith("GITEA")}
-
-
-def _secret(path: Path, value: str) -> None:
-    path.touch(mode=0o600)
-    path.chmod(0o600)
-    path.write_text(value + "\n")
 
 
 def binary() -> Path:

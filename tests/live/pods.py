@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from .cluster import Cluster
-from .controlplane import ControlPlaneError, _exited, _terminate
+from .controlplane import ControlPlaneError, _exited, _terminate, write_secret
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 DEVICES = ("null", "zero", "random", "urandom")
@@ -226,26 +226,33 @@ class PodProcess:
         where.mkdir(parents=True, exist_ok=True)
         where.chmod(0o777)  # an emptyDir is world-writable; the others are read as root
 
-        def put(files: dict[str, bytes], items: list[dict[str, Any]] | None) -> None:
+        def put(
+            files: dict[str, bytes], items: list[dict[str, Any]] | None, secret: bool = False
+        ) -> None:
             chosen = {i["key"]: i["path"] for i in items} if items else {k: k for k in files}
             for key, path in chosen.items():
                 if key not in files:
                     raise PodError(f"pod {self.name}: volume {volume['name']} has no key {key}")
                 target = where / path
                 target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(files[key])
-                target.chmod(0o644)
+                if secret:  # 0600: the process runs as the files' owner (see above)
+                    write_secret(target, files[key])
+                else:
+                    target.write_bytes(files[key])
+                    target.chmod(0o644)
 
         if "emptyDir" in volume or "persistentVolumeClaim" in volume:
             return  # the folder itself; a claim's is this pod's, kept across restarts
         if "secret" in volume:
-            put(self._secret(volume["secret"]["secretName"]), volume["secret"].get("items"))
+            secret = volume["secret"]
+            put(self._secret(secret["secretName"]), secret.get("items"), secret=True)
         elif "configMap" in volume:
             put(self._config_map(volume["configMap"]["name"]), volume["configMap"].get("items"))
         elif "projected" in volume:
             for source in volume["projected"]["sources"]:
                 if "secret" in source:
-                    put(self._secret(source["secret"]["name"]), source["secret"].get("items"))
+                    secret = source["secret"]
+                    put(self._secret(secret["name"]), secret.get("items"), secret=True)
                 elif "configMap" in source:
                     put(
                         self._config_map(source["configMap"]["name"]),
@@ -256,6 +263,7 @@ class PodProcess:
                     put(
                         {"token": self._token(token.get("audience"), 3607)},
                         [{"key": "token", "path": token["path"]}],
+                        secret=True,
                     )
                 elif "downwardAPI" in source:
                     items = source["downwardAPI"]["items"]

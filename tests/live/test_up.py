@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -40,6 +41,10 @@ def _run(folder: Path, command: str) -> subprocess.CompletedProcess[str]:
 def _said(out: str) -> list[str]:
     """What ``up`` says of what runs (the peers' build lines aside)."""
     return [line for line in out.splitlines() if not line.startswith("peer")]
+
+
+def _mode(path: Path) -> str:
+    return oct(stat.S_IMODE(path.stat().st_mode))
 
 
 def test_make_up_brings_up_the_event_path_and_make_down_stops_it(tmp_path: Path) -> None:
@@ -83,6 +88,25 @@ def test_make_up_brings_up_the_event_path_and_make_down_stops_it(tmp_path: Path)
     assert all(_exited(pid) is not None for pid in plane.pids.values())
     gitea = Gitea.load(folder / "gitea")
     assert gitea is None or not gitea.alive()
+
+
+def test_the_planes_secret_files_are_0600_from_creation_and_tightened_if_there(
+    tmp_path: Path,
+) -> None:
+    """What an earlier plane left readable by all is made 0600 before it is written
+    again; a new file is 0600 whatever the umask."""
+    made_here = ("ca.key", "apiserver.key", "sa.key", "admin.token", "tokens.csv", "kubeconfig")
+    for name in made_here[::2]:
+        (tmp_path / name).write_text("an earlier plane's\n")
+        (tmp_path / name).chmod(0o644)
+    umask = os.umask(0)
+    try:
+        controlplane._certificates(tmp_path)
+        ControlPlane(tmp_path, ports={"apiserver": 6443})._write_credentials("a-token")
+    finally:
+        os.umask(umask)
+    assert {name: _mode(tmp_path / name) for name in made_here} == dict.fromkeys(made_here, "0o600")
+    assert (tmp_path / "admin.token").read_text() == "a-token\n"
 
 
 def test_a_stop_returns_once_the_killed_process_has_ended(monkeypatch: pytest.MonkeyPatch) -> None:
