@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from fabrique.clients.gitea import CommitStatus, GiteaClient
+from fabrique.clients.kube import workflow_state
 from fabrique.decisions import status
 from fabrique.site.config import load_site
 
@@ -171,6 +172,66 @@ def test_failure_or_error(workflow_status: str, message: str, phase: str, state:
     report = status.failed(workflow_status, _failures(_node("build", message, phase=phase)), "wf")
     assert report is not None and report.state == state
     assert report.description.startswith("build: ")
+
+
+# Argo v4's message for a failed main container (operator.go, inferFailedReason): its
+# reason and exit code, then the termination message, the log tail (FallbackToLogsOnError)
+GAVE_UP = {
+    "checkout": (
+        "main: Error (exit code 75): checkout: fetching " + "a" * 40 + " (sparse: x)\n"
+        "fatal: unable to connect to gitea:\ngitea[0: 10.0.0.7]: errno=Connection refused\n"
+        "checkout: the git server was not reached: transient, the step retries"
+    ),
+    "build": (
+        "main: Error (exit code 75): #5 exporting to image\n"
+        "error: failed to solve: failed to push registry:80/citation:aaaaaaaaaaaa: failed to"
+        ' do request: Put "http://registry:80/v2/": dial tcp 10.0.0.9:80: connect:'
+        " connection refused\n"
+        "build: the registry or the network did not answer: transient, the step retries"
+    ),
+    "killed": (
+        "main: OOMKilled (exit code 137): #7 [3/4] RUN pip install -r requirements.txt\n"
+        "#7 41.2 Collecting numpy==2.3.1"
+    ),
+}
+
+
+@pytest.mark.parametrize("step", list(GAVE_UP))
+def test_a_step_that_exited_75_until_its_retries_ran_out_is_an_error(step: str) -> None:
+    """An infrastructure give-up blames no commit, whatever words its log ends with: the
+    exit code Argo's message carries decides, on the exit handler's path and the safety
+    net's alike."""
+    name = "build" if step == "killed" else step
+    message = GAVE_UP[step]
+    failures = _failures(
+        _node(f"{name}(2)", message), _node(name, "No more retries left", at="2026-12-02T10:00:01Z")
+    )
+    report = status.failed("Failed", failures, "wf")
+    assert report is not None and report.state == "error", report
+    code = "75" if step != "killed" else "137"
+    assert report.description.startswith(f"{name}: ") and f"exit code {code}" in report.description
+    # the safety net reads the same node from the Workflow, when the report was lost
+    node = {"type": "Pod", "phase": "Failed", "displayName": f"{name}(2)", "message": message}
+    state = workflow_state("wf", {"status": {"phase": "Failed", "nodes": {"n": node}}})
+    repaired = status.repair(
+        "failed", None, deployed_is_want=False, deployed_digest=None, workflow="wf",
+        phase="Failed", reason=state.reason,
+    )  # fmt: skip
+    assert repaired is not None and repaired.state == "error", repaired
+
+
+def test_a_step_that_failed_on_the_commit_s_own_account_stays_a_failure() -> None:
+    message = (
+        "main: Error (exit code 1): #5 [2/2] RUN curl -f http://example.invalid\n"
+        'error: failed to solve: process "/bin/sh -c curl -f http://example.invalid" did not'
+        " complete successfully: exit code: 7"
+    )
+    report = status.failed("Failed", _failures(_node("build(0)", message)), "wf")
+    assert report == status.Report(
+        "failure",
+        'build: failed to solve: process "/bin/sh -c curl -f http://example.invalid" did not'
+        " complete successfully: exit code: 7",
+    )
 
 
 def test_nothing_failed_and_succeeded() -> None:

@@ -57,7 +57,8 @@ _GENERIC = re.compile(
     r"Stopped with strategy '.*')$",
     re.S,
 )
-# causes outside the commit itself: the build could not finish
+# causes outside the commit itself: the build could not finish (a step that exited 75 or
+# 137 says so on its reason line, which ``reason_line`` gives the exit code)
 _INFRASTRUCTURE = re.compile(
     r"deadline|OOMKilled|exit code 137|out of memory|evicted|pod deleted|ImagePull|ErrImage|"
     r"unreachable|timed out|HTTP 5[0-9][0-9]|Unschedulable|exit code 75|Stopped with strategy",
