@@ -59,6 +59,7 @@ from hera.workflows import models as m
 
 from fabrique.clients.git import TRANSIENT_ERE
 from fabrique.decisions.signature import KEY_FILE, SIGNING_MOUNT
+from fabrique.decisions.workflow import WORKSPACE_VOLUME
 from fabrique.site.config import Site
 from fabrique.site.names import (
     LABEL_APP,
@@ -323,7 +324,7 @@ def _sign_step(site: Site) -> Container:
 def build_template(site: Site) -> WorkflowTemplate:
     """The ``fabrique-build`` WorkflowTemplate for ``site``."""
     workspace = Volume(
-        name="workspace",
+        name=WORKSPACE_VOLUME,  # its claim: <workflow>-workspace (workflow.workspace_claim)
         mount_path=WORKSPACE,
         access_modes=["ReadWriteOnce"],
         size=site.build.workspace_size,
@@ -471,7 +472,9 @@ def build_template(site: Site) -> WorkflowTemplate:
                 *("--metadata", METADATA_FILE, "--output", DIGEST_FILE),
             ],
             labels=POD_LABELS,
-            volume_mounts=[m.VolumeMount(name="workspace", mount_path=WORKSPACE, read_only=True)],
+            volume_mounts=[
+                m.VolumeMount(name=WORKSPACE_VOLUME, mount_path=WORKSPACE, read_only=True)
+            ],
             affinity=_no_control_plane(),
             retry_strategy=retry(site),
             outputs=[Parameter(name=VERIFIED_OUTPUT, value_from=m.ValueFrom(path=DIGEST_FILE))],

@@ -48,6 +48,18 @@ class WorkflowState:
     verified_digest: str | None  # the output of its verify-digest step, if that succeeded
     reason: str  # why it is in that phase, from the failed step or the Workflow ("" if none)
     app: str | None = None  # its ``app`` argument
+    uid: str = ""  # the object's metadata.uid: what its claims' owner references name
+
+
+@dataclass(frozen=True)
+class ClaimState:
+    """A PersistentVolumeClaim as the submit path reads it: who owns it, and whether it
+    is being deleted (``metadata.deletionTimestamp``: the garbage collector or the
+    controller has asked, a finalizer still holds it)."""
+
+    name: str
+    owners: tuple[str, ...]  # the uids of its owner references
+    deleting: bool
 
 
 def workflow_state(name: str, body: dict[str, Any]) -> WorkflowState:
@@ -84,6 +96,7 @@ def workflow_state(name: str, body: dict[str, Any]) -> WorkflowState:
         verified_digest=verified,
         reason=reason.strip().rstrip(":"),
         app=str(app) if app is not None else None,
+        uid=str((body.get("metadata") or {}).get("uid") or ""),
     )
 
 
@@ -223,6 +236,18 @@ class KubeClient:
             if isinstance(item, dict)
         ]
 
+    def claim(self, namespace: str, name: str) -> ClaimState | None:
+        """PersistentVolumeClaim ``name``, or None if there is no such one."""
+        found = self._read_core("PersistentVolumeClaim", namespace, name)
+        if found is None:
+            return None
+        meta = found.get("metadata") or {}
+        return ClaimState(
+            name=name,
+            owners=tuple(str(o.get("uid", "")) for o in meta.get("ownerReferences") or []),
+            deleting=bool(meta.get("deletionTimestamp")),
+        )
+
     def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The Secret as the API returns it (``data`` base64), or None if there is none."""
         return self._read_core("Secret", namespace, name)
@@ -249,7 +274,12 @@ class KubeClient:
         self._write_core("replace", "Secret", body)
 
     # the core kinds fabrique reads and writes, by the client's method names
-    _CORE = {"Secret": "secret", "ConfigMap": "config_map", "Service": "service"}
+    _CORE = {
+        "Secret": "secret",
+        "ConfigMap": "config_map",
+        "Service": "service",
+        "PersistentVolumeClaim": "persistent_volume_claim",
+    }
 
     def _read_core(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         what = f"get {kind} {namespace}/{name}"

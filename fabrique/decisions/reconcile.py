@@ -67,7 +67,7 @@ from .memory import Memory, MemoryStore, NoMemory
 from .signature import signature_gate
 from .status import SAFETY_NET, Report, StatusReporter, repair, step_reason, verdict
 from .survey import PassTransport, Seen, survey
-from .workflow import build_workflow
+from .workflow import build_workflow, submit
 from .writeback import Deploy, Transport, write_back_file
 
 log = logging.getLogger("fabrique.reconcile")
@@ -265,11 +265,13 @@ class Reconciler:
         assert facts.want is not None
         try:
             body = build_workflow(self.site, app.name, facts.want, submitted_by="reconciler")
-            created = self.kube.create_workflow(body)
+            created = submit(self.kube, body)
         except FabriqueError as err:
             return _error(app.name, err)
-        if not created.created:  # the Sensor got there first: same name, same build
+        if created.outcome == "exists":  # the Sensor got there first: same name, same build
             return AppResult(app.name, "in-flight", f"{created.name} already exists", facts)
+        if created.outcome == "waiting":  # an earlier one's claim: a later pass submits
+            return AppResult(app.name, "in-flight", created.detail, facts)
         submitted = AppResult(
             app.name, DONE[todo.action], f"{todo.detail}; created {created.name}", facts
         )

@@ -37,6 +37,7 @@ ALLOWED = [
     (RECONCILER, "get", "workflows", BUILD, G),
     (RECONCILER, "list", "workflows", BUILD, G),
     (RECONCILER, "get", "workflowtemplates", BUILD, G),
+    (RECONCILER, "get", "persistentvolumeclaims", BUILD, ""),
     (RECONCILER, "create", "configmaps", CONTROL, ""),
 ]
 
