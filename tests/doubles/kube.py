@@ -34,6 +34,9 @@ TREE = Path(__file__).resolve().parents[2] / "manifests"
 # a ConfigMap or Secret key, as the API server validates it (IsConfigMapKey)
 DATA_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
 
+# a selector's terms: commas inside a set's parentheses belong to the set
+SELECTOR_TERM = re.compile(r"[^,(]+(?:\([^)]*\))?")
+SET_TERM = re.compile(r"\s*([^\s!=]+)\s+in\s+\(([^)]*)\)\s*")
 WORKFLOWS = re.compile(r"^/apis/argoproj\.io/v1alpha1/namespaces/([^/]+)/workflows(?:/([^/]+))?$")
 CORE = re.compile(r"^/api/v1/namespaces/([^/]+)/(secrets|configmaps|services)(?:/([^/]+))?$")
 KINDS = {"secrets": "Secret", "configmaps": "ConfigMap", "services": "Service"}
@@ -128,13 +131,18 @@ class KubeApiDouble:
             )
 
     def _list(self, namespace: str, request: Request) -> dict[str, Any]:
-        """A WorkflowList, filtered by an equality-based ``labelSelector`` (``k=v``,
-        ``k!=v``: the label absent or another value, as the API server reads it)."""
-        terms = [t for t in request.query.get("labelSelector", "").split(",") if t]
+        """A WorkflowList, filtered by a ``labelSelector`` of ``k=v``, ``k!=v`` (the label
+        absent or another value, as the API server reads it) and ``k in (v1,v2)`` terms."""
+        terms = SELECTOR_TERM.findall(request.query.get("labelSelector", ""))
 
         def selected(labels: dict[str, str]) -> bool:
             for term in terms:
-                if "!=" in term:
+                among = SET_TERM.fullmatch(term)
+                if among:
+                    values = {v.strip() for v in among[2].split(",")}
+                    if labels.get(among[1]) not in values:
+                        return False
+                elif "!=" in term:
                     key, value = term.split("!=", 1)
                     if labels.get(key) == value:
                         return False
