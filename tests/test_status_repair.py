@@ -12,13 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from fabrique.clients.gitea import CommitStatus, GiteaClient
+from fabrique.decisions.memory import Memory
+from fabrique.site.config import load_site
+from fabrique.site.names import RECONCILE_MEMORY
 
-from .conftest import GITEA_TOKEN, Repo, run_cli
+from .conftest import GITEA_TOKEN, KUSTOMIZATION, Repo, run_cli
 from .doubles.gitea import GiteaDouble
 from .doubles.kube import KubeApiDouble
 from .oci import push_image
 from .servers import Registry
-from .test_reconcile import _line, _phase, _posts, _reconcile, env, values  # noqa: F401
+from .test_reconcile import _line, _phase, _posts, _reconcile, _values, env, values  # noqa: F401
 
 REPO = "atlas/atlas"
 CONTEXT = "fabrique/citation"
@@ -313,3 +316,121 @@ def test_the_sweep_lists_no_workflow_that_succeeded(
     api = k8s_config.new_client_from_config(config_file=env["KUBECONFIG"])
     listed = {w.name for w in KubeClient(api).workflows("fabrique-build", SWEPT)}
     assert failed in listed and succeeded not in listed
+
+
+def test_an_older_commits_build_that_succeeded_unreported_is_closed_as_its_success(
+    code_repo: Repo,
+    values: Path,  # noqa: F811
+    env: dict[str, str],  # noqa: F811
+    kube: KubeApiDouble,
+    registry: Registry,
+    gitea: GiteaDouble,
+) -> None:
+    """Seen running, then Succeeded with its report-success lost: the sweep's LIST leaves
+    the Succeeded out, yet the Workflow is there, and it says what it built."""
+    old = _change(code_repo)
+    _post(gitea, old, "pending", "building")
+    name = _phase(kube, old, "Running")
+    code_repo.commit({"dataops/citation-dagster/app.txt": "v3\n"})
+    assert _reconcile(values, env).exit_code == 0
+    digest = push_image(registry.url, "citation-dagster", old[:12])
+    _phase(kube, old, "Succeeded", verified=digest)
+    assert _reconcile(values, env).exit_code == 0
+    assert _history(gitea, old)[-1] == (
+        "success",
+        f"safety net: {name} succeeded; built {digest}",
+    )
+    reads = _status_reads(gitea, old)
+    assert _reconcile(values, env).exit_code == 0
+    assert _status_reads(gitea, old) == reads
+
+
+def test_a_wanted_failure_whose_repair_could_not_run_is_closed_after_a_newer_push(
+    code_repo: Repo,
+    values: Path,  # noqa: F811
+    env: dict[str, str],  # noqa: F811
+    kube: KubeApiDouble,
+    gitea: GiteaDouble,
+) -> None:
+    """The per-app repair of the wanted commit needs its status read; when Gitea fails
+    that read, nothing was repaired, and the sweep must not count it as settled."""
+    old = _change(code_repo)
+    _post(gitea, old, "pending", "building")
+    _phase(kube, old, "Failed", failed_step="build", message="error: failed to solve")
+    original = gitea.server.handle
+
+    def status_reads_down(request: Any) -> Any:
+        if request.method == "GET" and "/status" in request.path:
+            return 503, {"message": "injected", "url": gitea.url}
+        return original(request)
+
+    gitea.server.handle = status_reads_down
+    try:
+        assert _reconcile(values, env).exit_code == 0
+    finally:
+        gitea.server.handle = original
+    assert _history(gitea, old) == [("pending", "building")]
+    code_repo.commit({"dataops/citation-dagster/app.txt": "v3\n"})  # old is wanted no more
+    assert _reconcile(values, env).exit_code == 0
+    assert _history(gitea, old)[-1] == ("failure", "safety net: build: failed to solve")
+
+
+def test_a_pass_over_one_app_keeps_the_others_memory(
+    code_repo: Repo,
+    tmp_path: Path,
+    env: dict[str, str],  # noqa: F811
+    kube: KubeApiDouble,
+    registry: Registry,
+    gitea: GiteaDouble,
+) -> None:
+    """`reconcile --app other` knows nothing of citation's running builds: it must leave
+    them remembered, or one deleted later keeps its commit pending for good."""
+    apps = [
+        {
+            "name": "citation",
+            "image": "citation-dagster",
+            "context": "dataops/citation-dagster",
+            "writeback": {"repo": REPO, "path": KUSTOMIZATION},
+        },
+        {
+            "name": "other",
+            "image": "other",
+            "context": "dataops/other-app",
+            "writeback": {
+                "repo": REPO,
+                "path": "dataops/other-app/kustomization.yaml",
+                "create": True,
+            },
+        },
+    ]
+    site = _values(tmp_path, gitea, registry.host, apps)
+    old = _change(code_repo)
+    _post(gitea, old, "pending", "building")
+    name = _phase(kube, old, "Running", values=site)
+    new = code_repo.commit({"dataops/citation-dagster/app.txt": "v3\n"})
+    written = run_cli(
+        *("--values", str(site), "writeback", "--app", "citation", "--revision", new),
+        *("--digest", "sha256:" + "6" * 64),
+        env=env,
+    )
+    assert written.exit_code == 0, written.stderr
+    _post(gitea, new, "success", "deployed")
+    assert _reconcile(site, env).exit_code == 0
+    kept = _memory(kube, site)
+    assert name in kept.running and kept.reported == {"citation": new}
+    assert _reconcile(site, env, "--app", "other").exit_code == 0
+    assert _memory(kube, site) == kept
+    del kube.objects[("fabrique-build", name)]  # `kubectl delete workflow`, mid-build
+    assert _reconcile(site, env).exit_code == 0
+    assert _history(gitea, old)[-1] == (
+        "error",
+        f"safety net: {name} was deleted before it ended",
+    )
+
+
+def _memory(kube: KubeApiDouble, path: Path) -> Memory:
+    site = load_site(path, env={})
+    stored = kube.configmaps[(site.namespaces.control, RECONCILE_MEMORY)]["data"]["memory.json"]
+    memory = Memory.loads(stored, site.gitea.code_repo, site.gitea.branch)
+    assert memory is not None
+    return memory

@@ -36,7 +36,8 @@ it when the build's own report was lost or the net did the write-back itself
 success has been seen once for that want (the memory keeps it), so that a pass where
 nothing changed asks Gitea nothing more. It then lists the build Workflows once and closes
 the ``pending`` statuses that older commits' builds left when they ended without
-reporting or were deleted (``Reconciler._sweep``).
+reporting or were deleted (``Reconciler._sweep``); a pass over some apps (``--app``)
+leaves what it remembers of the others as it was.
 One app's failure does not stop the others; the pass exits non-zero only when a check
 itself failed (Gitea, the registry or the Kubernetes API).
 """
@@ -60,7 +61,13 @@ from fabrique.site.errors import (
     RemoteError,
     TargetError,
 )
-from fabrique.site.names import LABEL_MANAGED_BY, LABEL_PART_OF, short_sha, workflow_name
+from fabrique.site.names import (
+    LABEL_MANAGED_BY,
+    LABEL_PART_OF,
+    LABEL_REVISION,
+    short_sha,
+    workflow_name,
+)
 
 from .holds import Hold
 from .memory import Memory, MemoryStore, NoMemory
@@ -392,7 +399,11 @@ class Reconciler:
             ):
                 results |= {r.app: r for r in group}
             results |= {r.app: r for r in pool.map(self._submit, submits)}
-        memory.reported = _reported(reported, [results[app.name] for app in apps])
+        # a pass over some apps (--app) leaves the others' memory as it was
+        others = {app.name for app in site.apps} - {app.name for app in apps}
+        memory.reported = {a: w for a, w in reported.items() if a in others} | _reported(
+            reported, [results[app.name] for app in apps]
+        )
         if mode == "act":
             self._sweep(apps, [results[app.name] for app in apps], remembered, memory)
         if mode == "act" and memory.dumps() != text:  # a pass that learnt nothing writes nothing
@@ -412,10 +423,13 @@ class Reconciler:
         while it ran never reports its end: its commit keeps ``pending`` for good. The
         per-app decisions repair the wanted commit only; this looks at every other build
         Workflow, in one LIST: one that ended Failed or Error is read once (the memory
-        settles it), one the previous pass saw running and that is now gone without
-        having been seen ended is read once. A ``pending`` found there becomes
-        ``failure`` (a step failed) or ``error`` (anything else), with the reason. A
-        Kubernetes API or Gitea that fails here only delays it to a later pass."""
+        settles it), one the previous pass saw running and that is now gone from the LIST
+        is read once. A ``pending`` found there becomes ``failure`` (a step failed) or
+        ``error`` (anything else), with the reason; or ``success`` for one that is gone
+        from the LIST only because it succeeded (a second LIST, of those alone, says so).
+        A wanted commit's Workflow is settled only once its status was repaired. The
+        memory of the apps outside this pass is left as it was. A Kubernetes API or Gitea
+        that fails here only delays it to a later pass."""
         if self.statuses is None:
             return
         before = remembered or Memory("", "", "")
@@ -426,26 +440,54 @@ class Reconciler:
             log.warning("the build Workflows could not be listed: %s", err)
             return
         names = {app.name for app in apps}
+        others = {app.name for app in self.site.apps} - names
         wanted = {(r.app, r.facts.want) for r in results if r.facts is not None}
-        settled, running = set(before.settled), {}
+        repaired = {(r.app, r.facts.want) for r in results if r.facts and _repaired(r.facts)}
+        settled = set(before.settled)
+        running = {n: entry for n, entry in before.running.items() if entry[0] in others}
         for state in listed:
             if state.app not in names or state.revision is None:
                 continue
+            key = (state.app, state.revision)
             if state.phase in ("Pending", "Running"):
-                running[state.name] = (state.app, state.revision)
+                running[state.name] = key
             elif state.phase in ("Failed", "Error") and state.name not in settled:
-                if (state.app, state.revision) in wanted or self._close(
-                    state.app, state.revision, state.name, _ended(state)
-                ):
+                if key in wanted:  # the per-app repair deals with it, when it can
+                    done = key in repaired
+                else:
+                    done = self._close(*key, state.name, _ended(state))
+                if done:
                     settled.add(state.name)
         present = {state.name for state in listed}
-        for name, (app, revision) in before.running.items():
-            if name not in present and app in names and (app, revision) not in wanted:
-                gone = Report("error", f"{SAFETY_NET}{name} was deleted before it ended")
-                if not self._close(app, revision, name, gone):
-                    running[name] = (app, revision)  # asked again by the next pass
+        gone = {
+            name: (app, revision)
+            for name, (app, revision) in before.running.items()
+            if name not in present and app in names and (app, revision) not in wanted
+        }
+        try:
+            succeeded = self._succeeded({revision for _, revision in gone.values()})
+        except FabriqueError as err:
+            log.warning("the build Workflows that succeeded could not be listed: %s", err)
+            running |= gone  # asked again by the next pass
+            gone = {}
+        for name, (app, revision) in gone.items():
+            if name in succeeded:
+                ended = _ended(succeeded[name])
+            else:
+                ended = Report("error", f"{SAFETY_NET}{name} was deleted before it ended")
+            if not self._close(app, revision, name, ended):
+                running[name] = (app, revision)  # asked again by the next pass
         memory.running = running
         memory.settled = sorted(settled & present)  # a Workflow gone is never listed again
+
+    def _succeeded(self, revisions: set[str]) -> dict[str, WorkflowState]:
+        """The Succeeded build Workflows of ``revisions``, by name: one LIST, none if none."""
+        if not revisions:
+            return {}
+        shorts = ",".join(sorted({short_sha(revision) for revision in revisions}))
+        selector = f"{SUCCEEDED},{LABEL_REVISION} in ({shorts})"
+        listed = self.kube.workflows(self.site.namespaces.build, selector)
+        return {state.name: state for state in listed if state.revision in revisions}
 
     def _close(self, app: str, revision: str, workflow: str, report: Report) -> bool:
         """Post ``report`` on ``revision`` if its status is still ``pending``; False when
@@ -470,16 +512,22 @@ class Reconciler:
 # The build Workflows the sweep lists: not the Succeeded ones (the controller's phase
 # label), which reported themselves and are most of what a day of builds leaves, so the
 # LIST a pass makes stays small. One that succeeded since the previous pass saw it running
-# is absent: its status is read once, and found not pending.
-SWEPT = (
-    f"{LABEL_PART_OF}=fabrique,{LABEL_MANAGED_BY}=fabrique,workflows.argoproj.io/phase!=Succeeded"
-)
+# is absent: those alone are listed then (SUCCEEDED, by their revisions' labels), so that
+# one whose report was lost is closed as the success it was, not as deleted.
+PHASE_LABEL = "workflows.argoproj.io/phase"  # the controller's (common.LabelKeyPhase)
+BUILDS = f"{LABEL_PART_OF}=fabrique,{LABEL_MANAGED_BY}=fabrique"
+SWEPT = f"{BUILDS},{PHASE_LABEL}!=Succeeded"
+SUCCEEDED = f"{BUILDS},{PHASE_LABEL}=Succeeded"
 
 
 def _ended(state: WorkflowState) -> Report:
-    """The status of a build that ended without reporting: ``failure`` when one of its
-    steps failed for the commit's own sake, ``error`` otherwise (terminated, its
-    deadline, its infrastructure), as the exit handler would have said it."""
+    """The status of a build that ended without reporting: ``success`` when it
+    succeeded, ``failure`` when one of its steps failed for the commit's own sake,
+    ``error`` otherwise (terminated, its deadline, its infrastructure), as the build
+    would have said it."""
+    if state.phase == "Succeeded":
+        built = f"; built {state.verified_digest}" if state.verified_digest else ""
+        return Report("success", f"{SAFETY_NET}{state.name} succeeded{built}")
     if not state.reason:  # no step failed: it was stopped or cut before any did
         return Report("error", f"{SAFETY_NET}{state.name} ended {state.phase}")
     reason = step_reason(state.reason)
@@ -494,6 +542,12 @@ class _Pending:
     action: Action
     detail: str
     facts: Facts
+
+
+def _repaired(facts: Facts) -> bool:
+    """Whether the wanted commit's status, read in this pass and repaired if it had to
+    be, says its build ended: not ``pending``, not missing, not unread."""
+    return facts.status_known and facts.status is not None and facts.status.state != "pending"
 
 
 def _reported(before: dict[str, str], results: Sequence[AppResult]) -> dict[str, str]:
