@@ -197,6 +197,10 @@ def test_a_workflow_reads_back_with_its_revision_and_a_missing_one_as_none(
     assert body["metadata"]["name"] in {w.name for w in client.workflows(BUILD_NS, SWEPT)}
     others = client.workflows(BUILD_NS, SWEPT + ",fabrique.io/app!=citation")
     assert all(w.app != "citation" for w in others)
+    # a set of revisions, as the sweep lists the Succeeded ones of the builds it saw running
+    among = f"app.kubernetes.io/part-of=fabrique,fabrique.io/revision in ({'0' * 12},{sha[:12]})"
+    assert [w.name for w in client.workflows(BUILD_NS, among)] == [body["metadata"]["name"]]
+    assert client.workflows(BUILD_NS, f"fabrique.io/revision in ({'0' * 12})") == []
 
 
 def test_a_workflow_outside_the_template_is_refused_and_named(
