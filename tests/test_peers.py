@@ -199,3 +199,47 @@ def test_the_gitea_wrapper_keeps_every_replace_and_exclude_of_the_upstream_go_mo
     assert "gitea.dev => code.gitea.io/gitea " + gitea.required("code.gitea.io/gitea") in (
         _directives(gitea.gomod, "replace")
     )
+
+
+def test_two_builds_of_one_peer_at_once_build_it_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The test workers of one run may ask for the same peer at once (the live tier's
+    plane and the kubectl of the kustomize tests): the second waits for the first's
+    folder instead of building into the same ``.partial`` folder."""
+    import threading
+
+    builds = tmp_path / "builds"
+    go = tmp_path / "go"
+    go.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = env ]; then echo go1.26.0; exit 0; fi\n'
+        'while [ $# -gt 0 ]; do [ "$1" = -o ] && out="$2"; shift; done\n'
+        f"echo build >> {builds}\n"
+        'sleep 1; echo binary > "${out}tool"\n'
+    )
+    go.chmod(0o755)
+    module = tmp_path / "fake"
+    module.mkdir()
+    (module / "go.mod").write_text("module fabrique.test/peers/fake\n\ntool example.com/x/tool\n")
+    (module / "go.sum").write_text("")
+    monkeypatch.setenv("FABRIQUE_PEERS_CACHE", str(tmp_path / "cache"))
+    peer = build.Peer("fake", module)
+    found: list[Path] = []
+    errors: list[Exception] = []
+
+    def one() -> None:
+        try:
+            found.append(build.build(peer, str(go)))
+        except (build.PeerError, OSError) as failed:  # two builds spoiling one folder
+            errors.append(failed)
+
+    workers = [threading.Thread(target=one) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert errors == []
+    assert builds.read_text().splitlines() == ["build"]
+    assert len(found) == 2 and found[0] == found[1]
+    assert (found[0] / "tool").read_text() == "binary\n"

@@ -22,6 +22,7 @@ warm. Every peer prints its name and how long it took.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import json
@@ -222,9 +223,19 @@ def is_built(where: Path, peer: Peer) -> bool:
 
 
 def build(peer: Peer, go: str) -> Path:
-    """The folder of ``peer``'s binaries, built there first unless it already is."""
+    """The folder of ``peer``'s binaries, built there first unless it already is. One
+    process at a time per peer (a lock beside its folder): the test workers of one run,
+    or ``make peers`` beside a test run, may ask for the same peer at once, and two builds
+    into one ``.partial`` folder spoil each other."""
     goversion = go_version(go)
     where = folder(peer, goversion)
+    where.parent.mkdir(parents=True, exist_ok=True)
+    with open(where.with_name(where.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build(peer, go, goversion, where)
+
+
+def _build(peer: Peer, go: str, goversion: str, where: Path) -> Path:
     if is_built(where, peer):
         print(f"peer {peer.name}: up to date ({where})", flush=True)
         return where
