@@ -545,6 +545,43 @@ def test_statuses_are_posted_and_the_latest_of_each_context_read_back(
     assert not missing.value.transient
 
 
+def test_more_than_fifty_contexts_on_one_commit_are_all_read(
+    server: Server, client: GiteaClient
+) -> None:
+    """One push builds every app on one commit, each under its own context. Gitea answers
+    the combined status a page at a time, at most 50 contexts (MaxResponseItems), the
+    most recently updated first (GetLatestCommitStatus: ``max(index) desc``), the count of
+    every context in X-Total-Count; the client reads every page."""
+    repo = server.repo(SEED)
+    head = repo.head()
+    contexts = [f"fabrique/app-{n:02d}" for n in range(55)]
+    for name in contexts:
+        client.create_status(repo.slug, head, CommitStatus(name, "pending", "building"))
+    done = CommitStatus(contexts[0], "success", "built")
+    client.create_status(repo.slug, head, done)  # the oldest context is now the newest
+    latest = client.latest_statuses(repo.slug, head)
+    assert set(latest) == set(contexts)
+    assert latest[done.context] == done
+    assert {s.state for name, s in latest.items() if name != done.context} == {"pending"}
+    assert client.latest_status(repo.slug, head, contexts[1]) == latest[contexts[1]]
+    assert client.latest_status(repo.slug, head, "fabrique/none") is None
+    url = f"/repos/{repo.slug}/commits/{head}/status"
+    with api(server) as raw:
+        first = raw.get(url, params={"limit": "100"})  # more than 50 is 50
+        second = raw.get(url, params={"limit": "50", "page": "2"})
+        default = raw.get(url)  # [api] DEFAULT_PAGING_NUM
+        every = raw.get(f"/repos/{repo.slug}/commits/{head}/statuses", params={"limit": "50"})
+    on_first = [s["context"] for s in first.json()["statuses"]]
+    assert (len(on_first), first.json()["total_count"]) == (50, 50)
+    assert first.headers["X-Total-Count"] == "55"
+    assert done.context in on_first
+    assert sorted(s["context"] for s in second.json()["statuses"]) == contexts[1:6]
+    assert (second.json()["total_count"], second.headers["X-Total-Count"]) == (5, "55")
+    assert len(default.json()["statuses"]) == 30
+    assert (len(every.json()), every.headers["X-Total-Count"]) == (50, "56")
+    assert 'rel="next"' in first.headers["Link"] and 'rel="next"' not in second.headers["Link"]
+
+
 # -- webhook #2 ----------------------------------------------------------------------------
 
 

@@ -294,6 +294,30 @@ def test_pending_then_success(values: Path, gitea: GiteaDouble, code_repo: Repo)
     assert GITEA_TOKEN not in started.stdout + started.stderr + done.stdout + done.stderr
 
 
+def test_a_replay_past_fifty_apps_on_one_commit_posts_nothing(
+    values: Path, gitea: GiteaDouble, code_repo: Repo
+) -> None:
+    """One push builds every app on the same commit: each posts its own context. Gitea
+    answers the combined status fifty contexts a page at most, so an app's status read
+    from the first page alone goes unseen past fifty, and its replay posts it again."""
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    with GiteaClient(gitea.url, GITEA_TOKEN) as client:
+
+        def others(first: int) -> None:
+            for n in range(first, first + 60):
+                other = CommitStatus(f"fabrique/app-{n:03d}", "pending", "building")
+                client.create_status(REPO, revision, other)
+
+        others(0)
+        started = _report(values, "pending", revision)
+        others(60)
+    assert started.stdout == f"status posted: {CONTEXT} pending on {revision[:12]}\n"
+    replayed = _report(values, "pending", revision)
+    assert replayed.exit_code == 0, replayed.stderr
+    assert replayed.stdout == f"status unchanged: {CONTEXT} pending on {revision[:12]}\n"
+    assert _history(gitea, revision) == [("pending", f"building citation-dagster:{revision[:12]}")]
+
+
 def test_pending_then_failure_from_the_exit_handler(
     values: Path, gitea: GiteaDouble, code_repo: Repo
 ) -> None:

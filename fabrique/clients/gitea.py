@@ -26,6 +26,8 @@ from ._http import DEFAULT_TIMEOUT, JsonApi
 
 TOKEN_ENV = "FABRIQUE_GITEA_TOKEN"
 PATH_PAGE = 50  # Gitea's [git] COMMITS_RANGE_SIZE: one page of commits listed by path
+STATUS_PAGE = 50  # Gitea's [api] MAX_RESPONSE_ITEMS: the most contexts a page of statuses holds
+MAX_STATUS_PAGES = 400  # 20 000 contexts on one commit: past that, a server gone wrong
 
 
 class TooManyCommits(Exception):
@@ -334,30 +336,52 @@ class GiteaClient(JsonApi):
     # --------------------------------------------------------------- statuses
 
     def latest_statuses(self, repo: str, sha: str) -> dict[str, CommitStatus]:
-        """The latest status of each context on commit ``sha`` (Gitea's combined status
-        keeps one per context, the newest), keyed by context."""
-        what = f"statuses of {repo}@{sha[:12]}"
-        response = self.request(
-            "GET", f"/repos/{repo}/commits/{_seg(sha)}/status", params={"limit": "50"}
-        )
-        data = self._check(response, what)
-        if not isinstance(data, dict):
-            raise GiteaError(f"{what}: Gitea answered something that is not an object")
+        """The latest status of each context on commit ``sha``, keyed by context: every
+        page of Gitea's combined status."""
         found: dict[str, CommitStatus] = {}
-        for item in data.get("statuses") or []:
-            context, state = _get(item, "context"), _get(item, "status")
-            if not isinstance(context, str) or state not in STATUS_STATES:
-                raise GiteaError(f"{what}: a status without a context or a known state")
-            found.setdefault(
-                context,
-                CommitStatus(
-                    context,
-                    state,
-                    str(_get(item, "description") or ""),
-                    str(_get(item, "target_url") or ""),
-                ),
-            )
+        for page in self.status_pages(repo, sha):
+            for status in page:
+                found.setdefault(status.context, status)
         return found
+
+    def latest_status(self, repo: str, sha: str, context: str) -> CommitStatus | None:
+        """The latest status of ``context`` on commit ``sha``, or None: the pages of the
+        combined status are read until it shows (a context posted last is on the first)."""
+        for page in self.status_pages(repo, sha):
+            for status in page:
+                if status.context == context:
+                    return status
+        return None
+
+    def status_pages(self, repo: str, sha: str) -> Iterator[list[CommitStatus]]:
+        """Gitea's combined status of commit ``sha``, page by page: the latest status of
+        each context, at most STATUS_PAGE contexts a page, the most recently updated
+        first. X-Total-Count counts the contexts; a page that is not full is the last."""
+        what = f"statuses of {repo}@{sha[:12]}"
+        for page in range(1, MAX_STATUS_PAGES + 1):
+            response = self.request(
+                "GET",
+                f"/repos/{repo}/commits/{_seg(sha)}/status",
+                params={"limit": str(STATUS_PAGE), "page": str(page)},
+            )
+            data = self._check(response, what)
+            if not isinstance(data, dict):
+                raise GiteaError(f"{what}: Gitea answered something that is not an object")
+            items = data.get("statuses") or []
+            found = []
+            for item in items:
+                context, state = _get(item, "context"), _get(item, "status")
+                if not isinstance(context, str) or state not in STATUS_STATES:
+                    raise GiteaError(f"{what}: a status without a context or a known state")
+                description, url = _get(item, "description"), _get(item, "target_url")
+                found.append(CommitStatus(context, state, str(description or ""), str(url or "")))
+            yield found
+            total = response.headers.get("X-Total-Count", "")
+            if len(items) < STATUS_PAGE or (total.isdigit() and page * STATUS_PAGE >= int(total)):
+                return
+        raise GiteaError(
+            f"{what}: more than {MAX_STATUS_PAGES * STATUS_PAGE} contexts; fabrique reads no more"
+        )
 
     def create_status(self, repo: str, sha: str, status: CommitStatus) -> None:
         """Add a status to commit ``sha``; Gitea then shows it as the context's latest."""

@@ -37,6 +37,8 @@ import ast
 import json
 import logging
 import re
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -259,18 +261,66 @@ def repair(
 # ---------------------------------------------------------------------- the poster
 
 
+class _Read:
+    """What a reporter has read of one commit's statuses: the pages of its combined
+    status, read no further than a context asked for needs."""
+
+    def __init__(self, pages: Iterator[list[CommitStatus]]) -> None:
+        self.pages = pages
+        self.latest: dict[str, CommitStatus] = {}
+        self.done = False
+        self.lock = threading.Lock()
+
+    def find(self, name: str) -> CommitStatus | None:
+        while name not in self.latest and not self.done:
+            page = next(self.pages, None)
+            if page is None:
+                self.done = True
+                break
+            for status in page:
+                self.latest.setdefault(status.context, status)  # the first seen is the latest
+        return self.latest.get(name)
+
+
 class StatusReporter:
-    """Posts reports on the code repository's commits; never raises for Gitea's faults."""
+    """Posts reports on the code repository's commits; never raises for Gitea's faults.
+
+    It lives for one report or one reconcile pass, and reads each commit's statuses once
+    (Gitea pages them, 50 contexts a page, the most recently updated first), no further
+    than the contexts asked for: a build's report reads the first page or few, a pass over
+    a thousand apps that share one commit reads its twenty pages once, not once per app.
+    What it posts is what it then reads back.
+    """
 
     def __init__(self, site: Site, gitea: GiteaClient, token: str | None = None) -> None:
         self.site = site
         self.gitea = gitea
         self.token = token
         self.repo = site.gitea.code_repo
+        self._reads: dict[str, _Read] = {}
+        self._lock = threading.Lock()
 
     def current(self, app: str, revision: str) -> CommitStatus | None:
         """The latest status of ``fabrique/<app>`` on ``revision`` (RemoteError if unread)."""
-        return self.gitea.latest_statuses(self.repo, revision).get(context(app))
+        with self._lock:
+            read = self._reads.get(revision)
+            if read is None:
+                read = self._reads[revision] = _Read(self.gitea.status_pages(self.repo, revision))
+        with read.lock:
+            try:
+                return read.find(context(app))
+            except RemoteError:
+                with self._lock:  # a page that failed ends its reading: the next call starts over
+                    if self._reads.get(revision) is read:
+                        del self._reads[revision]
+                raise
+
+    def _posted(self, revision: str, status: CommitStatus) -> None:
+        with self._lock:
+            read = self._reads.get(revision)
+        if read is not None:
+            with read.lock:
+                read.latest[status.context] = status
 
     def post(
         self,
@@ -300,6 +350,7 @@ class StatusReporter:
             ):
                 return "unchanged"
             self.gitea.create_status(self.repo, revision, status)
+            self._posted(revision, status)
         except RemoteError as err:
             log.warning(
                 "%s on %s: status %s not posted (%s); the next reconcile pass repairs it",

@@ -29,10 +29,11 @@ a request without a token sees none (404), one with a token Gitea does not know 
 
 Commit statuses are kept as Gitea keeps them: every POST adds one (nothing is replaced),
 numbered per commit; a POST on a commit Gitea cannot find is a 500. The combined status
-holds the latest of each context, and its state is Gitea's
-``CommitStatusStates.Combine``: ``failure`` if any context is error, failure or warning,
-``success`` if every one is success or skipped, else ``pending``; with no status at all
-it is ``pending`` too (ToCombinedStatus), and ``statuses`` is null.
+holds the latest of each context, a page at a time (at most 50, the most recently updated
+context first; X-Total-Count counts them all), and its state is Gitea's
+``CommitStatusStates.Combine`` of the page: ``failure`` if any context is error, failure
+or warning, ``success`` if every one is success or skipped, else ``pending``; with no
+status at all it is ``pending`` too (ToCombinedStatus), and ``statuses`` is null.
 
 Faults can be injected: ``faults`` is a queue of (method, fault) consumed by the next
 matching request, where fault is an HTTP status, ``"drop"`` (close the connection with no
@@ -327,8 +328,8 @@ class GiteaDouble:
                 return self._create_status(repo, ref, request.json())
             if method == "GET":
                 if status[3] == "status":
-                    return self._combined_status(repo, ref, request.query)
-                return self._list_statuses(repo, ref, request.query)
+                    return self._combined_status(request, repo, ref)
+                return self._list_statuses(request, repo, ref)
         hook = re.fullmatch(r"hooks/(\d+)", rest)
         if hook and method in ("GET", "PATCH", "DELETE"):
             return self._hook(repo, int(hook[1]), method, request.json())
@@ -899,12 +900,12 @@ class GiteaDouble:
         return 201, status
 
     def latest_statuses(self, repo: str, sha: str) -> list[dict[str, Any]]:
-        """The newest status of each context, in the order they were first posted
-        (GetLatestCommitStatus finds them by index, and lists them as stored)."""
+        """The newest status of each context, the most recently updated context first
+        (GetLatestCommitStatus: ``max(index) desc``, the order it pages by)."""
         latest: dict[str, dict[str, Any]] = {}
         for status in self.statuses.get((repo, sha), []):
             latest[status["context"]] = status
-        return sorted(latest.values(), key=lambda s: s["id"])
+        return sorted(latest.values(), key=lambda s: s["id"], reverse=True)
 
     @staticmethod
     def combine(states: list[str]) -> str:
@@ -916,14 +917,28 @@ class GiteaDouble:
             return "success"
         return "pending"
 
-    def _combined_status(self, repo: str, ref: str, query: dict[str, str]) -> tuple[Any, ...]:
+    max_response_items = 50  # [api] MAX_RESPONSE_ITEMS: no page holds more
+
+    def _paging(self, query: dict[str, str]) -> tuple[int, int]:
+        """(page, limit) as utils.GetListOptions reads them: a limit of 0 or none is
+        DEFAULT_PAGING_NUM, above MAX_RESPONSE_ITEMS it is that (ToCorrectPageSize)."""
+        limit = int(query.get("limit") or 0)
+        limit = self.default_page_size if limit <= 0 else min(limit, self.max_response_items)
+        return max(1, int(query.get("page") or 1)), limit
+
+    def _combined_status(self, request: Request, repo: str, ref: str) -> tuple[Any, ...]:
+        """GetCombinedCommitStatusByRef: a page of the latest status of each context, the
+        most recently updated first, listed on the page in the order they were stored
+        (the second query names the page's indices and sets no order); its state and
+        ``total_count`` are the page's, X-Total-Count counts every context."""
         sha = self._resolve(repo, ref)
         if sha is None:
             return self._not_found(NO_OBJECT.format(id=ref, path=""))
         every = self.latest_statuses(repo, sha)
-        limit = int(query.get("limit") or self.default_page_size)
-        page = max(1, int(query.get("page") or 1))
-        latest = every[(page - 1) * limit : page * limit]
+        page, limit = self._paging(request.query)
+        latest = sorted(every[(page - 1) * limit : page * limit], key=lambda s: s["id"])
+        pages = -(-len(every) // limit)
+        headers = {"X-Total-Count": str(len(every)), "Link": self._links(request, page, pages)}
         return (
             200,
             {
@@ -935,19 +950,25 @@ class GiteaDouble:
                 "commit_url": f"{self.url}/api/v1/repos/{repo}/commits/{sha}",
                 "url": f"{self.url}/api/v1/repos/{repo}/commits/{sha}/status",
             },
-            {"X-Total-Count": str(len(every))},
+            {k: v for k, v in headers.items() if v},
         )
 
-    def _list_statuses(self, repo: str, ref: str, query: dict[str, str]) -> tuple[Any, ...]:
+    def _list_statuses(self, request: Request, repo: str, ref: str) -> tuple[Any, ...]:
+        """GetCommitStatuses: every status posted, newest first, a page at a time."""
         sha = self._resolve(repo, ref)
         if sha is None:
             return self._not_found(NO_OBJECT.format(id=ref, path=""))
         every = list(reversed(self.statuses.get((repo, sha), [])))  # newest first
-        if query.get("state"):
-            every = [s for s in every if s["status"] == query["state"]]
-        limit = int(query.get("limit") or self.default_page_size)
-        page = max(1, int(query.get("page") or 1))
-        return 200, every[(page - 1) * limit : page * limit], {"X-Total-Count": str(len(every))}
+        if request.query.get("state"):
+            every = [s for s in every if s["status"] == request.query["state"]]
+        page, limit = self._paging(request.query)
+        pages = -(-len(every) // limit)
+        headers = {"X-Total-Count": str(len(every)), "Link": self._links(request, page, pages)}
+        return (
+            200,
+            every[(page - 1) * limit : page * limit],
+            {k: v for k, v in headers.items() if v},
+        )
 
     # ------------------------------------------------------------------- writes
 
