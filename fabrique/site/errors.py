@@ -152,5 +152,5 @@ def reason_line(message: str) -> str:
     argo = ARGO_EXIT.match(message.lstrip())
     if argo is None or int(argo["code"]) not in INFRASTRUCTURE_EXITS or argo[0] in line:
         return line
-    said = f"exit code {argo['code']}" if argo["reason"] == "Error" else argo[0].split(": ")[-1]
-    return f"{line} ({said})"
+    said = f"exit code {argo['code']}"
+    return f"{line} ({said})" if argo["reason"] == "Error" else f"{line} ({argo['reason']}, {said})"
