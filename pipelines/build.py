@@ -170,14 +170,23 @@ echo "checkout: $REVISION ready in $src/$CONTEXT"
 """
 
 
-# buildctl ends a failed build with one line, "error: <cause>" (cmd/buildctl/main.go,
-# handleErr). A RUN that fails or a bad Dockerfile is the app's own failure and would fail
-# the same way again. A registry or a network that did not answer (Go's and containerd's
-# words) may answer a later attempt: exit 75, which the step retries.
+# buildctl ends a failed build with "error: <cause>" (cmd/buildctl/main.go, handleErr);
+# a registry's own error codes follow on the next lines (containerd joins them to the
+# HTTP status: core/remotes/docker/errcode.go). A RUN that fails or a bad Dockerfile is
+# the app's own failure and would fail the same way again. A registry or a network that
+# did not answer (Go's and containerd's words) may answer a later attempt: exit 75, which
+# the step retries. So may a push that lost a race in the registry: BuildKit pushes the
+# image and the registry cache (<image>:buildcache) at once (solver.go: "Run image
+# finalize and cache export in parallel"), both into the image's repository, and the
+# Distribution registry rewrites a repository's blob link in place (truncate, write) at
+# each mount or upload of a blob it already links: a read in between finds no link, and
+# a HEAD answers 500, a manifest PUT "blob unknown to registry" or "provided digest did
+# not match uploaded content". The attempt after finds the blobs linked.
 BUILD_TRANSIENT = (
     r"failed to do request|connection refused|connection reset by peer|i/o timeout|"
     r"TLS handshake timeout|no such host|server misbehaving|unexpected EOF|"
-    r"50[0234] (Internal|Bad|Service|Gateway)|429 Too Many Requests"
+    r"50[0234] (Internal|Bad|Service|Gateway)|429 Too Many Requests|"
+    r"blob unknown to registry|provided digest did not match uploaded content"
 )
 RUN_FAILED = "did not complete successfully"
 # The registry answered, in another protocol than buildkitd.toml says, or with a
@@ -191,7 +200,8 @@ BUILD_OUTCOME = f"""log="$(mktemp)" code="$(mktemp)"
   | tee "$log"
 status="$(cat "$code")"
 if [ "$status" -ne 0 ]; then
-  cause="$(grep '^error: ' "$log" | tail -n 1)"
+  # the last "error: " line and the registry's words after it
+  cause="$(awk '/^error: /{{c=""; f=1}} f{{c=c $0 "\\n"}} END{{printf "%s", c}}' "$log")"
   case "$cause" in
   *"{RUN_FAILED}"* | {" | ".join(f'*"{words}"*' for words in REGISTRY_MISCONFIGURED)}) ;;
   *)

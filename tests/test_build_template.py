@@ -407,3 +407,60 @@ def test_no_retry_is_cut_by_a_window_from_the_first_attempt() -> None:
             if strategy:
                 assert "maxDuration" not in strategy.get("backoff", {}), t["name"]
                 assert int(strategy["limit"]) >= 1, t["name"]
+
+
+# buildctl's last words when the registry lost the race of BuildKit's two concurrent
+# pushes into one repository (the image and <image>:buildcache): the HTTP status on the
+# "error: " line, the registry's own error codes on the lines after it
+PUSH_RACE = (
+    "error: failed to solve: failed to push registry:80/citation-dagster:aaaaaaaaaaaa:"
+    " unexpected status from PUT request to"
+    " http://registry:80/v2/citation-dagster/manifests/aaaaaaaaaaaa: 400 Bad Request"
+)
+
+
+@pytest.mark.parametrize(
+    "registry_said",
+    [
+        "manifest blob unknown: blob unknown to registry",
+        "digest invalid: provided digest did not match uploaded content",
+        "errors:\ndigest invalid: provided digest did not match uploaded content\n"
+        "manifest blob unknown: blob unknown to registry",
+    ],
+    ids=["blob-unknown", "digest-invalid", "both"],
+)
+def test_a_push_that_lost_a_race_in_the_registry_is_retried(
+    tmp_path: Path, registry_said: str
+) -> None:
+    """The registry's words are on the lines after buildctl's ``error: `` line: the
+    step reads them too, and exits 75 (retried) where it exited 1."""
+    from .test_step_scripts import _run_build
+
+    failing = (
+        "#!/bin/sh\n"
+        "echo '#12 pushing layers 0.2s done' >&2\n"
+        f"cat >&2 <<'EOF'\n{PUSH_RACE}\n{registry_said}\nEOF\n"
+        "exit 1\n"
+    )
+    result = _run_build(tmp_path, {}, buildctl=failing)
+    assert result.returncode == 75, result.stdout + result.stderr
+    assert "transient, the step retries" in result.stderr
+    assert registry_said in result.stdout  # buildctl's words stay in the step's log
+
+
+def test_the_lines_after_a_run_failure_do_not_make_it_transient(tmp_path: Path) -> None:
+    """A RUN that failed is the app's own failure, whatever buildctl prints after it."""
+    from .test_step_scripts import _run_build
+
+    failing = (
+        "#!/bin/sh\n"
+        "cat >&2 <<'EOF'\n"
+        'error: failed to solve: process "/bin/sh -c ./fetch" did not complete successfully:'
+        " exit code: 1\n"
+        "blob unknown to registry\n"
+        "EOF\n"
+        "exit 1\n"
+    )
+    result = _run_build(tmp_path, {}, buildctl=failing)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "transient" not in result.stderr
