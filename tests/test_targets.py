@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -185,10 +184,7 @@ def test_edited_application_is_still_a_valid_application(specs: Path) -> None:
         assert list(validator.iter_errors(yaml.safe_load(after))) == [], name
 
 
-def test_kustomize_renders_the_pinned_reference(tmp_path: Path) -> None:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.skip("kubectl is not installed; kustomize rendering is checked where it is")
+def test_kustomize_renders_the_pinned_reference(tmp_path: Path, kubectl: Path) -> None:
     (tmp_path / "deployment.yaml").write_text(
         "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: citation}\nspec:\n"
         "  selector: {matchLabels: {app: citation}}\n  template:\n"
@@ -536,3 +532,150 @@ def test_a_reader_reads_values_as_their_text_and_plain_nulls_as_none() -> None:
     assert read_pin(text, "kustomize-images", PIN, where="k") == ImagePin(
         "citation-dagster", "null", "1.10", None
     )
+
+
+# ------------------------------------------------------------ empty fields and odd keys
+
+
+PINNED = f"  newName: registry:80/citation-dagster\n  newTag: abcdefabcdef\n  digest: {DIGEST}\n"
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        (
+            "images:\n- name: citation-dagster\n  newTag: old\n  digest:\n",
+            "images:\n- name: citation-dagster\n" + PINNED,
+        ),
+        (
+            "images:\n- name: citation-dagster\n  newTag:\n",
+            "images:\n- name: citation-dagster\n" + PINNED,
+        ),
+        (
+            "images:\n- name: citation-dagster\n  newTag: old\n  digest:",
+            "images:\n- name: citation-dagster\n" + PINNED.removesuffix("\n"),
+        ),
+        (
+            "images:\n- name: citation-dagster\n  newTag:\n  digest:\nresources: [a.yaml]\n",
+            "images:\n- name: citation-dagster\n" + PINNED + "resources: [a.yaml]\n",
+        ),
+        (
+            "images:\n- name: citation-dagster\n  newName:\n  newTag:   # the tag\n"
+            "  digest: ''\n- name: other\n",
+            "images:\n- name: citation-dagster\n  newName: registry:80/citation-dagster\n"
+            f"  newTag: abcdefabcdef   # the tag\n  digest: '{DIGEST}'\n- name: other\n",
+        ),
+        (
+            "images:\r\n- name: citation-dagster\r\n  digest:\r\n  newTag: old\r\n",
+            "images:\r\n- name: citation-dagster\r\n  newName: registry:80/citation-dagster\r\n"
+            f"  digest: {DIGEST}\r\n  newTag: abcdefabcdef\r\n",
+        ),
+        (
+            "images:\n- name: other\n  newTag:\nresources: [a.yaml]\n",
+            "images:\n- name: other\n  newTag:\n- name: citation-dagster\n"
+            + PINNED
+            + "resources: [a.yaml]\n",
+        ),
+    ],
+    ids=["digest-last", "tag-last", "no-final-newline", "mid-file", "comment", "crlf", "after-one"],
+)
+def test_an_entry_with_an_empty_field_is_pinned_like_any_other(before: str, after: str) -> None:
+    """`digest:` with no value is an empty scalar: its value goes right after the colon,
+    wherever the entry stands in the file."""
+    assert apply_pin(before, "kustomize-images", PIN, where="k") == after
+    assert read_pin(after, "kustomize-images", PIN, where="k") == PIN
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "line"),
+    [
+        (
+            "kind: Kustomization\nmetadata:\n  labels:\n    ? {owner: data}\n    : team\n"
+            "images:\n- name: citation-dagster\n",
+            "kustomize-images",
+            4,
+        ),
+        ("kind: Kustomization\n? [a, b]\n: team\n", "kustomize-images", 2),
+        (
+            "kind: Application\nmetadata:\n  labels:\n    ? {owner: data}\n    : team\n"
+            "spec:\n  source:\n    path: a\n",
+            "argocd-application",
+            4,
+        ),
+    ],
+    ids=["mapping-key", "list-key", "application"],
+)
+def test_a_key_that_is_a_mapping_or_a_list_is_refused_by_name(
+    text: str, kind: str, line: int
+) -> None:
+    """Valid YAML, but no Kubernetes object (nor kustomize) takes such a key: the file is
+    refused with its line, as a TargetError, never a TypeError."""
+    for read_or_write in (read_pin, apply_pin):
+        with pytest.raises(TargetError, match=rf"^k: line {line}: a key that is a mapping or a "):
+            read_or_write(text, kind, PIN, where="k")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        (
+            "kind: Kustomization\nimages: []  # pinned by fabrique\n",
+            "kind: Kustomization\nimages: # pinned by fabrique\n- name: citation-dagster\n"
+            + PINNED,
+        ),
+        (
+            "kind: Kustomization\nimages: [ ]  # pinned by fabrique\n",
+            "kind: Kustomization\nimages: # pinned by fabrique\n- name: citation-dagster\n"
+            + PINNED,
+        ),
+        (
+            "kind: Kustomization\nimages: [\n]\nresources: [a.yaml]\n",
+            "kind: Kustomization\nimages:\n- name: citation-dagster\n"
+            + PINNED
+            + "resources: [a.yaml]\n",
+        ),
+        (
+            "kind: Application\nspec:\n  source:\n    path: a\n    kustomize: { }  # pins\n",
+            "kind: Application\nspec:\n  source:\n    path: a\n    kustomize: # pins\n"
+            f"      images:\n      - citation-dagster={PIN.reference}\n",
+        ),
+        (
+            "kind: Application\nspec:\n  source:\n    kustomize:\n      images: [ ] # pins\n"
+            "    path: a\n",
+            "kind: Application\nspec:\n  source:\n    kustomize:\n      images: # pins\n"
+            f"      - citation-dagster={PIN.reference}\n    path: a\n",
+        ),
+    ],
+    ids=["comment", "space-inside", "over-two-lines", "application-kustomize", "application"],
+)
+def test_an_empty_flow_collection_keeps_its_comment_however_it_is_spelled(
+    before: str, after: str
+) -> None:
+    """`[]`, `[ ]` and `[` newline `]` are the same empty list: each is written out, and
+    the comment after it stays, as it does for a flow list with entries."""
+    kind = "argocd-application" if "Application" in before else "kustomize-images"
+    assert apply_pin(before, kind, PIN, where="k") == after  # type: ignore[arg-type]
+    assert read_pin(after, kind, PIN, where="k") == PIN  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "kind: Application\nspec:\n  source:\n    path: a\n    kustomize:\n",
+            r"^a: kustomize has no value \(null\); write the mapping under it or remove the key$",
+        ),
+        (
+            "kind: Application\nspec:\n  source:\n    kustomize:\n      images:\n    path: a\n",
+            r"^a: kustomize.images has no value \(null\); write the list under it",
+        ),
+    ],
+    ids=["kustomize", "images"],
+)
+def test_an_application_with_an_empty_collection_is_refused_by_name(
+    text: str, expected: str
+) -> None:
+    """As a Kustomization's `images:` with no value is: not an AttributeError."""
+    for read_or_write in (read_pin, apply_pin):
+        with pytest.raises(TargetError, match=expected):
+            read_or_write(text, "argocd-application", PIN, where="a")

@@ -27,7 +27,8 @@ from .conftest import (
     write_values,
 )
 from .doubles.gitea import GiteaDouble
-from .servers import GitDaemon, free_port
+from .doubles.kube import KubeApiDouble
+from .servers import GitDaemon, Registry, free_port
 
 DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64
@@ -423,6 +424,10 @@ def test_a_target_that_is_not_yaml(code_repo: Repo, values: Path) -> None:
             "images:\n- name: citation-dagster\n- name: registry:80/citation-dagster\n",
             "2 entries name the image citation-dagster",
         ),
+        (
+            "metadata:\n  labels:\n    ? {owner: data}\n    : team\nimages:\n- name: x\n",
+            "line 3: a key that is a mapping or a list",
+        ),
     ],
 )
 def test_an_odd_target_exits_2_on_one_line_and_writes_nothing(
@@ -435,6 +440,49 @@ def test_an_odd_target_exits_2_on_one_line_and_writes_nothing(
     assert result.stderr.startswith(f"error: atlas/atlas@main:{KUSTOMIZATION}: {expected}")
     assert len(result.stderr.strip().splitlines()) == 1
     assert code_repo.head() == head
+
+
+def test_one_unreadable_target_is_its_apps_error_and_the_pass_goes_on(
+    tmp_path: Path, code_repo: Repo, gitea: GiteaDouble, registry: Registry, kube: KubeApiDouble
+) -> None:
+    """The safety net reads every app's target: a file its readers cannot read (a key that
+    is a mapping, valid YAML) is that app's error, named, not a traceback that ends the
+    pass for every app."""
+    apps = [
+        {
+            "name": name,
+            "image": f"{name}-image",
+            "context": f"dataops/{name}",
+            "writeback": {"repo": "atlas/atlas", "path": f"dataops/{name}/kustomization.yaml"},
+        }
+        for name in ("citation", "odd")
+    ]
+    values = write_values(
+        tmp_path / "site.yaml", **{"gitea.url": gitea.url, "registry.host": registry.host}
+    )
+    values.write_text(values.read_text() + yaml.safe_dump({"apps": apps}))
+    odd = "kind: Kustomization\n? {owner: data}\n: team\nimages:\n- name: odd-image\n"
+    code_repo.commit(
+        {
+            "dataops/citation/kustomization.yaml": "images:\n- name: citation-image\n",
+            "dataops/citation/src.txt": "v2\n",
+            "dataops/odd/kustomization.yaml": odd,
+            "dataops/odd/src.txt": "v2\n",
+        }
+    )
+    env = {
+        "KUBECONFIG": str(kube.kubeconfig(tmp_path / "kubeconfig")),
+        "FABRIQUE_GITEA_TOKEN": GITEA_TOKEN,
+    }
+    result = run_cli("--values", str(values), "reconcile", env=env)
+    lines = {line.split(":")[0]: line for line in result.stdout.splitlines()}
+    assert lines["citation"].startswith("citation: submitted: "), result.stdout
+    assert lines["odd"] == (
+        "odd: error: atlas/atlas:dataops/odd/kustomization.yaml: line 2: a key that is "
+        "a mapping or a list, which Kubernetes and kustomize do not take; write the key as a "
+        "string"
+    )
+    assert result.exit_code != 0
 
 
 @pytest.mark.parametrize(

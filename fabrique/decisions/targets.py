@@ -19,9 +19,10 @@ number 1.1), inserted lines keep the file's line ending (CRLF stays CRLF) and co
 kustomize's natural order (``name, newName, newTag, digest``). A file that would not
 deploy what fabrique reports is refused, not edited: two entries for the same image
 (under its plain name and its registry name, say: kustomize would keep applying the
-other one), ``images:`` with no list, YAML merge keys (``<<``), an anchor or alias where the
-edit falls. A list (or a kustomization entry) in flow style is written out in block style,
-its other entries keeping their text.
+other one), ``images:`` with no list, YAML merge keys (``<<``), a key that is a mapping or a
+list, an anchor or alias where the edit falls. A field with no value (``digest:``) is
+filled in. A list (or a kustomization entry) in flow style, ``[]`` and ``[ ]`` alike, is
+written out in block style, its other entries keeping their text and the comment after it.
 """
 
 from __future__ import annotations
@@ -103,11 +104,11 @@ def apply_pin(
     text: str, kind: Kind, pin: ImagePin, *, where: str, source_index: int | None = None
 ) -> str:
     """The file's text with ``pin`` written in, and nothing else changed."""
+    # kustomize reads every field as a string: compare the documents as source text
+    raw = _read_shared(text, where)  # first: what a reader refuses, the edit refuses
     data = _load(text, where)
     splicer = _Splicer(text, where)
     if kind == "kustomize-images":
-        # kustomize reads every field as a string: compare the documents as source text
-        raw = _read_shared(text, where)
         _pin_kustomize(splicer, data, raw, pin, where)
         expected = copy.deepcopy(raw)
         _expect_kustomize(expected, pin)
@@ -216,6 +217,8 @@ class _TextLoader(getattr(pyyaml, "CBaseLoader", pyyaml.BaseLoader)):  # type: i
     def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
         mapping: dict[Any, Any] = {}
         for key_node, value_node in node.value:
+            if not isinstance(key_node, pyyaml.ScalarNode):
+                raise _CollectionKey(key_node.start_mark.line)
             key = self.construct_object(key_node, deep=True)
             if key == "<<" and not key_node.style:
                 raise _MergeKey
@@ -231,6 +234,15 @@ class _MergeKey(Exception):
     pass
 
 
+class _CollectionKey(Exception):
+    """A key that is a mapping or a list (``? {owner: data} : team``): valid YAML, but
+    no Kubernetes object, nor kustomize, takes it, and it cannot be read as text."""
+
+    def __init__(self, line: int) -> None:
+        super().__init__(line)
+        self.line = line
+
+
 @_parsed_once(maxsize=256)
 def _read_shared(text: str, where: str) -> dict[str, Any]:
     """The document as ``_TextLoader`` reads it, with ``_load``'s checks and messages.
@@ -244,6 +256,11 @@ def _read_shared(text: str, where: str) -> dict[str, Any]:
         raise TargetError(f"{where}:{line} not valid YAML ({problem})") from None
     except _MergeKey:
         raise TargetError(_MERGE_KEY.format(where=where)) from None
+    except _CollectionKey as key:
+        raise TargetError(
+            f"{where}: line {key.line + 1}: a key that is a mapping or a list, which "
+            "Kubernetes and kustomize do not take; write the key as a string"
+        ) from None
     if len(documents) != 1:
         raise TargetError(f"{where}: holds {len(documents)} YAML documents; expected exactly one")
     if not isinstance(documents[0], dict):
@@ -363,11 +380,20 @@ def _pick_source(
 
 def _source_images(source: CommentedMap, where: str) -> CommentedSeq | None:
     kustomize = source.get("kustomize")
+    if "kustomize" in source and kustomize is None:
+        raise TargetError(
+            f"{where}: kustomize has no value (null); write the mapping under it or remove the key"
+        )
     if kustomize is None:
         return None
     if not isinstance(kustomize, dict):
         raise TargetError(f"{where}: kustomize must be a mapping")
     images = kustomize.get("images")
+    if "images" in kustomize and images is None:
+        raise TargetError(
+            f"{where}: kustomize.images has no value (null); write the list under it or "
+            "remove the key"
+        )
     if images is not None and not isinstance(images, list):
         raise TargetError(f"{where}: kustomize.images must be a list")
     return images  # type: ignore[return-value]
@@ -471,6 +497,10 @@ class _Splicer:
     def replace_scalar(self, line: int, col: int, value: str) -> None:
         self._edits.append((line, 2, "replace", (col, value)))
 
+    def fill_empty(self, line: int, col: int, value: str) -> None:
+        """Write ``value`` where an empty one stands: ``col`` is just after the colon."""
+        self._edits.append((line, 2, "fill", (col, value)))
+
     def insert_after(self, line: int, text: str) -> None:
         self._edits.append((line, 1, "insert", text))
 
@@ -493,6 +523,9 @@ class _Splicer:
             if op == "replace":
                 col, value = payload
                 lines[line] = self._replace(lines[line], col, value)
+            elif op == "fill":
+                col, value = payload
+                lines[line] = f"{lines[line][:col]} {yaml_scalar(value)}{lines[line][col:]}"
             elif op == "insert":
                 lines.insert(line + 1, payload)
             else:
@@ -540,6 +573,50 @@ def _closing_quote(text: str, quote: str) -> int:
     return -1
 
 
+def _value_line(mapping: CommentedMap, key: Any) -> int:
+    """The line (0-based) of ``mapping[key]``'s value. ruamel.yaml places an empty value
+    (``digest:`` and nothing after it) where the next token starts: the next key's line,
+    or past the end of the file. Its line is its key's."""
+    key_line, key_col = mapping.lc.key(key)
+    line, col = mapping.lc.value(key)
+    # a value on a later line is indented deeper than its key (`digest:` newline `  ~`)
+    if mapping[key] is None and line > key_line and col <= key_col:
+        return int(key_line)
+    return int(line)
+
+
+_KEY_COLON = re.compile(r":(?=[ \t\r\n]|$)")
+
+
+def _scalar_at(splicer: _Splicer, mapping: CommentedMap, key: Any) -> tuple[int, int, bool]:
+    """Where ``mapping[key]``'s scalar value stands (line, column), and whether it is
+    empty: an empty value has no text to replace, so its column is just after the key's
+    colon, where the new value is filled in."""
+    line, col = mapping.lc.value(key)
+    if mapping[key] is not None:
+        return line, col, False
+    if _value_line(mapping, key) == line:
+        rest = splicer.lines[line][col:].strip()
+        if rest and not rest.startswith("#"):  # `~` or `null`: text to replace
+            return line, col, False
+    line, col = mapping.lc.key(key)
+    text = splicer.lines[line]
+    if text[col : col + 1] in ('"', "'"):
+        col += _closing_quote(text[col:], text[col])
+    colon = _KEY_COLON.search(text, col)
+    if colon is None:
+        raise TargetError(f"{splicer.where}: line {line + 1}: cannot find the ':' of {key}")
+    return line, colon.end(), True
+
+
+def _set_scalar(splicer: _Splicer, mapping: CommentedMap, key: Any, value: str) -> None:
+    line, col, empty = _scalar_at(splicer, mapping, key)
+    if empty:
+        splicer.fill_empty(line, col, value)
+    else:
+        splicer.replace_scalar(line, col, value)
+
+
 def _last_line(node: Any, fallback: int) -> int:
     """The last line a block node's content uses (0-based)."""
     last = fallback
@@ -551,16 +628,13 @@ def _last_line(node: Any, fallback: int) -> int:
                 last,
                 _last_line(value, node.lc.value(key)[0])
                 if isinstance(value, (dict, list))
-                else node.lc.value(key)[0],
+                else _value_line(node, key),
             )
     elif isinstance(node, CommentedSeq):
         for index, value in enumerate(node):
             line = node.lc.item(index)[0]
             last = max(last, _last_line(value, line) if isinstance(value, (dict, list)) else line)
     return last
-
-
-_EMPTY_FLOW = re.compile(r"^(?P<pad>\s*)(?P<key>[A-Za-z_][\w.-]*):\s*(\[\]|\{\})\s*(#.*)?$")
 
 
 def _refuse_anchors(splicer: _Splicer, first: int, last: int, what: str) -> None:
@@ -600,21 +674,6 @@ def _refuse_anchors(splicer: _Splicer, first: int, last: int, what: str) -> None
 def _lines_of(event: Any) -> tuple[int, int]:
     """The first and last line (0-based) of a YAML event."""
     return event.start_mark.line, event.end_mark.line
-
-
-def _empty_flow(splicer: _Splicer, node: Any, key_line: int) -> str | None:
-    """The indentation of ``key: []`` (or ``{}``) when ``node`` is that empty collection,
-    alone on its key's line: an edit may write it out in block style. None otherwise."""
-    if node is None or len(node) or key_line >= len(splicer.lines):
-        return None
-    found = _EMPTY_FLOW.match(splicer.lines[key_line].rstrip("\r\n"))
-    return found["pad"] if found else None
-
-
-def _write_out(splicer: _Splicer, key_line: int, pad: str, key: str, block: str) -> None:
-    """Replace the line ``key: []``/``key: {}`` by ``key:`` and ``block`` under it."""
-    splicer.delete_line(key_line)
-    splicer.insert_after(key_line, f"{pad}{key}:\n{block}")
 
 
 def _flow_items(splicer: _Splicer, line: int, col: int) -> tuple[list[str], int, int]:
@@ -686,12 +745,16 @@ class _Flow:
 
 
 def _flow(splicer: _Splicer, node: Any, at: tuple[int, int], lead: str, what: str) -> _Flow | None:
-    """``node`` as a ``_Flow`` when it is a flow collection with content, opening at
-    ``at`` after text that matches ``lead`` (``  images: ``, ``- ``); None when it is
-    in block style (or empty, which ``_empty_flow`` writes out)."""
-    if not len(node) or getattr(node, "fa", None) is None or not node.fa.flow_style():
-        return None
+    """``node`` as a ``_Flow`` when it is a flow collection, opening at ``at`` after text
+    that matches ``lead`` (``  images: ``, ``- ``); None when it is in block style.
+    ruamel.yaml marks no empty collection as flow style: ``[]``, ``[ ]`` and ``{}`` are
+    known by their bracket, so that each is written out as the others are."""
     line, col = at
+    if len(node):
+        if getattr(node, "fa", None) is None or not node.fa.flow_style():
+            return None
+    elif line >= len(splicer.lines) or splicer.lines[line][col : col + 1] not in ("[", "{"):
+        return None
     items, last, end = _flow_items(splicer, line, col)
     before = splicer.lines[line][:col]
     after = splicer.lines[last][end + 1 :].strip()
@@ -752,10 +815,6 @@ def _pin_kustomize(
         return
     line = data.lc.key("images")[0]
     _refuse_anchors(splicer, line, _last_line(images, line), "images")
-    pad = _empty_flow(splicer, images, line)
-    if pad is not None:  # `images: []`
-        _write_out(splicer, line, pad, "images", _kustomize_entry_lines(pin, len(pad)))
-        return
     found = _kustomize_entry(images, pin, where)
     edited = copy.deepcopy(raw)
     _expect_kustomize(edited, pin)
@@ -765,7 +824,7 @@ def _pin_kustomize(
     ours = {field: then[field] for field in KUSTOMIZE_FIELDS if field in then}
     ours.update((f, None if now.get(f) is None else v) for f, v in then.items() if f not in ours)
     flow = _flow(splicer, images, data.lc.value("images"), r"[ \t]*images:[ \t]*", "images")
-    if flow is not None:  # `images: [{…}, …]`: written out, the other entries as they were
+    if flow is not None:  # `images: [{…}, …]` or `[]`: written out, the others as they were
         dash = _indent(flow.before)
         lines = [flow.before.rstrip()]
         for item, text in enumerate([*flow.items, None]):
@@ -801,13 +860,12 @@ def _pin_kustomize(
             if isinstance(entry[field], (dict, list)):
                 raise TargetError(f"{where}: images entry {pin.image}.{field} must be a string")
             if entry[field] is None or str(raw_entry[field]) != value:
-                line, col = entry.lc.value(field)
-                splicer.replace_scalar(line, col, value)
+                _set_scalar(splicer, entry, field, value)
             continue
         # a missing field goes after the last of the fields that come before it
         before = [k for k in KUSTOMIZE_FIELDS[: KUSTOMIZE_FIELDS.index(field)] if k in entry]
         anchor = (
-            entry.lc.value(before[-1])[0]
+            _value_line(entry, before[-1])
             if before
             else _last_line(entry, entry.lc.key(next(iter(entry)))[0])
         )
@@ -826,11 +884,13 @@ def _pin_application(splicer: _Splicer, source: CommentedMap, pin: ImagePin, whe
         last = _last_line(source, source.lc.key(next(iter(source)))[0])
         if "kustomize" in source:
             kustomize = source["kustomize"]
-            line = source.lc.key("kustomize")[0]
-            empty = _empty_flow(splicer, kustomize, line)
-            if empty is not None:  # `kustomize: {}`
-                block = f"{empty}  images:\n{empty}  - {yaml_scalar(value)}\n"
-                _write_out(splicer, line, empty, "kustomize", block)
+            at = source.lc.value("kustomize")
+            lead = r"[ \t]*kustomize:[ \t]*"
+            flow = None if len(kustomize) else _flow(splicer, kustomize, at, lead, "kustomize")
+            if flow is not None:  # `kustomize: {}`: written out
+                inner = _indent(flow.before) + "  "
+                lines = [flow.before.rstrip(), f"{inner}images:", f"{inner}- {yaml_scalar(value)}"]
+                _replace_flow(splicer, flow, lines)
                 return
             _require_block(kustomize, where, "kustomize")
             inner = " " * kustomize.lc.key(next(iter(kustomize)))[1] if kustomize else pad + "  "
@@ -843,15 +903,10 @@ def _pin_application(splicer: _Splicer, source: CommentedMap, pin: ImagePin, whe
                 last, f"{pad}kustomize:\n{pad}  images:\n{pad}  - {yaml_scalar(value)}\n"
             )
         return
-    line = source["kustomize"].lc.key("images")[0]
-    empty = _empty_flow(splicer, images, line)
-    if empty is not None:  # `images: []`
-        _write_out(splicer, line, empty, "images", f"{empty}- {yaml_scalar(value)}\n")
-        return
     kept, dropped = _application_entries([str(v) for v in images], pin)
     at = source["kustomize"].lc.value("images")
     flow = _flow(splicer, images, at, r"[ \t]*images:[ \t]*", "kustomize.images")
-    if flow is not None:  # `images: [a, b]`: written out, the other entries as they were
+    if flow is not None:  # `images: [a, b]` or `[]`: written out, the others as they were
         dash = _indent(flow.before)
         lines = [flow.before.rstrip()]
         for item, text in enumerate(flow.items):
