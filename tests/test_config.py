@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
-from fabrique.site.config import load_site
+from fabrique.site.config import (
+    ENV_RESERVED,
+    apply_env_override,
+    default_values,
+    load_site,
+)
 from fabrique.site.errors import ConfigError
 from fabrique.site.names import MAX_APP_NAME_LEN, workflow_name
 
@@ -160,6 +168,83 @@ def test_bad_env_names_are_errors(name: str, expected: str) -> None:
 def test_reserved_variables_are_not_overrides() -> None:
     site = load_site(env={"FABRIQUE_GITEA_TOKEN": "secret", "FABRIQUE_KUBECONTEXT": "prod"})
     assert "secret" not in yaml.safe_dump(site.to_values())
+
+
+ROOT = Path(__file__).parents[1]
+# what the project is made of: where a FABRIQUE_* variable may be read or documented
+SOURCES = ("fabrique", "tests", "bench", "pipelines", "eventsources", "docs")
+SOURCE_FILES = ("Makefile", "README.md")
+# FABRIQUE_* names the project writes only to show that they are refused
+REFUSED_EXAMPLES = {
+    "FABRIQUE_A__B__0__C": "unknown setting 'a'",
+    "FABRIQUE_BUILD__RETRIS": "unknown setting 'retris'",
+    "FABRIQUE_REGISTRY_HOST": "unknown setting 'registry_host'",
+    "FABRIQUE_REGISTRY__HOSTNAME": "unknown setting 'hostname'",
+    "FABRIQUE_X": "unknown setting 'x'",
+}
+
+
+def _env_names_in_the_project() -> dict[str, set[str]]:
+    """Every FABRIQUE_* name the project's source spells, and the files that spell it."""
+    files = [ROOT / name for name in SOURCE_FILES]
+    files += [path for folder in SOURCES for path in sorted((ROOT / folder).rglob("*"))]
+    found: dict[str, set[str]] = {}
+    for path in files:
+        if not path.is_file() or "__pycache__" in path.parts:
+            continue
+        for name in re.findall(rb"FABRIQUE_[A-Z0-9_]*[A-Z0-9]", path.read_bytes()):
+            found.setdefault(name.decode(), set()).add(str(path.relative_to(ROOT)))
+    return found
+
+
+@functools.cache
+def _defaults() -> dict[str, Any]:
+    return default_values()
+
+
+def _is_a_setting(name: str) -> bool:
+    """Whether ``name`` is a config path (``FABRIQUE_APPS__7__NAME`` is, with 8 apps)."""
+    try:
+        apply_env_override(copy.deepcopy(_defaults()), name, "x")
+    except ConfigError as err:
+        return "unknown setting" not in str(err)
+    return True
+
+
+def test_every_fabrique_variable_the_project_reads_is_set_aside() -> None:
+    """A FABRIQUE_* variable that fabrique, its tests, its bench or its README reads, and
+    that is no config path, must be set aside by the config reader: exported as the README
+    says (FABRIQUE_NATS_CLIENT_AUTH for the bus, FABRIQUE_LIVE_DIR for make up), it would
+    otherwise stop every later command as an "unknown setting"."""
+    found = _env_names_in_the_project()
+    assert "tests/peers/build.py" in found.get("FABRIQUE_PEERS_CACHE", set()), "the scan reads"
+    unknown = {
+        name: sorted(files)
+        for name, files in found.items()
+        if name not in ENV_RESERVED and name not in REFUSED_EXAMPLES and not _is_a_setting(name)
+    }
+    assert not unknown, f"read but not in config.ENV_RESERVED: {unknown}"
+    for name, refusal in REFUSED_EXAMPLES.items():
+        with pytest.raises(ConfigError, match=re.escape(f"{name}: {refusal}")):
+            load_site(env={name: "x"})
+    for name, reader in ENV_RESERVED.items():
+        assert not _is_a_setting(name), f"{name} is set aside, yet it names a setting"
+        elsewhere = found.get(name, set()) - {"fabrique/site/config.py"}
+        assert elsewhere or reader.startswith("retired"), f"{name}: nothing reads it"
+
+
+def test_the_variables_set_aside_do_not_stop_a_command(tmp_path: Path) -> None:
+    exported = {name: "x" for name in ENV_RESERVED} | {"FABRIQUE_VALUES": ""}
+    assert load_site(env=exported).gitea.branch == "main"
+    values = write_values(tmp_path / "site.yaml", **{"gitea.branch": "release"})
+    shell = {
+        "FABRIQUE_NATS_CLIENT_AUTH": "token: s3cret\n",
+        "FABRIQUE_LIVE_DIR": str(tmp_path / "live"),
+        "FABRIQUE_PEERS_CACHE": str(tmp_path / "peers"),
+    }
+    result = run_cli("--values", str(values), "config", "show", env=shell)
+    assert result.exit_code == 0, result.stderr
+    assert "s3cret" not in result.stdout
 
 
 @pytest.mark.parametrize(
@@ -351,3 +436,13 @@ def _dotted(values: dict[str, object]) -> dict[str, object]:
         "netpol.dns.podLabels": values["netpol"]["dns"]["podLabels"],  # type: ignore[index]
         "derivedSecrets": values["derivedSecrets"],
     }
+
+
+def test_a_key_that_is_a_mapping_is_a_config_error_not_a_traceback(tmp_path: Path) -> None:
+    path = tmp_path / "site.yaml"
+    path.write_text("gitea:\n  branch: main\n? {owner: data}\n: team\n")
+    with pytest.raises(ConfigError, match=r"^values file .*: line 3: a key that is a mapping"):
+        load_site(path, env={})
+    result = run_cli("--values", str(path), "config", "show")
+    assert result.exit_code == 2
+    assert len(result.stderr.strip().splitlines()) == 1

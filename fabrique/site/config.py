@@ -22,6 +22,7 @@ import re
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path, PurePosixPath
+from types import MappingProxyType
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
@@ -43,16 +44,23 @@ from .names import (
 from .retry import RetryPolicy
 
 ENV_PREFIX = "FABRIQUE_"
-# FABRIQUE_* variables that are not config overrides.
-ENV_RESERVED = frozenset(
+# The FABRIQUE_* variables that are not config overrides, and what reads each: every one
+# the project reads (fabrique, its tests and bench, the Makefile, the README's examples),
+# so that one exported as the README says does not stop every later command as an
+# "unknown setting". tests/test_config.py checks the project's source against it.
+ENV_RESERVED: Mapping[str, str] = MappingProxyType(
     {
-        "FABRIQUE_VALUES",
-        "FABRIQUE_GITEA_TOKEN",
-        "FABRIQUE_KUBECONTEXT",
-        "FABRIQUE_WEBHOOK_TOKEN",
-        "FABRIQUE_WEBHOOK_SECRET",
-        "FABRIQUE_NATS_TOKEN",
-        "FABRIQUE_SPECS",
+        "FABRIQUE_VALUES": "the values file (--values)",
+        "FABRIQUE_GITEA_TOKEN": "the Gitea token",
+        "FABRIQUE_KUBECONTEXT": "the kube context (--context)",
+        "FABRIQUE_WEBHOOK_TOKEN": "the EventSource's bearer token (seed-webhook)",
+        "FABRIQUE_NATS_CLIENT_AUTH": "the EventBus Secret's client-auth (doctor eventbus)",
+        "FABRIQUE_NATS_TOKEN": "a bare NATS token (doctor eventbus)",
+        "FABRIQUE_SPECS": "the upstream specs directory (--specs)",
+        "FABRIQUE_LIVE_DIR": "the live tier's state folder (make up, tests/live)",
+        "FABRIQUE_PEERS_CACHE": "where the Go peers are built (tests/peers)",
+        "FABRIQUE_WEBHOOK_SECRET": "retired: webhook #2 has no HMAC secret; an old export "
+        "must not stop a command",
     }
 )
 
@@ -784,11 +792,20 @@ def read_values_file(path: Path) -> dict[str, Any]:
 class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     """A SafeLoader (libyaml's where it is there: a values file of 1 000 apps parses in
     0.1 s, not 0.9) that refuses a key given twice in one mapping: PyYAML would keep the
-    last one silently, and half of what the user wrote would be ignored."""
+    last one silently, and half of what the user wrote would be ignored. A key that is a
+    mapping or a list (``? {owner: data} : team``, valid YAML) names no setting: refused
+    by its line, before it is hashed."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    "a key that is a mapping or a list; a setting's name is a string",
+                    key_node.start_mark,
+                )
             key = self.construct_object(key_node, deep=True)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
