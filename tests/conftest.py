@@ -28,6 +28,7 @@ from .live.fixtures import (  # noqa: F401  (the live tier's)
     applied,
     cluster,
     control_plane,
+    kubectl,
     real_gitea,
 )
 from .servers import GitDaemon

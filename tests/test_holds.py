@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -125,10 +124,9 @@ def test_a_held_application_is_still_a_valid_application(specs: Path) -> None:
     assert list(validator.iter_errors(held)) == []
 
 
-def test_kustomize_reads_a_held_kustomization_and_leaks_nothing(tmp_path: Path) -> None:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.skip("kubectl is not installed; kustomize rendering is checked where it is")
+def test_kustomize_reads_a_held_kustomization_and_leaks_nothing(
+    tmp_path: Path, kubectl: Path
+) -> None:
     (tmp_path / "pod.yaml").write_text(
         "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n"
         "spec: {containers: [{name: a, image: citation-dagster}]}\n"

@@ -4,6 +4,7 @@ contract test outside ``tests/live/`` can run against the real server too."""
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +35,22 @@ def need_go() -> str:
             pytest.fail(f"CI never skips the live tier: {reason}", pytrace=False)
         pytest.skip(reason)
     return go
+
+
+@pytest.fixture(scope="session")
+def kubectl() -> Path:
+    """kubectl built from the kubernetes peer (``make peers``), the version of the live
+    tier's API server, for the tests that render a tree with ``kubectl kustomize``;
+    ``make system-deps`` installs no kubectl. Without Go, a kubectl on ``PATH`` outside
+    CI; with neither, they skip, saying why (and fail in CI)."""
+    installed = shutil.which("kubectl")
+    if controlplane.peers.find_go() is None and installed and not os.environ.get("CI"):
+        return Path(installed)
+    need_go()
+    try:
+        return controlplane.binaries(("kubernetes",))["kubectl"]
+    except (controlplane.ControlPlaneError, controlplane.peers.PeerError) as failed:
+        pytest.fail(str(failed), pytrace=False)
 
 
 @pytest.fixture(scope="session")
