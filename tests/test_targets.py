@@ -586,6 +586,12 @@ def test_an_entry_with_an_empty_field_is_pinned_like_any_other(before: str, afte
     assert read_pin(after, "kustomize-images", PIN, where="k") == PIN
 
 
+def test_an_empty_field_whose_colon_is_on_another_line_is_refused_by_name() -> None:
+    text = "images:\n- name: citation-dagster\n  ? newTag\n  :\n"
+    with pytest.raises(TargetError, match=r"^k: line 3: cannot find the ':' after the key newT"):
+        apply_pin(text, "kustomize-images", PIN, where="k")
+
+
 @pytest.mark.parametrize(
     ("text", "kind", "line"),
     [

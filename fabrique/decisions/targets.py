@@ -605,7 +605,10 @@ def _scalar_at(splicer: _Splicer, mapping: CommentedMap, key: Any) -> tuple[int,
         col += _closing_quote(text[col:], text[col])
     colon = _KEY_COLON.search(text, col)
     if colon is None:
-        raise TargetError(f"{splicer.where}: line {line + 1}: cannot find the ':' of {key}")
+        raise TargetError(
+            f"{splicer.where}: line {line + 1}: cannot find the ':' after the key {key}; "
+            f"write it as '{key}:' on one line"
+        )
     return line, colon.end(), True
 
 
