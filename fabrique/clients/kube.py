@@ -2,6 +2,12 @@
 
 Everything else asks it for typed results. Connection settings come from a kubeconfig
 (``--context`` or ``FABRIQUE_KUBECONTEXT``) or, inside a pod, the in-cluster config.
+
+The Kubernetes client is imported when a cluster is first asked, not with this module:
+it is most of a command's start-up (bench/RESULTS.md). Its generated API classes are not
+used at all: each request goes by path through the client's connection pool, set up
+from the kubeconfig (TLS, client certificates, tokens refreshed by exec plugins); the
+``CoreV1Api`` class alone costs more to import than an idle reconcile pass's work.
 """
 
 from __future__ import annotations
@@ -12,18 +18,16 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-import urllib3
-from kubernetes import client as k8s
-from kubernetes import config as k8s_config
-from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlencode
 
 from fabrique.site.config import Site
 from fabrique.site.errors import ConfigError, KubeError, reason_line
 from fabrique.site.names import DIGEST_RE, VERIFIED_OUTPUT, VERIFY_STEP, redact_urls
 from fabrique.site.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
 
 log = logging.getLogger("fabrique.kube")
 
@@ -100,13 +104,17 @@ def workflow_state(name: str, body: dict[str, Any]) -> WorkflowState:
     )
 
 
-def connect(context: str | None = None) -> k8s.ApiClient:
+def connect(context: str | None = None) -> ApiClient:
     """An API client from the kubeconfig (``context``), else the in-cluster config.
 
     Retries are fabrique's own (KubeClient), so urllib3's are turned off. No kubeconfig
     or an unknown context is a ConfigError (exit 2): no server was asked anything.
     """
-    configuration = k8s.Configuration()
+    from kubernetes import config as k8s_config
+    from kubernetes.client import ApiClient, Configuration
+    from kubernetes.config.config_exception import ConfigException
+
+    configuration = Configuration()
     kubeconfig = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
     try:
         k8s_config.load_kube_config(
@@ -122,13 +130,16 @@ def connect(context: str | None = None) -> k8s.ApiClient:
                 "no Kubernetes config: set KUBECONFIG or ~/.kube/config, or run in a pod"
             ) from None
     configuration.retries = 0
-    return k8s.ApiClient(configuration)
+    return ApiClient(configuration)
 
 
 def kubeconfig_context(context: str | None = None) -> str:
     """The context a client would use: ``context``, else the kubeconfig's current one."""
     if context:
         return context
+    from kubernetes import config as k8s_config
+    from kubernetes.config.config_exception import ConfigException
+
     kubeconfig = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
     try:
         _, active = k8s_config.list_kube_config_contexts(config_file=kubeconfig)
@@ -139,18 +150,34 @@ def kubeconfig_context(context: str | None = None) -> str:
     return str(active["name"])
 
 
+@dataclass(frozen=True)
+class _Answer:
+    """The API server's answer to one request: its status, reason and body."""
+
+    status: int
+    reason: str
+    data: bytes
+
+    def json(self, what: str) -> Any:
+        try:
+            return json.loads(self.data)
+        except ValueError:
+            raise KubeError(f"{what}: the API answered something that is not JSON") from None
+
+
 class KubeClient:
     def __init__(
         self,
-        api: k8s.ApiClient,
+        api: ApiClient,
         *,
         retry: RetryPolicy | None = None,
         timeout_seconds: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._timeout = (min(5.0, timeout_seconds), timeout_seconds)
-        self._custom = k8s.CustomObjectsApi(api)
-        self._core = k8s.CoreV1Api(api)
+        self._api = api  # owns the pool
+        self._configuration = api.configuration
+        self._pool = api.rest_client.pool_manager  # TLS and proxy set from the kubeconfig
         self._retry = retry or RetryPolicy()
         self._sleep = sleep
         self._server = api.configuration.host
@@ -169,43 +196,23 @@ class KubeClient:
         """Create a Workflow; an existing one of the same name is reported, not an error."""
         meta = body["metadata"]
         name, namespace = meta["name"], meta["namespace"]
-        try:
-            self._call(
-                f"create Workflow {namespace}/{name}",
-                lambda: self._custom.create_namespaced_custom_object(
-                    ARGO_GROUP,
-                    ARGO_VERSION,
-                    namespace,
-                    "workflows",
-                    body,
-                    _request_timeout=self._timeout,
-                ),
-            )
-        except ApiException as exc:
-            if exc.status == 409:
-                return CreateResult(name, namespace, created=False)
-            raise self._error(f"create Workflow {namespace}/{name}", exc) from None
+        what = f"create Workflow {namespace}/{name}"
+        answer = self._call(what, "POST", _workflows(namespace), body=body)
+        if answer.status == 409:
+            return CreateResult(name, namespace, created=False)
+        if not 200 <= answer.status < 300:
+            raise self._error(what, answer)
         return CreateResult(name, namespace, created=True)
 
     def workflow(self, namespace: str, name: str) -> WorkflowState | None:
         """Workflow ``name`` as the reconciler reads it, or None if there is no such one."""
         what = f"get Workflow {namespace}/{name}"
-        try:
-            body = self._call(
-                what,
-                lambda: self._custom.get_namespaced_custom_object(
-                    ARGO_GROUP,
-                    ARGO_VERSION,
-                    namespace,
-                    "workflows",
-                    name,
-                    _request_timeout=self._timeout,
-                ),
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise self._error(what, exc) from None
+        answer = self._call(what, "GET", _workflows(namespace, name))
+        if answer.status == 404:
+            return None
+        if not 200 <= answer.status < 300:
+            raise self._error(what, answer)
+        body = answer.json(what)
         if not isinstance(body, dict):
             raise KubeError(f"{what}: the API answered something that is not an object")
         return workflow_state(name, body)
@@ -213,20 +220,10 @@ class KubeClient:
     def workflows(self, namespace: str, selector: str) -> list[WorkflowState]:
         """Every Workflow of ``namespace`` whose labels match ``selector``, in one LIST."""
         what = f"list Workflows {namespace} ({selector})"
-        try:
-            body = self._call(
-                what,
-                lambda: self._custom.list_namespaced_custom_object(
-                    ARGO_GROUP,
-                    ARGO_VERSION,
-                    namespace,
-                    "workflows",
-                    label_selector=selector,
-                    _request_timeout=self._timeout,
-                ),
-            )
-        except ApiException as exc:
-            raise self._error(what, exc) from None
+        answer = self._call(what, "GET", _workflows(namespace), query={"labelSelector": selector})
+        if not 200 <= answer.status < 300:
+            raise self._error(what, answer)
+        body = answer.json(what)
         items = body.get("items") if isinstance(body, dict) else None
         if not isinstance(items, list):
             raise KubeError(f"{what}: the API answered something that is not a list")
@@ -273,50 +270,67 @@ class KubeClient:
         """Replace a Secret; ``metadata.resourceVersion`` makes a concurrent change a 409."""
         self._write_core("replace", "Secret", body)
 
-    # the core kinds fabrique reads and writes, by the client's method names
+    # the core kinds fabrique reads and writes, by their resource (plural) names
     _CORE = {
-        "Secret": "secret",
-        "ConfigMap": "config_map",
-        "Service": "service",
-        "PersistentVolumeClaim": "persistent_volume_claim",
+        "Secret": "secrets",
+        "ConfigMap": "configmaps",
+        "Service": "services",
+        "PersistentVolumeClaim": "persistentvolumeclaims",
     }
 
     def _read_core(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         what = f"get {kind} {namespace}/{name}"
-        read = getattr(self._core, f"read_namespaced_{self._CORE[kind]}")
-        try:
-            found = self._call(
-                what,
-                lambda: read(
-                    name, namespace, _request_timeout=self._timeout, _preload_content=False
-                ),
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise self._error(what, exc) from None
-        body: dict[str, Any] = json.loads(found.data)
+        answer = self._call(what, "GET", _core(namespace, self._CORE[kind], name))
+        if answer.status == 404:
+            return None
+        if not 200 <= answer.status < 300:
+            raise self._error(what, answer)
+        body = answer.json(what)
+        if not isinstance(body, dict):
+            raise KubeError(f"{what}: the API answered something that is not an object")
         return body
 
     def _write_core(self, verb: str, kind: str, body: dict[str, Any]) -> None:
         meta = body["metadata"]
         what = f"{verb} {kind} {meta['namespace']}/{meta['name']}"
-        write = getattr(self._core, f"{verb}_namespaced_{self._CORE[kind]}")
-        # create takes (namespace, body), replace (name, namespace, body)
-        args = (meta["namespace"],) if verb == "create" else (meta["name"], meta["namespace"])
-        try:
-            self._call(what, lambda: write(*args, body, _request_timeout=self._timeout))
-        except ApiException as exc:
-            raise self._error(what, exc) from None
+        plural = self._CORE[kind]
+        if verb == "create":
+            answer = self._call(what, "POST", _core(meta["namespace"], plural), body=body)
+        else:
+            path = _core(meta["namespace"], plural, meta["name"])
+            answer = self._call(what, "PUT", path, body=body)
+        if not 200 <= answer.status < 300:
+            raise self._error(what, answer)
 
-    def _call(self, what: str, call: Callable[[], Any]) -> Any:
+    def _call(
+        self,
+        what: str,
+        method: str,
+        path: str,
+        *,
+        body: dict[str, Any] | None = None,
+        query: dict[str, str] | None = None,
+    ) -> _Answer:
+        """One request, tried again on 429, a 5xx or a lost connection, as the site's
+        retry policy says; the last answer, whatever its status."""
+        import urllib3
+
+        url = self._server.rstrip("/") + path + (f"?{urlencode(query)}" if query else "")
+        headers = {"Accept": "application/json"}
+        data = None
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+            data = json.dumps(body).encode()
+        timeout = urllib3.Timeout(connect=self._timeout[0], read=self._timeout[1])
         for attempt in range(1, self._retry.attempts + 1):
+            # asked again at each attempt: an exec plugin's or a pod's token is refreshed
+            for auth in self._configuration.auth_settings().values():
+                if auth.get("in") == "header" and auth.get("value"):
+                    headers[auth["key"]] = auth["value"]
             try:
-                return call()
-            except ApiException as exc:
-                if exc.status not in (429, 500, 502, 503, 504) or attempt == self._retry.attempts:
-                    raise
-                reason = f"HTTP {exc.status}"
+                response = self._pool.request(
+                    method, url, body=data, headers=headers, timeout=timeout, retries=False
+                )
             except (urllib3.exceptions.HTTPError, OSError) as exc:
                 if attempt == self._retry.attempts:
                     raise KubeError(
@@ -325,32 +339,50 @@ class KubeClient:
                         transient=True,
                     ) from None
                 reason = exc.__class__.__name__
+            else:
+                answer = _Answer(response.status, response.reason or "", response.data)
+                if (
+                    answer.status not in (429, 500, 502, 503, 504)
+                    or attempt == self._retry.attempts
+                ):
+                    return answer
+                reason = f"HTTP {answer.status}"
             delay = self._retry.delay(attempt)
             log.warning("%s: %s; retry %d in %.1fs", what, reason, attempt, delay)
             self._sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _error(self, what: str, exc: ApiException) -> KubeError:
+    def _error(self, what: str, answer: _Answer) -> KubeError:
         hint = {
             401: "the credentials were refused",
             403: "forbidden: the ServiceAccount or user lacks RBAC for this",
             404: "not found: are Argo Workflows' CRDs installed, and does the namespace exist?",
             422: "the API rejected the object as invalid",
-        }.get(exc.status or 0, "")
+        }.get(answer.status, "")
         return KubeError(
-            f"{what}: HTTP {exc.status} {exc.reason}"
+            f"{what}: HTTP {answer.status} {answer.reason}"
             + (f" ({hint})" if hint else "")
-            + (f": {said}" if (said := _status_message(exc)) else ""),
-            transient=(exc.status or 0) >= 500 or exc.status == 429,
+            + (f": {said}" if (said := _status_message(answer.data)) else ""),
+            transient=answer.status >= 500 or answer.status == 429,
         )
 
 
-def _status_message(exc: ApiException) -> str:
+def _workflows(namespace: str, name: str = "") -> str:
+    path = f"/apis/{ARGO_GROUP}/{ARGO_VERSION}/namespaces/{quote(namespace, safe='')}/workflows"
+    return f"{path}/{quote(name, safe='')}" if name else path
+
+
+def _core(namespace: str, plural: str, name: str = "") -> str:
+    path = f"/api/v1/namespaces/{quote(namespace, safe='')}/{plural}"
+    return f"{path}/{quote(name, safe='')}" if name else path
+
+
+def _status_message(data: bytes) -> str:
     """The API server's own one-line reason (a Status object's message), if it gave one:
     an admission policy's refusal, a conflict, a name that is taken."""
     try:
-        body = json.loads(exc.body or "")
-    except (TypeError, ValueError):
+        body = json.loads(data or b"")
+    except ValueError:
         return ""
     message = body.get("message") if isinstance(body, dict) else None
     return reason_line(str(message)) if message else ""
