@@ -114,12 +114,7 @@ class LiveApi(RestApi):
         config["contexts"][0]["name"] = context
         config["current-context"] = context
         if account:
-            answer = self.cluster.create(
-                f"/api/v1/namespaces/fabrique/serviceaccounts/{account}/token",
-                {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
-            )
-            assert answer.status == 201, answer.message
-            config["users"][0]["user"] = {"token": answer.body["status"]["token"]}
+            config["users"][0]["user"] = {"token": self.cluster.token("fabrique", account)}
         path.write_text(yaml.safe_dump(config))
         return path
 

@@ -4,11 +4,15 @@ do is denied (SubjectAccessReview), then the same through a real token of the ac
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from .. import payloads
 from .cluster import ARGO, Cluster
+from .test_workflows import sensor_workflow
 
 BUILD, CONTROL = "fabrique-build", "fabrique"
 G = "argoproj.io"
@@ -108,18 +112,36 @@ def test_the_reconcilers_memory_is_the_one_configmap_it_may_change(
 def test_the_sensor_creates_a_build_workflow_with_its_own_token(
     cluster: Cluster, applied: Path
 ) -> None:
-    """Impersonation aside: a real token of the account, through the real authenticator."""
-    answer = cluster.create(
-        f"/api/v1/namespaces/{CONTROL}/serviceaccounts/fabrique-sensor/token",
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
-    )
-    assert answer.status == 201, answer.message
-    token = answer.body["status"]["token"]
-    denied = cluster.http.get(
-        f"/api/v1/namespaces/{CONTROL}/secrets", headers={"Authorization": f"Bearer {token}"}
-    )
-    assert denied.status_code == 403
-    listed = cluster.http.get(
-        f"{ARGO}/namespaces/{BUILD}/workflows", headers={"Authorization": f"Bearer {token}"}
-    )
-    assert listed.status_code == 403  # create only: the Sensor lists nothing
+    """Impersonation aside: a real token of the account, through the real authenticator.
+    The Workflow of its trigger (the committed Sensor's, rendered as the Sensor double
+    renders it) is created (201); with the same token it can neither read it back, list,
+    nor delete it, create one in the control namespace, or read a Secret."""
+    token = cluster.token(CONTROL, "fabrique-sensor")
+    body = sensor_workflow(applied, payloads.revision())
+    workflows = f"{ARGO}/namespaces/{BUILD}/workflows"
+    name = body["metadata"]["name"]
+    created = cluster.create(workflows, body, token=token)
+    try:
+        assert created.status == 201, created.message
+        assert created.body["metadata"]["name"] == name
+        for method, path, sent in [
+            ("GET", f"{workflows}/{name}", None),
+            ("GET", workflows, None),
+            ("DELETE", f"{workflows}/{name}", None),
+            ("POST", f"{ARGO}/namespaces/{CONTROL}/workflows", in_control(body)),
+            ("GET", f"/api/v1/namespaces/{CONTROL}/secrets", None),
+            ("GET", f"/api/v1/namespaces/{BUILD}/secrets", None),
+        ]:
+            answer = cluster.request(method, path, sent, token=token)
+            assert answer.status == 403, (method, path, answer.status, answer.message)
+            assert "system:serviceaccount:fabrique:fabrique-sensor" in answer.message
+        assert cluster.exists(f"{workflows}/{name}"), "the Sensor's DELETE changed nothing"
+    finally:
+        # it holds its app's mutex: the tests after this one build that app too
+        cluster.request("DELETE", f"{workflows}/{name}")
+
+
+def in_control(body: dict[str, Any]) -> dict[str, Any]:
+    moved = copy.deepcopy(body)
+    moved["metadata"]["namespace"] = CONTROL
+    return moved
