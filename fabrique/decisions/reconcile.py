@@ -29,6 +29,9 @@ while the registry still holds it. Then exactly one action (``decide``, a pure f
 
 A failed Workflow is resubmitted once it is gone: deleted by an operator, or by its TTL
 (``ttlStrategy.secondsAfterFailure`` of fabrique-build, 7 days): that is the back-off.
+A resubmission waits, bounded, for the deleted Workflow's workspace claim of the same
+name to be collected (``workflow.submit``); past the bound the app is in-flight and a
+later pass submits it.
 
 The pass also reads the wanted commit's status ``fabrique/<app>`` in Gitea, and repairs
 it when the build's own report was lost or the net did the write-back itself
