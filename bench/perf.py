@@ -10,7 +10,8 @@
    ``git clone``, commit and push). Time, bytes moved, and ratios against the baseline.
 3. A reconcile pass over N apps against the real registry, the Gitea double and the
    Kubernetes double: wall time and requests per app, at concurrency 1 and the default.
-4. Push to write-back latency without the build: event received to commit landed.
+4. The time of ``fabrique writeback``, as the build step runs it: a process of its own,
+   from its start (start-up included) to its commit landed. No build, no event.
 5. HTTP requests of one write-back that changes something, and of one that does not.
 
 Each figure of 2 and 3 is taken at every ``--latency-ms``: the Gitea and Kubernetes
@@ -261,7 +262,7 @@ def reconcile_and_latency(work: Path, apps: int, specs: Path, latency_ms: float)
             with GiteaClient(gitea.url, TOKEN) as client:
                 transport = GiteaTransport(client, Identity("perf", "perf@example.invalid"))
                 # deploy every app at its last change, as a converged platform is
-                latencies = []
+                writebacks = []  # each `fabrique writeback`, from its start to its commit
                 for index, app in enumerate(site.apps):
                     want = transport.last_change(
                         "atlas/atlas", "main", app.context, fabrique_paths(site)
@@ -278,13 +279,11 @@ def reconcile_and_latency(work: Path, apps: int, specs: Path, latency_ms: float)
                     said = cli.run(
                         "writeback", "--app", app.name, "--revision", want, "--digest", digest
                     )
-                    latencies.append(time.perf_counter() - start)
+                    writebacks.append(time.perf_counter() - start)
                     out.setdefault("writeback_changed_requests", len(gitea.requests) - before)
                     assert said.startswith("changed"), said
-                out["latency_push_to_commit_ms_median"] = round(
-                    statistics.median(latencies) * 1000, 1
-                )
-                out["latency_push_to_commit_ms_max"] = round(max(latencies) * 1000, 1)
+                out["writeback_cli_ms_median"] = round(statistics.median(writebacks) * 1000, 1)
+                out["writeback_cli_ms_max"] = round(max(writebacks) * 1000, 1)
             for label, concurrency in (
                 ("concurrency_1", 1),
                 ("concurrency_default", site.reconcile.concurrency),
@@ -346,7 +345,9 @@ def main(argv: list[str] | None = None) -> int:
         help="reconcile passes of APPSxFILES (apps over target files), at every latency",
     )
     parser.add_argument(
-        "--curve", default="10,20,50,100,200,500,1000", help="apps of the requests curve"
+        "--curve",
+        default="10,20,50,100,200,500,1000",
+        help="apps of the requests curve ('' skips both curves)",
     )
     parser.add_argument("--curve-files", type=int, default=10, help="target files of the curve")
     parser.add_argument(
@@ -369,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--only {args.only}: unknown section(s) {sorted(only - set(SECTIONS))}")
     logging.basicConfig(level=logging.ERROR)
     specs = find_specs()
-    report: dict[str, Any] = {name: [] for name in (*SECTIONS, "curve")}
+    report: dict[str, Any] = {name: [] for name in (*SECTIONS, "curve", "startup")}
     sizes = [int(n) for n in args.render_apps.split(",")] if "render" in only else []
     for apps in sizes:
         wall, peak = measure_render(apps, 3)
@@ -389,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
                 reconcile_and_latency(work, args.apps, specs, latency) for latency in latencies
             ]
         if "scale" in only:
+            report["startup"] = [cli_startup()]
             report["scale"], report["curve"] = reconcile_at_scale(work, specs, args, latencies)
         if "servers" in only:
             report["servers"] = double_and_real_gitea(work, specs, args.real_gitea)
@@ -412,6 +414,11 @@ def main(argv: list[str] | None = None) -> int:
         print()
         for key, value in row.items():
             print(f"{key.replace('_', ' '):<46} {value}")
+    for row in report["startup"]:
+        print(
+            f"\nstart-up: fabrique --version, median / max of {row['runs']} processes:"
+            f" {row['version_ms_median']} ms / {row['version_ms_max']} ms"
+        )
     print("\nreconcile at scale (default concurrency): seconds / requests per pass")
     print("   apps  files  latency ms |       cold |       idle |      moved |        one | MB")
     for row in report["scale"]:
@@ -451,20 +458,39 @@ def reconcile_at_scale(
                 for latency in latencies
                 for apps, files in scale
             ]
-            top = max(int(n) for n in args.curve.split(","))
+            curve_apps = [int(n) for n in args.curve.split(",") if n]  # '' skips the curves
             curve = [
                 scale_measure(
                     work, specs, proxy.host, seen, apps, min(apps, args.curve_files), latencies[0]
                 )
-                for apps in (int(n) for n in args.curve.split(","))
+                for apps in curve_apps
             ] + [
-                scale_measure(work, specs, proxy.host, seen, top, files, latencies[0])
-                for files in (int(n) for n in args.files_curve.split(","))
+                scale_measure(work, specs, proxy.host, seen, max(curve_apps), files, latencies[0])
+                for files in (int(n) for n in args.files_curve.split(",") if n and curve_apps)
                 if files != args.curve_files
             ]
         finally:
             proxy.stop()
     return rows, curve
+
+
+def cli_startup(runs: int = 5) -> dict[str, Any]:
+    """The start-up every ``fabrique`` command pays: ``fabrique --version`` in a process
+    of its own (the interpreter, the CLI's imports), its median and max over ``runs``."""
+    walls = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run(
+            [str(Path(sys.executable).parent / "fabrique"), "--version"],
+            capture_output=True,
+            check=True,
+        )
+        walls.append(time.perf_counter() - start)
+    return {
+        "runs": runs,
+        "version_ms_median": round(statistics.median(walls) * 1000, 1),
+        "version_ms_max": round(max(walls) * 1000, 1),
+    }
 
 
 def double_and_real_gitea(work: Path, specs: Path, scale: str) -> list[dict[str, Any]]:
