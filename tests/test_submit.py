@@ -207,7 +207,9 @@ def test_the_safety_net_resubmits_a_deleted_build_once_its_claim_is_gone(
 ) -> None:
     """A pass whose wait runs out creates nothing and says why; the next one submits."""
     values, env = net
-    monkeypatch.setattr(submission, "CLAIM_WAIT_SECONDS", 0.1)
+    # a pass waits less than `fabrique submit`: its deadline may be a minute
+    assert submission.PASS_CLAIM_WAIT_SECONDS < 60 / 2 < submission.CLAIM_WAIT_SECONDS
+    monkeypatch.setattr(submission, "PASS_CLAIM_WAIT_SECONDS", 0.1)
     revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
     name = f"fabrique-citation-{revision[:12]}"
     claim = kube.old_claim(name, reads=None)

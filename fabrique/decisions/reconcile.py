@@ -72,6 +72,7 @@ from fabrique.site.names import (
     workflow_name,
 )
 
+from . import workflow as submission
 from .holds import Hold
 from .memory import Memory, MemoryStore, NoMemory
 from .signature import signature_gate
@@ -275,7 +276,7 @@ class Reconciler:
         assert facts.want is not None
         try:
             body = build_workflow(self.site, app.name, facts.want, submitted_by="reconciler")
-            created = submit(self.kube, body)
+            created = submit(self.kube, body, wait_seconds=submission.PASS_CLAIM_WAIT_SECONDS)
         except FabriqueError as err:
             return _error(app.name, err)
         if created.outcome == "exists":  # the Sensor got there first: same name, same build

@@ -46,6 +46,9 @@ WORKSPACE_VOLUME = "workspace"
 # How long a submission waits for an earlier Workflow's claim of the same name to be
 # collected: its pods' grace period (30 s by default) and the garbage collector's turn.
 CLAIM_WAIT_SECONDS = 120.0
+# A pass of the safety net waits less: its deadline may be 60 s (pipelines/reconcile_cron),
+# and a claim still there is submitted by a later pass.
+PASS_CLAIM_WAIT_SECONDS = 20.0
 CLAIM_POLL_SECONDS = 2.0
 
 
