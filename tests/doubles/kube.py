@@ -174,8 +174,8 @@ class KubeApiDouble:
     ) -> tuple[int, Any]:
         """Secrets, ConfigMaps and Services, checked with kubernetes-validate (strict) on
         every write; a PUT must carry the current resourceVersion, as optimistic
-        concurrency requires. A DELETE answers a Status, as the API server does for these
-        kinds."""
+        concurrency requires. A DELETE answers the Service deleted, or a Status for a Secret
+        or a ConfigMap, as the API server does."""
         import kubernetes_validate
         from kubernetes_validate.utils import latest_version
 
@@ -187,6 +187,8 @@ class KubeApiDouble:
             if request.method == "GET":
                 return 200, found
             del store[(namespace, name)]
+            if kind == "services":
+                return 200, found
             return 200, {
                 "kind": "Status",
                 "apiVersion": "v1",
