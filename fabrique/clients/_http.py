@@ -7,7 +7,9 @@ caller's to interpret. Request headers are never logged (they carry tokens).
 
 from __future__ import annotations
 
+import functools
 import logging
+import ssl
 import time
 from collections.abc import Callable
 from typing import Any, Self
@@ -74,6 +76,14 @@ def send(
     raise Unreachable(url, f"{last_error} after {retry.attempts} attempt(s)")
 
 
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """The TLS context every client of the process shares: httpx's default (the CA
+    bundle, or SSL_CERT_FILE / SSL_CERT_DIR), loaded once rather than once per client
+    (tens of ms each, three clients in a reconcile pass)."""
+    return httpx.create_ssl_context()
+
+
 class JsonApi:
     """Base of the HTTP clients: one httpx.Client, bounded retries, one error class.
 
@@ -97,7 +107,11 @@ class JsonApi:
         self.base_url = base_url
         self.retry = retry or RetryPolicy()
         self._client = httpx.Client(
-            base_url=base_url, headers=headers, timeout=timeout, transport=transport
+            base_url=base_url,
+            headers=headers,
+            timeout=timeout,
+            transport=transport,
+            verify=_tls_context(),
         )
 
     def close(self) -> None:

@@ -12,12 +12,14 @@ from the kubeconfig (TLS, client certificates, tokens refreshed by exec plugins)
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
@@ -104,18 +106,41 @@ def workflow_state(name: str, body: dict[str, Any]) -> WorkflowState:
     )
 
 
-def connect(context: str | None = None) -> ApiClient:
-    """An API client from the kubeconfig (``context``), else the in-cluster config.
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
+
+@dataclass(frozen=True)
+class Connection:
+    """How requests reach the API server: its URL, a urllib3 pool (TLS set up) and the
+    headers that authenticate a request, asked for each one (a token is renewed)."""
+
+    server: str
+    pool: Any  # urllib3.PoolManager
+    auth: Callable[[], dict[str, str]]
+
+
+def connect(context: str | None = None) -> Connection:
+    """A connection from the kubeconfig (``context``), else the in-cluster config.
+
+    A kubeconfig whose context has a server, a CA (or plain HTTP) and a token or no
+    credential, and the in-cluster config, are read here; anything else (exec plugins,
+    client certificates, several files, ...) by the Kubernetes client, imported then.
     Retries are fabrique's own (KubeClient), so urllib3's are turned off. No kubeconfig
     or an unknown context is a ConfigError (exit 2): no server was asked anything.
     """
+    kubeconfig = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+    plain = _plain_kubeconfig(kubeconfig, context)
+    if plain is None and not context and not os.path.exists(kubeconfig):
+        plain = _in_cluster()
+    return plain or _from_api_client(_client_library(kubeconfig, context))
+
+
+def _client_library(kubeconfig: str, context: str | None) -> ApiClient:
     from kubernetes import config as k8s_config
     from kubernetes.client import ApiClient, Configuration
     from kubernetes.config.config_exception import ConfigException
 
     configuration = Configuration()
-    kubeconfig = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
     try:
         k8s_config.load_kube_config(
             config_file=kubeconfig, context=context, client_configuration=configuration
@@ -131,6 +156,108 @@ def connect(context: str | None = None) -> ApiClient:
             ) from None
     configuration.retries = 0
     return ApiClient(configuration)
+
+
+def _from_api_client(api: ApiClient) -> Connection:
+    """The connection of a Kubernetes client's ApiClient: its pool, its credentials."""
+    configuration = api.configuration
+
+    def auth() -> dict[str, str]:
+        # asked each time: the client refreshes an exec plugin's or a pod's token here
+        return {
+            str(a["key"]): str(a["value"])
+            for a in configuration.auth_settings().values()
+            if a.get("in") == "header" and a.get("value")
+        }
+
+    return Connection(configuration.host, api.rest_client.pool_manager, auth)
+
+
+def _pool(cafile: str | None = None, cadata: str | None = None) -> Any:
+    import ssl
+
+    import urllib3
+
+    tls = ssl.create_default_context(cafile=cafile, cadata=cadata) if cafile or cadata else None
+    return urllib3.PoolManager(num_pools=4, maxsize=16, ssl_context=tls, retries=False)
+
+
+def _plain_kubeconfig(path: str, context: str | None) -> Connection | None:
+    """The connection of a plain kubeconfig's context, or None if it is not one."""
+    import yaml
+
+    if os.pathsep in path:
+        return None
+    try:
+        config = yaml.load(
+            Path(path).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        )
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    chosen = _named(config, "contexts", "context", context or config.get("current-context"))
+    if chosen is None:
+        return None
+    cluster = _named(config, "clusters", "cluster", chosen.get("cluster"))
+    user = _named(config, "users", "user", chosen.get("user")) if chosen.get("user") else {}
+    if cluster is None or user is None or set(chosen) - {"cluster", "user", "namespace"}:
+        return None
+    server = cluster.get("server")
+    token = user.get("token")
+    if (
+        set(cluster) - {"server", "certificate-authority", "certificate-authority-data"}
+        or set(user) - {"token"}
+        or not isinstance(server, str)
+        or not (token is None or isinstance(token, str))
+    ):
+        return None
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    if server.startswith("http://"):
+        return Connection(server, _pool(), lambda: headers)
+    if not server.startswith("https://"):
+        return None
+    try:
+        if isinstance(data := cluster.get("certificate-authority-data"), str):
+            pool = _pool(cadata=base64.b64decode(data).decode())
+        elif isinstance(file := cluster.get("certificate-authority"), str):
+            pool = _pool(cafile=str(Path(path).parent / file))  # relative to the kubeconfig
+        else:
+            return None  # the client's own default CAs
+    except (OSError, ValueError):
+        return None  # the client says what is wrong with it
+    return Connection(server, pool, lambda: headers)
+
+
+def _named(config: dict[str, Any], kind: str, key: str, name: Any) -> dict[str, Any] | None:
+    """The ``key`` mapping of the entry of ``config[kind]`` named ``name`` (None: none)."""
+    entries = config.get(kind)
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and entry.get("name") == name:
+            found = entry.get(key) or {}
+            return found if isinstance(found, dict) else None
+    return None
+
+
+def _in_cluster() -> Connection | None:
+    """The pod's own API server and ServiceAccount, or None outside a pod."""
+    host = os.environ.get("KUBERNETES_SERVICE_HOST")
+    port = os.environ.get("KUBERNETES_SERVICE_PORT")
+    token, ca = SERVICE_ACCOUNT / "token", SERVICE_ACCOUNT / "ca.crt"
+    if not host or not port or not token.is_file() or not ca.is_file():
+        return None
+    if ":" in host:  # an IPv6 address
+        host = f"[{host}]"
+    try:
+        pool = _pool(cafile=str(ca))
+    except (OSError, ValueError):
+        return None
+
+    def auth() -> dict[str, str]:
+        # read for each request: the kubelet renews the projected token in place
+        return {"Authorization": f"Bearer {token.read_text().strip()}"}
+
+    return Connection(f"https://{host}:{port}", pool, auth)
 
 
 def kubeconfig_context(context: str | None = None) -> str:
@@ -168,19 +295,18 @@ class _Answer:
 class KubeClient:
     def __init__(
         self,
-        api: ApiClient,
+        api: Connection | ApiClient,
         *,
         retry: RetryPolicy | None = None,
         timeout_seconds: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._timeout = (min(5.0, timeout_seconds), timeout_seconds)
-        self._api = api  # owns the pool
-        self._configuration = api.configuration
-        self._pool = api.rest_client.pool_manager  # TLS and proxy set from the kubeconfig
+        self._api = api  # an ApiClient owns its pool
+        self._connection = api if isinstance(api, Connection) else _from_api_client(api)
         self._retry = retry or RetryPolicy()
         self._sleep = sleep
-        self._server = api.configuration.host
+        self._server = self._connection.server
 
     @classmethod
     def for_site(cls, site: Site, context: str | None = None) -> KubeClient:
@@ -323,13 +449,14 @@ class KubeClient:
             data = json.dumps(body).encode()
         timeout = urllib3.Timeout(connect=self._timeout[0], read=self._timeout[1])
         for attempt in range(1, self._retry.attempts + 1):
-            # asked again at each attempt: an exec plugin's or a pod's token is refreshed
-            for auth in self._configuration.auth_settings().values():
-                if auth.get("in") == "header" and auth.get("value"):
-                    headers[auth["key"]] = auth["value"]
             try:
-                response = self._pool.request(
-                    method, url, body=data, headers=headers, timeout=timeout, retries=False
+                response = self._connection.pool.request(
+                    method,
+                    url,
+                    body=data,
+                    headers=headers | self._connection.auth(),  # a renewed token
+                    timeout=timeout,
+                    retries=False,
                 )
             except (urllib3.exceptions.HTTPError, OSError) as exc:
                 if attempt == self._retry.attempts:
