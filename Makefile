@@ -4,8 +4,9 @@
 #                 peers (Go), run lint, types and tests
 # And for a person who wants the tests' control plane:
 #   make up       start it, the default site's event path and a real Gitea on loopback
-#                 (prints `export KUBECONFIG=...`, where the EventSource takes pushes, and
-#                 Gitea's URL and token file); again: no change
+#                 (prints `export KUBECONFIG=...`, where the EventSource takes pushes,
+#                 Gitea's URL, admin and token file, and how to clone and push the code
+#                 repository, whose webhook feeds the EventSource); again: no change
 #   make down     stop them
 PYTHON ?= python3
 VENV ?= .venv
@@ -64,9 +65,10 @@ lint: $(VENV)/.test
 peers:
 	$(PYTHON) tests/peers/build.py --if-go
 
+# stdout is what a shell may eval (export KUBECONFIG=..., comments): the rest to stderr
 up: $(VENV)/.test
-	$(PYTHON) tests/peers/build.py
-	$(BIN)/python -m tests.live.controlplane up
+	@$(PYTHON) tests/peers/build.py >&2
+	@$(BIN)/python -m tests.live.controlplane up
 
 down: $(VENV)/.test
 	$(BIN)/python -m tests.live.controlplane down

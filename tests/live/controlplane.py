@@ -18,12 +18,14 @@ the kubeconfig, the certificates, etcd's data, a log per process and ``state.jso
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import ipaddress
 import json
 import os
 import random
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -34,7 +36,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import yaml
@@ -44,6 +46,9 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
 from ..peers import build as peers
+
+if TYPE_CHECKING:
+    from .gitea import Gitea
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -767,6 +772,9 @@ def _start_argo_events(plane: ControlPlane) -> None:
     from .fixtures import apply_site
 
     cluster = Cluster(plane)
+    # a new cluster's pods: the volumes an earlier plane's left (its Secrets, the bus's
+    # store) would be taken for theirs, and the bus would refuse its new client auth
+    shutil.rmtree(plane.folder / "argo-events", ignore_errors=True)
     events = ArgoEvents(cluster, plane.folder / "argo-events")
     try:
         events.start_controller()
@@ -804,58 +812,129 @@ def _event_path_lines(folder: Path) -> list[str]:
     ]
 
 
+def _code_repository(gitea: Gitea, folder: Path) -> list[str]:
+    """The default site's code repository in ``gitea``, for a person to push to: made
+    with its app's build context when missing; its webhook the one ``fabrique
+    seed-webhook`` makes, but to the EventSource this plane runs (the loopback URL of
+    ``event-path.json``, which this Gitea's ALLOWED_HOST_LIST allows, where seed-webhook
+    names the cluster's Service), made again when the plane has a new EventSource or
+    bearer token, and left alone otherwise. The lines that say how to push."""
+    # imported here: these build on this module
+    from fabrique.gestures.webhook import HOOK_NAME, Credentials, desired, differences
+    from fabrique.site.config import load_site
+
+    from .gitea import ADMIN
+
+    site = load_site(env={})
+    repo, branch, app = site.gitea.code_repo, site.gitea.branch, site.apps[0]
+    if gitea.repository(repo, branch):
+        context = {
+            f"{app.context}/{app.dockerfile}": "FROM scratch\nCOPY app.txt /\n",
+            f"{app.context}/app.txt": f"{app.name}\n",
+        }
+        gitea.commit(repo, branch, context, f"{app.name}: its build context")
+    event_path = json.loads((folder / "event-path.json").read_text())
+    url = event_path["webhook"]
+    want = desired(site, Credentials(Path(event_path["bearer_file"]).read_text().strip()))
+    want["config"]["url"] = url
+    with gitea.admin() as admin:
+        listed = admin.get(f"/repos/{repo}/hooks")
+        if listed.status_code != 200:
+            raise ControlPlaneError(f"the hooks of {repo}: {listed.status_code} {listed.text}")
+        ours = [h for h in listed.json() if str(h.get("name") or "").startswith(HOOK_NAME)]
+        if not (
+            len(ours) == 1
+            and (ours[0].get("config") or {}).get("url") == url
+            and not differences(ours[0], want)
+        ):
+            for hook in ours:
+                admin.delete(f"/repos/{repo}/hooks/{hook['id']}")
+            made = admin.post(f"/repos/{repo}/hooks", json=want)
+            if made.status_code != 201:
+                raise ControlPlaneError(f"a webhook of {repo}: {made.status_code} {made.text}")
+    # the admin's password reaches git through a credential helper: never in a URL, an
+    # argument or the shell's history
+    password = shlex.quote(str(gitea.password_file))
+    helper = f'!f() {{ echo username={ADMIN}; echo "password=$(cat {password})"; }}; f'
+    name = repo.split("/")[1]
+    return [
+        f"# {repo} holds {app.name}'s build context ({app.context}); its webhook sends each "
+        f"push on {branch} to the EventSource. To push to it as the admin:",
+        f"#   git clone -c credential.helper={shlex.quote(helper)} {gitea.url}/{repo}.git",
+        f"#   cd {name} && date >> {app.context}/app.txt && "
+        f"git commit -qam 'change {app.name}' && git push -q",
+        f"# the Sensor then creates the Workflow fabrique-{app.name}-<the commit's first 12 "
+        f"hex digits>: kubectl get workflows -n {site.namespaces.build}",
+    ]
+
+
 def default_folder() -> Path:
     return Path(os.environ.get("FABRIQUE_LIVE_DIR") or Path.home() / ".cache" / "fabrique" / "live")
 
 
-def main(argv: list[str]) -> int:
+def _up(folder: Path) -> list[str]:
+    """Start what does not run (the plane and its event path, Gitea), see to the code
+    repository; the lines to print. A ControlPlaneError or a PeerError if it fails."""
     # imported here: tests.live.gitea builds on this module
-    from .gitea import SCOPES, USER, Gitea
+    from .gitea import ADMIN, SCOPES, USER, Gitea
     from .gitea import binary as gitea_binary
     from .gitea import version as gitea_version
 
-    command = argv[0] if argv else "up"
-    folder = default_folder()
     running = ControlPlane.load(folder)
     gitea = Gitea.load(folder / "gitea")
+    if running is not None and running.alive():
+        print(f"# the control plane in {folder} is already up", file=sys.stderr)
+    else:
+        if running is not None:
+            running.stop()
+        running = ControlPlane(folder)
+        try:
+            running.start(binaries())
+            _start_argo_events(running)
+        except BaseException:
+            running.stop()
+            raise
+    if gitea is not None and gitea.alive():
+        print(f"# Gitea in {gitea.folder} is already up", file=sys.stderr)
+    else:
+        if gitea is not None:
+            gitea.stop()
+        gitea = Gitea(folder / "gitea", gitea_binary()).start()
+    try:
+        pushing = _code_repository(gitea, folder)
+    except httpx.HTTPError as failed:
+        raise ControlPlaneError(f"Gitea's code repository: {failed}") from None
+    return [
+        f"export KUBECONFIG={running.kubeconfig}",
+        f"# the Argo Events controller {running.events_version()} judges what is applied "
+        "there; the default site is applied",
+        *_event_path_lines(folder),
+        f"# Gitea {gitea_version()} at {gitea.url}: its admin {ADMIN} (the password in "
+        f"{gitea.password_file}); fabrique's user {USER} (no site admin; "
+        f"{', '.join(SCOPES)}), its token in {gitea.token_file}",
+        *pushing,
+    ]
+
+
+def main(argv: list[str]) -> int:
+    from .gitea import Gitea
+
+    command = argv[0] if argv else "up"
+    folder = default_folder()
     if command == "up":
-        if running is not None and running.alive():
-            print(f"# the control plane in {folder} is already up", file=sys.stderr)
-        else:
-            if running is not None:
-                running.stop()
-            try:
-                running = ControlPlane(folder).start(binaries())
-                _start_argo_events(running)
-            except (ControlPlaneError, peers.PeerError) as failed:
-                if running is not None:
-                    running.stop()
-                print(f"error: {failed}", file=sys.stderr)
-                return 1
-        if gitea is not None and gitea.alive():
-            print(f"# Gitea in {gitea.folder} is already up", file=sys.stderr)
-        else:
-            if gitea is not None:
-                gitea.stop()
-            try:
-                gitea = Gitea(folder / "gitea", gitea_binary()).start()
-            except (ControlPlaneError, peers.PeerError) as failed:
-                print(f"error: {failed}", file=sys.stderr)
-                return 1
-        print(f"export KUBECONFIG={running.kubeconfig}")
-        print(
-            f"# the Argo Events controller {running.events_version()} judges what is applied "
-            "there; the default site is applied"
-        )
-        for line in _event_path_lines(folder):
+        # stdout is only what a shell may eval (`export`, and comments): what is said on
+        # the way, the peers' build lines among them, goes to stderr
+        try:
+            with contextlib.redirect_stdout(sys.stderr):
+                said = _up(folder)
+        except (ControlPlaneError, peers.PeerError) as failed:
+            print(f"error: {failed}", file=sys.stderr)
+            return 1
+        for line in said:
             print(line)
-        # a comment to the shell: what `make up` printed stays something to eval
-        print(
-            f"# Gitea {gitea_version()} at {gitea.url}: the token of {USER} (no site admin; "
-            f"{', '.join(SCOPES)}) in {gitea.token_file}, the admin's password in "
-            f"{gitea.password_file}"
-        )
         return 0
+    running = ControlPlane.load(folder)
+    gitea = Gitea.load(folder / "gitea")
     if command == "down":
         try:
             if gitea is not None:

@@ -124,13 +124,8 @@ def forge(
         webhook=webhook,
     ).start()
     try:
-        owner, name = CODE_REPO.split("/")
-        with gitea.admin() as admin:
-            made = admin.post(
-                f"/admin/users/{gitea.organization(owner)}/repos", json={"name": name}
-            )
-            assert made.status_code == 201, made.text
-        work = folder / name
+        assert gitea.repository(CODE_REPO)
+        work = folder / CODE_REPO.split("/")[1]
         subprocess.run(["git", "init", "-q", "-b", "main", str(work)], check=True)
         values_file = folder / "site.yaml"
         values_file.write_text(yaml.safe_dump(merge(values or {}, {"gitea": {"url": gitea.url}})))

@@ -22,6 +22,7 @@ never printed; a failure ends with the tail of Gitea's log, which holds neither.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import pwd
@@ -118,6 +119,41 @@ class Gitea:
         if made.status_code != 422:  # 422: it is there already
             made.raise_for_status()
         return name
+
+    def repository(self, slug: str, branch: str = "main") -> bool:
+        """The repository ``slug``, ``branch`` its default, in an organization of
+        fabrique's user, made by the admin when missing (fabrique's token may not make
+        one); whether it was made now."""
+        owner, name = slug.split("/")
+        self.organization(owner)
+        with self.admin() as admin:
+            if admin.get(f"/repos/{slug}").status_code == 200:
+                return False
+            made = admin.post(
+                f"/admin/users/{owner}/repos", json={"name": name, "default_branch": branch}
+            )
+        if made.status_code != 201:
+            raise ControlPlaneError(f"Gitea did not make {slug}: {made.status_code} {made.text}")
+        return True
+
+    def commit(self, slug: str, branch: str, files: dict[str, str], message: str) -> str:
+        """One commit of new ``files`` on ``branch`` (a first one into an empty
+        repository too), by the admin through the Contents API; its id."""
+        body = {
+            "branch": branch,
+            "message": message,
+            "files": [
+                {"operation": "create", "path": path, "content": _base64(content)}
+                for path, content in files.items()
+            ],
+        }
+        with self.admin() as admin:
+            made = admin.post(f"/repos/{slug}/contents", json=body)
+        if made.status_code != 201:
+            raise ControlPlaneError(
+                f"Gitea did not commit to {slug}: {made.status_code} {made.text}"
+            )
+        return str(made.json()["commit"]["sha"])
 
     # -- state: what `make down` and a second `make up` read ------------------------------
 
@@ -346,6 +382,10 @@ def _environment() -> dict[str, str]:
     """This process's environment without Gitea's own variables (``GITEA_WORK_DIR``,
     ``GITEA__section__KEY``): a developer's would change the Gitea under test."""
     return {k: v for k, v in os.environ.items() if not k.startswith("GITEA")}
+
+
+def _base64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
 
 
 def binary() -> Path:

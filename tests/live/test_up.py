@@ -1,7 +1,8 @@
 """``make up`` and ``make down`` as a person runs them (``python -m tests.live.controlplane``,
 what the Makefile's targets call): the control plane, Gitea and the default site's event
-path come up, a push delivered where it says becomes its Workflow, a second ``up``
-changes nothing, and ``down`` stops every process."""
+path come up, their secret files readable by their owner only; a push to the code
+repository, cloned and pushed as ``up`` says, becomes its Workflow; a second ``up``
+changes nothing, ``down`` stops every process, and ``up`` comes up again after it."""
 
 from __future__ import annotations
 
@@ -13,17 +14,40 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 
-from .. import payloads
+from fabrique.gestures.doctor import TLS_EOF_WARNING
+from fabrique.site.config import load_site
+
 from . import controlplane
 from .cluster import ARGO, Cluster
 from .controlplane import ROOT, ControlPlane, ControlPlaneError, _exited
 from .fixtures import need_go
-from .gitea import Gitea
+from .gitea import ADMIN, Gitea
 
-APP_FILE = "dataops/citation-dagster/app.txt"
+# every secret file of the plane and of its Gitea: keys, tokens, a password, kubeconfigs
+SECRET_FILES = (
+    "ca.key",
+    "apiserver.key",
+    "sa.key",
+    "admin.token",
+    "tokens.csv",
+    "kubeconfig",
+    "argo.kubeconfig",
+    "webhook.bearer",
+    "gitea/token",
+    "gitea/admin.password",
+    "gitea/app.ini",
+)
+CODE_REPO = load_site(env={}).gitea.code_repo
+# a person's git, with no identity or terminal of its own here
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "a person",
+    "GIT_AUTHOR_EMAIL": "person@example.invalid",
+    "GIT_COMMITTER_NAME": "a person",
+    "GIT_COMMITTER_EMAIL": "person@example.invalid",
+    "GIT_TERMINAL_PROMPT": "0",
+}
 
 
 def _run(folder: Path, command: str) -> subprocess.CompletedProcess[str]:
@@ -38,37 +62,75 @@ def _run(folder: Path, command: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _said(out: str) -> list[str]:
-    """What ``up`` says of what runs (the peers' build lines aside)."""
-    return [line for line in out.splitlines() if not line.startswith("peer")]
-
-
 def _mode(path: Path) -> str:
     return oct(stat.S_IMODE(path.stat().st_mode))
+
+
+def _push_as_printed(out: str, where: Path) -> str:
+    """Run the commands ``up`` printed to clone the code repository and push a change,
+    as a person pastes them; the commit pushed."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.endswith("To push to it as the admin:"))
+    commands = [line.removeprefix("#   ") for line in lines[start + 1 : start + 3]]
+    assert all(c.startswith(("git clone ", "cd ")) for c in commands), commands
+    done = subprocess.run(
+        ["bash", "-euc", " && ".join([*commands, "git rev-parse HEAD"])],
+        cwd=where,
+        env={**os.environ, **GIT_ENV},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()[-1]
+
+
+def _hooks(gitea: Gitea) -> list[tuple[int, str]]:
+    with gitea.admin() as admin:
+        return [
+            (h["id"], h["config"]["url"]) for h in admin.get(f"/repos/{CODE_REPO}/hooks").json()
+        ]
 
 
 def test_make_up_brings_up_the_event_path_and_make_down_stops_it(tmp_path: Path) -> None:
     need_go()
     folder = tmp_path / "live"
+    # an earlier plane's secret files, readable by all: tightened, not kept so
+    (folder / "gitea").mkdir(parents=True)
+    for name in SECRET_FILES:
+        (folder / name).write_text("an earlier plane's\n")
+        (folder / name).chmod(0o644)
     up = _run(folder, "up")
     try:
         assert up.returncode == 0, up.stderr
         plane = ControlPlane.load(folder)
-        assert plane is not None
+        gitea = Gitea.load(folder / "gitea")
+        assert plane is not None and gitea is not None
+        assert {name: _mode(folder / name) for name in SECRET_FILES} == dict.fromkeys(
+            SECRET_FILES, "0o600"
+        )
+        # what a shell may eval (`eval "$(make up)"`): the rest went to stderr
         assert f"export KUBECONFIG={plane.kubeconfig}" in up.stdout.splitlines()
+        assert [line for line in up.stdout.splitlines() if not line.startswith("#")] == [
+            f"export KUBECONFIG={plane.kubeconfig}"
+        ]
         found = re.search(r"takes Gitea's pushes at (\S+) \(the bearer token in (\S+)\)", up.stdout)
         assert found, up.stdout
-        webhook, bearer = found[1], Path(found[2]).read_text()
+        bearer = Path(found[2]).read_text()
         assert bearer not in up.stdout + up.stderr
+        assert gitea.password not in up.stdout + up.stderr
+        assert f"its admin {ADMIN} (the password in {gitea.password_file})" in up.stdout
+        assert TLS_EOF_WARNING not in up.stderr
         assert {"argo-events-eventbus", "argo-events-eventsource", "argo-events-sensor"} <= set(
             plane.pids
         )
+        ((_, hook_url),) = _hooks(gitea)
+        assert hook_url == found[1]  # the EventSource this plane runs
 
-        # a push delivered where it says, with the bearer: the Sensor makes its Workflow
-        sha = payloads.revision()
-        body = payloads.push(after=sha, files=[APP_FILE])["body"]
-        headers = {"X-Gitea-Event": "push", "Authorization": f"Bearer {bearer}"}
-        assert httpx.post(webhook, json=body, headers=headers, timeout=30).status_code == 200
+        # a person clones the code repository and pushes, as `up` says: Gitea delivers the
+        # push to the EventSource, the Sensor makes its Workflow
+        sha = _push_as_printed(up.stdout, tmp_path)
         cluster = Cluster(plane)
         try:
             path = f"{ARGO}/namespaces/fabrique-build/workflows/fabrique-citation-{sha[:12]}"
@@ -76,18 +138,34 @@ def test_make_up_brings_up_the_event_path_and_make_down_stops_it(tmp_path: Path)
         finally:
             cluster.http.close()
 
-        # again: the same processes, the same lines
+        # again: the same processes, the same lines, the same repository and hook
+        hooks = _hooks(gitea)
         again = _run(folder, "up")
         assert again.returncode == 0, again.stderr
-        assert _said(again.stdout) == _said(up.stdout)
+        assert again.stdout == up.stdout
+        assert TLS_EOF_WARNING not in again.stderr
         reloaded = ControlPlane.load(folder)
         assert reloaded is not None and reloaded.pids == plane.pids
+        assert _hooks(gitea) == hooks
+        with gitea.admin() as admin:
+            head = admin.get(f"/repos/{CODE_REPO}/branches/main").json()["commit"]["id"]
+        assert head == sha
     finally:
+        # what runs, recorded before `down`, which deletes the state files
+        running = Gitea.load(folder / "gitea")
         down = _run(folder, "down")
     assert down.returncode == 0, down.stderr
     assert all(_exited(pid) is not None for pid in plane.pids.values())
-    gitea = Gitea.load(folder / "gitea")
-    assert gitea is None or not gitea.alive()
+    assert running is not None and running.pid == gitea.pid
+    assert _exited(gitea.pid) is not None, f"gitea web ({gitea.pid}) still runs after down"
+
+    # up again, over what the first plane left in the folder
+    up = _run(folder, "up")
+    try:
+        assert up.returncode == 0, up.stderr
+    finally:
+        down = _run(folder, "down")
+    assert down.returncode == 0, down.stderr
 
 
 def test_the_planes_secret_files_are_0600_from_creation_and_tightened_if_there(
