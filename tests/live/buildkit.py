@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fabrique.site.config import Site
+from fabrique.site.errors import TRANSIENT_EXIT_CODE
 from pipelines.build import BUILDKIT_CONFIG_DIR, buildkitd_toml
 
 from ..manifests import rendered_step, step_env
@@ -80,11 +81,12 @@ def rootless_user() -> pwd.struct_passwd | None:
 
 @dataclass(frozen=True)
 class Build:
-    """One run of the build step's script."""
+    """One run of the build step's script: its last attempt."""
 
     returncode: int
     output: str  # its stdout and stderr: buildctl's plain progress, the script's lines
     metadata: Path  # buildctl --metadata-file
+    retried: tuple[Build, ...] = ()  # the attempts before it, that exited 75
 
 
 @dataclass
@@ -109,8 +111,29 @@ class Builder:
         if self.user is not None and os.geteuid() == 0:
             os.chown(path, self.user.pw_uid, self.user.pw_gid)
 
-    def run(self, site: Site, revision: str, inputs: dict[str, str], workspace: Path) -> Build:
-        """The build step's container command, as Argo runs it, with its environment."""
+    def run(
+        self,
+        site: Site,
+        revision: str,
+        inputs: dict[str, str],
+        workspace: Path,
+        *,
+        retry: bool = True,
+    ) -> Build:
+        """The build step's container command, as Argo runs it, with its environment: an
+        attempt that exits 75 is run again, ``build.retries`` times at most, as the step's
+        retryStrategy does (each attempt with a fresh BuildKit state, as a new pod)."""
+        retried: list[Build] = []
+        while True:
+            build = self._attempt(site, revision, inputs, workspace)
+            if not retry or build.returncode != TRANSIENT_EXIT_CODE:
+                break
+            if len(retried) == site.build.retries:
+                break
+            retried.append(build)
+        return Build(build.returncode, build.output, build.metadata, tuple(retried))
+
+    def _attempt(self, site: Site, revision: str, inputs: dict[str, str], workspace: Path) -> Build:
         container = rendered_step(site, "build")
         home = self.folder("home")  # the pod's /home/user, with the ConfigMap mounted
         config = home / BUILDKIT_CONFIG_DIR.removeprefix("/home/user/")
