@@ -585,7 +585,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         width = max(len(k) for k in report)
         for key, value in report.items():
-            print(f"{key.replace('_', ' '):<{width}}  {value}")
+            if isinstance(value, list):  # the real mode's pushes and passes: one a line
+                print(f"{key.replace('_', ' ')}:")
+                for item in value:
+                    print(f"  {item}")
+            else:
+                print(f"{key.replace('_', ' '):<{width}}  {value}")
     broken = figures.broken()
     for rule in broken:
         print(f"RULE BROKEN: {rule}", file=sys.stderr)

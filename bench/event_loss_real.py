@@ -42,7 +42,12 @@ on a cluster: it is delivered, the Sensor makes its Workflows (one per app), and
 plans as for any push: the app written back skips it, an app with a change not deployed
 yet builds it at that commit.
 
-Once the Sensor has taken and acked every event, the real ``Reconciler`` runs passes
+Once the Sensor has taken and acked every event, each push is reported as it went
+(``pushes``): what the bench did to its delivery, every answer Gitea's deliveries of it
+got, and the apps whose Workflow exists at its commit. A push is lost when none does;
+the losses are counted from that, by what befell its delivery.
+
+Then the real ``Reconciler`` runs passes
 against the real Gitea, registry and API server until every app is current. Requests
 per app per pass count Gitea's, the registry's and the API server's.
 """
@@ -116,16 +121,27 @@ class LiveFigures(Figures):
     bus_unconsumed_at_restart: int = 0  # events a trigger had not acked when it stopped
     bus_consumers_after_restart: int = 0
     redeliveries_given_up: int = 0  # the Sensor's six tries met 409 each time
+    # each push as it went, once the event path settled (before the reconciler acts):
+    # what the bench did to its delivery, what answered, and which apps' Workflows exist
+    # at its commit
+    pushes: list[dict[str, Any]] = field(default_factory=list)
+    reconcile_states: list[dict[str, int]] = field(default_factory=list)  # per pass
     seconds_setup: float = 0.0
     seconds_events: float = 0.0
     seconds_reconcile: float = 0.0
 
 
-@dataclass(frozen=True)
+@dataclass
 class Push:
+    index: int
     app: str
     sha: str
-    fate: str  # dropped | outage | sent
+    fate: str  # what the bench did to its delivery: dropped | outage | sent
+    answered: int = 0  # the status Gitea's first delivery of it got
+    said: str = ""  # the start of that answer's body
+    # for the push made at the bus's restart: had the EventSource said it reconnected by
+    # the time that answer came? (None for the others)
+    reconnected: bool | None = None
 
 
 class LiveWorld(World):
@@ -324,10 +340,14 @@ class RealBench:
             redeliver = self.rng.random() < args.redeliver
             forged.push()
             f.events_sent += 1
-            self.pushes.append(Push(app, sha, fate))
-            status = self.delivered(sha, 1)[0].status
+            first = self.delivered(sha, 1)[0]
+            status = first.status
+            self.pushes.append(Push(push, app, sha, fate, status, first.said))
             f.eventsource_answers[str(status)] = f.eventsource_answers.get(str(status), 0) + 1
             if push == args.pushes // 2:
+                self.pushes[-1].reconnected = (
+                    events.said("eventsource", RECONNECTED) > reconnections
+                )
                 # the EventSource finds its connection closed on its next 5-s tick only:
                 # the push just made likely met the bus away (500); the next ones must
                 # not, or no push of the second half is left to redeliver
@@ -407,13 +427,28 @@ class RealBench:
         per_push = Counter(d.after for d in self.proxy.requests)
         ours = {push.sha for push in self.pushes}
         f.writebacks_lost = sum(d.status != 200 for d in self.proxy.requests if d.after not in ours)
+        apps = [app.name for app in world.site.apps]
         for push in self.pushes:
-            if push.fate == "dropped":
+            made = [app for app in apps if world.exists(app, push.sha)]
+            f.pushes.append(
+                {
+                    "index": push.index,
+                    "app": push.app,
+                    "sha": push.sha,
+                    "fate": push.fate,
+                    "answers": [d.status for d in self.proxy.requests if d.after == push.sha],
+                    "said": push.said,
+                    "reconnected": push.reconnected,
+                    "workflows": made,
+                }
+            )
+            # lost: no Workflow came of it, counted by what befell its delivery
+            if not made and push.fate == "dropped":
                 f.lost_webhook += 1
-            elif push.fate == "outage":
+            elif not made and push.fate == "outage":
                 f.lost_outage += 1
-            elif not world.exists(push.app, push.sha):
-                f.lost_eventbus += 1  # the EventSource took it; no Workflow came of it
+            elif not made:
+                f.lost_eventbus += 1  # the EventSource had it, and lost it
             if push.fate != "sent" and per_push[push.sha] > 1:
                 f.gitea_retried += 1
         f.workflows_created = int(events.sensor_metric("argo_events_action_triggered_total"))
@@ -434,6 +469,7 @@ class RealBench:
             results = reconciler.run(list(world.site.apps), "act")
             total += requests() - before
             f.reconcile_passes += 1
+            f.reconcile_states.append(dict(sorted(Counter(r.state for r in results).items())))
             errors = [r for r in results if r.state == "error"]
             if errors:
                 raise BenchError(f"reconcile errors: {[r.detail for r in errors][:3]}")

@@ -443,12 +443,13 @@ def _http_ok(url: str) -> bool:
 
 
 class Delivery(NamedTuple):
-    """A request the proxy took: Gitea's delivery id, the status answered, and the
-    ``after`` of its body when it is a push ("" otherwise)."""
+    """A request the proxy took: Gitea's delivery id, the status answered, the ``after``
+    of its body when it is a push ("" otherwise), and the start of the answer's body."""
 
     id: str
     status: int
     after: str
+    said: str = ""
 
 
 def _after(body: bytes) -> str:
@@ -507,7 +508,8 @@ class ServiceProxy:
                         status, content = answer.status_code, answer.content
                         headers["Content-Type"] = answer.headers.get("content-type", "text/plain")
                 delivery = self.headers.get("X-Gitea-Delivery", "")
-                proxy.requests.append(Delivery(delivery, status, _after(body)))
+                said = content[:200].decode("utf-8", "replace")
+                proxy.requests.append(Delivery(delivery, status, _after(body), said))
                 self.send_response(status)
                 for name, value in headers.items():
                     self.send_header(name, value)
