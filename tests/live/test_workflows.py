@@ -8,6 +8,7 @@ import copy
 import datetime
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +29,15 @@ CONTROL_NS = "fabrique"
 EXECUTOR = f"system:serviceaccount:{BUILD_NS}:fabrique-executor"
 
 
-def create_workflow(cluster: Cluster, body: dict[str, Any]) -> Answer:
+def create_workflow(cluster: Cluster, body: dict[str, Any], token: str | None = None) -> Answer:
+    """As the admin, or as the holder of ``token``."""
     namespace = body["metadata"]["namespace"]
-    return cluster.create(f"{ARGO}/namespaces/{namespace}/workflows", body)
+    return cluster.create(f"{ARGO}/namespaces/{namespace}/workflows", body, token=token)
 
 
 def sensor_workflow(tree: Path, sha: str) -> dict[str, Any]:
+    """The Workflow the committed Sensor's trigger makes of a push, as the Sensor double
+    renders it (``tests/live/test_events.py`` has the real Sensor make its own)."""
     sensor = find(tree, "Sensor", "fabrique-build")
     event = payloads.push(after=sha, files=["dataops/citation-dagster/app.txt"])
     return fire(sensor["spec"]["triggers"][0], event)
@@ -42,12 +46,17 @@ def sensor_workflow(tree: Path, sha: str) -> dict[str, Any]:
 # -- b. admission ---------------------------------------------------------------------------
 
 
-def test_the_sensors_workflow_is_admitted_and_a_redelivery_meets_409(
+def test_the_sensor_triggers_workflow_from_its_token_is_admitted_and_a_redelivery_meets_409(
     cluster: Cluster, applied: Path
 ) -> None:
+    """The trigger's Workflow (``sensor_workflow``) created with a real token of the
+    Sensor's ServiceAccount, as the Sensor creates it: admitted; the same again, 409."""
+    token = cluster.token(CONTROL_NS, "fabrique-sensor")
     body = sensor_workflow(applied, payloads.revision())
-    assert create_workflow(cluster, body).status == 201
-    again = create_workflow(cluster, copy.deepcopy(body))
+    answer = create_workflow(cluster, body, token=token)
+    assert answer.status == 201, answer.message
+    assert answer.body["metadata"]["labels"]["fabrique.io/submitted-by"] == "sensor"
+    again = create_workflow(cluster, copy.deepcopy(body), token=token)
     assert again.status == 409
     assert again.body["reason"] == "AlreadyExists"
 
@@ -200,12 +209,16 @@ OUTPUTS = {
 WORKSPACE_STEPS = ("checkout", "build", "verify-digest")
 
 
-def walk(cluster: Cluster, workflow: str, steps: list[tuple[str, int]]) -> None:
+def walk(
+    cluster: Cluster, workflow: str, steps: list[tuple[str, int]]
+) -> list[tuple[str, dict[str, Any]]]:
     """Play each step's attempt as the kubelet and the executor would: its pod runs, its
     outputs are reported (when it passes), it exits with the code given. ``build(1)`` is
-    the build's second attempt."""
+    the build's second attempt. Each step's pod, as it ran."""
+    played = []
     for step, code in steps:
         pod = step_pod(cluster, workflow, step, phase="Running")
+        played.append((step, pod))
         name = step.split("(")[0]
         if name in WORKSPACE_STEPS:
             # the builder never runs on the control plane, nor any pod of its workspace
@@ -215,6 +228,7 @@ def walk(cluster: Cluster, workflow: str, steps: list[tuple[str, int]]) -> None:
             answer = cluster.report_outputs(pod, OUTPUTS[name], as_user=EXECUTOR)
             assert answer.status == 201, answer.message
         cluster.finish(pod, code)
+    return played
 
 
 def ended(cluster: Cluster, workflow: str, phase_: str) -> None:
@@ -225,23 +239,22 @@ def ended(cluster: Cluster, workflow: str, phase_: str) -> None:
     )
 
 
+BUILD_STEPS = [
+    "plan",
+    "report-pending",
+    "checkout",
+    "build",
+    "verify-digest",
+    "write-back",
+    "report-success",
+]
+
+
 def test_a_build_runs_step_by_step_and_the_builder_lands_on_a_worker(
     cluster: Cluster, applied: Path
 ) -> None:
     workflow = start(cluster)
-    walk(
-        cluster,
-        workflow,
-        [
-            ("plan", 0),
-            ("report-pending", 0),
-            ("checkout", 0),
-            ("build", 0),
-            ("verify-digest", 0),
-            ("write-back", 0),
-            ("report-success", 0),
-        ],
-    )
+    walk(cluster, workflow, [(step, 0) for step in BUILD_STEPS])
     ended(cluster, workflow, "Succeeded")
 
 
@@ -340,12 +353,84 @@ def test_a_step_is_retried_only_when_a_retry_may_fix_it(cluster: Cluster, applie
         assert cluster.node(BUILD_NS, workflows[end], "plan(1)") is None, end
 
 
-def test_every_pod_of_a_build_is_admitted_by_pod_security(cluster: Cluster, applied: Path) -> None:
-    workflow = start(cluster)
-    pod = step_pod(cluster, workflow, "plan")
-    assert pod["metadata"]["namespace"] == BUILD_NS
+@pytest.fixture()
+def enforcing(cluster: Cluster) -> Iterator[dict[str, str]]:
+    """A namespace per Pod Security level below ``privileged``, enforcing it, with the
+    build's ServiceAccounts (the ServiceAccount plugin refuses a pod naming a missing
+    one); deleted after."""
+    made = {level: f"pss-{level}-{uuid.uuid4().hex[:6]}" for level in ("baseline", "restricted")}
+    try:
+        for level, namespace in made.items():
+            labels = {
+                "pod-security.kubernetes.io/enforce": level,
+                "pod-security.kubernetes.io/enforce-version": "latest",
+            }
+            answer = cluster.create(
+                "/api/v1/namespaces",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": namespace, "labels": labels},
+                },
+            )
+            assert answer.status == 201, answer.message
+            for account in ("fabrique-build", "fabrique-executor"):
+                answer = cluster.create(
+                    f"/api/v1/namespaces/{namespace}/serviceaccounts",
+                    {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account}},
+                )
+                assert answer.status == 201, answer.message
+        yield made
+    finally:
+        for namespace in made.values():
+            cluster.request("DELETE", f"/api/v1/namespaces/{namespace}")
+
+
+def pod_security_refusal(cluster: Cluster, pod: dict[str, Any], namespace: str) -> str | None:
+    """The pod's spec created in ``namespace`` as a dry run: Pod Security's refusal, or
+    None when admitted. (Without what the kubelet and the scheduler filled in.)"""
+    spec = copy.deepcopy(pod["spec"])
+    for filled in ("nodeName", "priority"):
+        spec.pop(filled, None)
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": pod["metadata"]["name"], "namespace": namespace},
+        "spec": spec,
+    }
+    answer = cluster.create(f"/api/v1/namespaces/{namespace}/pods", body, params={"dryRun": "All"})
+    if answer.status == 201:
+        return None
+    assert answer.status == 403 and "violates PodSecurity" in answer.message, answer.message
+    return answer.message
+
+
+def test_every_pod_of_a_build_is_admitted_and_only_the_builders_needs_privileged(
+    cluster: Cluster, applied: Path, enforcing: dict[str, str]
+) -> None:
+    """Each step of a whole build gets its pod in the build namespace, whose Pod Security
+    level, ``privileged``, admits any pod. What needs that level is for the real Pod
+    Security admission to say: the same pods, created as a dry run where ``baseline``
+    and ``restricted`` are enforced. The build step's (seccomp and AppArmor
+    ``Unconfined``) passes neither; every other step's passes ``restricted``."""
     namespace = cluster.get(f"/api/v1/namespaces/{BUILD_NS}")
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    workflow = start(cluster)
+    played = walk(cluster, workflow, [(step, 0) for step in BUILD_STEPS])
+    ended(cluster, workflow, "Succeeded")
+    assert [step for step, _ in played] == BUILD_STEPS
+    assert all(pod["metadata"]["namespace"] == BUILD_NS for _, pod in played)
+    refused = {
+        level: [step for step, pod in played if pod_security_refusal(cluster, pod, where)]
+        for level, where in enforcing.items()
+    }
+    assert refused == {"baseline": ["build"], "restricted": ["build"]}
+    builder = dict(played)["build"]
+    message = pod_security_refusal(cluster, builder, enforcing["baseline"]) or ""
+    assert 'violates PodSecurity "baseline:latest"' in message
+    assert "seccompProfile" in message and "AppArmor profile" in message
+    # never privileged, no hostPath: Unconfined is all that baseline refuses in it
+    assert "privileged (" not in message and "hostPath" not in message, message
 
 
 def named_objects(pod: dict[str, Any]) -> list[str]:
