@@ -13,6 +13,8 @@
 4. The time of ``fabrique writeback``, as the build step runs it: a process of its own,
    from its start (start-up included) to its commit landed. No build, no event.
 5. HTTP requests of one write-back that changes something, and of one that does not.
+6. With the passes at scale (``--only scale``): the CLI's start-up, ``fabrique --version``
+   in a process of its own (median and max of 5).
 
 Each figure of 2 and 3 is taken at every ``--latency-ms``: the Gitea and Kubernetes
 doubles then wait that long before every answer, as servers across a cluster network do,
