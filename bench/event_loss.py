@@ -24,6 +24,12 @@ makes every app's plan step look at what changed since its deployed revision, so
 event heals earlier losses; what is lost at the end only the reconciler can catch. Then
 reconcile passes run until every app is deployed at its last change.
 
+Once the events have settled, before the reconciler acts, each push is reported as it went
+(``pushes``): what the bench did to its delivery (``fate``), how many times the Sensor
+took its event (``taken``), and the apps whose Workflow exists at its commit in the Kubernetes API
+double. A push is lost when none does; the losses are counted from that, by what befell
+its delivery. The reconciler's states are reported per pass (``reconcile_states``).
+
 It prints the figures below and exits non-zero if a rule breaks: no duplicate build, no
 rollback, no app drifted once converged.
 
@@ -41,6 +47,7 @@ import logging
 import random
 import sys
 import tempfile
+from collections import Counter
 from contextlib import ExitStack, redirect_stdout
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -63,6 +70,7 @@ from fabrique.decisions.reconcile import Reconciler  # noqa: E402
 from fabrique.decisions.targets import read_pin  # noqa: E402
 from fabrique.decisions.writeback import GiteaTransport, desired_pin, write_back  # noqa: E402
 from fabrique.site.config import Site, default_values, merge, parse_site  # noqa: E402
+from fabrique.site.names import workflow_name  # noqa: E402
 from fabrique.validate import GITEA_SWAGGER, find_specs  # noqa: E402
 from tests import payloads, servers  # noqa: E402
 from tests.doubles.gitea import GiteaDouble  # noqa: E402
@@ -98,6 +106,10 @@ class Figures:
     drifted_after: int = 0
     reconcile_passes: int = 0
     requests_per_app_per_pass: float = 0.0
+    # each push as it went, once the event path settled (before the reconciler acts): what
+    # the bench did to its delivery, and which apps' Workflows exist at its commit
+    pushes: list[dict[str, Any]] = field(default_factory=list)
+    reconcile_states: list[dict[str, int]] = field(default_factory=list)  # per pass
     built: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
     expired: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
 
@@ -172,6 +184,8 @@ class Bench:
         self.work = work
         self.rng = random.Random(args.seed)
         self.figures = Figures()
+        self.pushes: list[tuple[int, str, str, str]] = []  # index, app, commit, fate
+        self.taken: Counter[str] = Counter()  # commit -> times the Sensor took its event
 
     async def run(self) -> Figures:
         args, work = self.args, self.work
@@ -241,27 +255,52 @@ class Bench:
                     await nc.close()
                     bus.restart()  # memory storage: whatever was not consumed is gone
                     nc, psub = await connect(bus)
-                app = self.rng.randrange(args.apps)
+                app = world.site.apps[self.rng.randrange(args.apps)].name
                 revision = world.repo.commit(
-                    {f"apps/app-{app:02d}/src.txt": f"push {push}\n"}, f"push {push}"
+                    {f"apps/{app}/src.txt": f"push {push}\n"}, f"push {push}"
                 )
                 f.events_sent += 1
                 if push >= args.pushes - args.outage:
-                    f.lost_outage += 1  # the EventSource is scaled to zero: Gitea gets an error
+                    fate = "outage"  # the EventSource is scaled to zero: Gitea gets an error
                 elif self.rng.random() < args.drop:
-                    f.lost_webhook += 1
+                    fate = "dropped"
                 else:
-                    event = payloads.push(after=revision, files=[f"apps/app-{app:02d}/src.txt"])
+                    fate = "sent"
+                    event = payloads.push(after=revision, files=[f"apps/{app}/src.txt"])
                     await nc.jetstream().publish(SUBJECT, json.dumps(event).encode())
-                    world.published += 1
+                self.pushes.append((push, app, revision, fate))
                 if (push + 1) % args.batch == 0:
                     await self.consume(world, psub, triggers)
                     world.run_controller()
             await self.consume(world, psub, triggers)
         finally:
             await nc.close()
-        f.lost_eventbus = world.published - len(world.delivered)
         world.run_controller()
+        self.count_losses(world)
+
+    def count_losses(self, world: World) -> None:
+        """Report each push by the Workflows that came of it; count the lost ones."""
+        f = self.figures
+        apps = [app.name for app in world.site.apps]
+        for index, app, revision, fate in self.pushes:
+            made = [name for name in apps if world.exists(name, revision)]
+            f.pushes.append(
+                {
+                    "index": index,
+                    "app": app,
+                    "sha": revision,
+                    "fate": fate,
+                    "taken": self.taken[revision],
+                    "workflows": made,
+                }
+            )
+            # lost: no Workflow came of it, counted by what befell its delivery
+            if not made and fate == "dropped":
+                f.lost_webhook += 1
+            elif not made and fate == "outage":
+                f.lost_outage += 1
+            elif not made:
+                f.lost_eventbus += 1  # published, and gone with the bus's restart
 
     async def consume(self, world: World, psub: Any, spec: dict[str, Any]) -> None:
         while True:
@@ -271,7 +310,7 @@ class Bench:
                 return
             for message in messages:
                 event = json.loads(message.data)
-                world.delivered.add(event["body"]["after"])
+                self.taken[event["body"]["after"]] += 1
                 for dependency, trigger in zip(spec["dependencies"], spec["triggers"], strict=True):
                     if filters_pass(event, dependency["filters"]["data"]):
                         world.create(fire(trigger, event))
@@ -297,6 +336,7 @@ class Bench:
             results = reconciler.run(list(world.site.apps), "act")
             requests += len(gitea.requests) + len(kube.requests) + counting.count - before
             f.reconcile_passes += 1
+            f.reconcile_states.append(dict(sorted(Counter(r.state for r in results).items())))
             errors = [r for r in results if r.state == "error"]
             if errors:
                 raise RuntimeError(f"reconcile errors: {[r.detail for r in errors][:3]}")
@@ -340,8 +380,6 @@ class World:
         self.site, self.repo, self.registry = site, repo, registry
         self.api, self.transport, self.rng, self.f = api, transport, rng, figures
         self.crash = crash
-        self.published = 0
-        self.delivered: set[str] = set()
 
     # -- the Workflows, where the API keeps them -------------------------------------------
 
@@ -357,6 +395,10 @@ class World:
         raise NotImplementedError
 
     def remove(self, key: str) -> None:
+        raise NotImplementedError
+
+    def exists(self, app: str, revision: str) -> bool:
+        """Whether the Workflow building ``app`` at ``revision`` exists."""
         raise NotImplementedError
 
     # -- the controller's part -------------------------------------------------------------
@@ -482,6 +524,9 @@ class DoubleWorld(World):
 
     def remove(self, key: str) -> None:
         del self.kube.objects[self._key(key)]
+
+    def exists(self, app: str, revision: str) -> bool:
+        return self._key(workflow_name(app, revision)) in self.kube.objects
 
 
 class OneLineParser(argparse.ArgumentParser):

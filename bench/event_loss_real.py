@@ -121,11 +121,6 @@ class LiveFigures(Figures):
     bus_unconsumed_at_restart: int = 0  # events a trigger had not acked when it stopped
     bus_consumers_after_restart: int = 0
     redeliveries_given_up: int = 0  # the Sensor's six tries met 409 each time
-    # each push as it went, once the event path settled (before the reconciler acts):
-    # what the bench did to its delivery, what answered, and which apps' Workflows exist
-    # at its commit
-    pushes: list[dict[str, Any]] = field(default_factory=list)
-    reconcile_states: list[dict[str, int]] = field(default_factory=list)  # per pass
     seconds_setup: float = 0.0
     seconds_events: float = 0.0
     seconds_reconcile: float = 0.0
