@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from .controlplane import ControlPlane
+from .controlplane import ARGO_NAMESPACE, ControlPlane
 
 T = TypeVar("T")
 ARGO = "/apis/argoproj.io/v1alpha1"
@@ -24,6 +24,16 @@ ARGO = "/apis/argoproj.io/v1alpha1"
 # is named after it)
 NODE_ID = "workflows.argoproj.io/node-id"
 WORKFLOW_LABEL = "workflows.argoproj.io/workflow"
+# where the informer probe writes: the controller's own namespace, which no policy of the
+# tree binds and whose Workflows no test counts
+PROBE_NAMESPACE = ARGO_NAMESPACE
+# the probe's marker: a template that runs no pod
+MARKER_TEMPLATE: dict[str, Any] = {
+    "apiVersion": "argoproj.io/v1alpha1",
+    "kind": "WorkflowTemplate",
+    "metadata": {"generateName": "informer-marker-", "namespace": PROBE_NAMESPACE},
+    "spec": {"entrypoint": "wait", "templates": [{"name": "wait", "suspend": {}}]},
+}
 
 
 @dataclass(frozen=True)
@@ -189,6 +199,60 @@ class Cluster:
                 raise AssertionError(f"after {timeout:.0f} s, still waiting for {what}")
             time.sleep(0.3)
 
+    def wait_templates_seen(self, timeout: float = 60) -> None:
+        """Back once the Argo controller holds every WorkflowTemplate written before the
+        call, in the version written.
+
+        The controller resolves a ``workflowTemplateRef`` from its informer's lister, not
+        from the API server (``fetchWorkflowSpec``, workflow/controller/operator.go): a
+        Workflow it takes before the watch has delivered the template ends in Error,
+        ``workflowtemplates "..." not found``, for good. That informer keeps one watch
+        over every namespace, and a watch delivers in resourceVersion order: once the
+        controller resolves a marker template written now, it holds every one written
+        before (unless its watch broke meanwhile: a relist fills the lister one object
+        at a time). Probe Workflows show it (a suspend step: no pod), one more after each
+        not-found; they and the marker are deleted and waited gone."""
+        templates = f"{ARGO}/namespaces/{PROBE_NAMESPACE}/workflowtemplates"
+        marker = self.create(templates, MARKER_TEMPLATE)
+        assert marker.status == 201, f"POST {templates}: {marker.status} {marker.message}"
+        name = str(marker.body["metadata"]["name"])
+        probes: list[str] = []
+
+        def resolved() -> bool:
+            if not probes:
+                probes.append(self._probe(name))
+            found = probe_resolved(self.workflow(PROBE_NAMESPACE, probes[-1]), name)
+            if found is False:  # taken before the template reached the lister: again
+                probes.append(self._probe(name))
+            return bool(found)
+
+        what = f"the Argo controller to resolve WorkflowTemplate {PROBE_NAMESPACE}/{name}"
+        try:
+            self.wait(f"{what} from its informer", resolved, timeout)
+        except AssertionError as late:
+            raise AssertionError(f"{late} (probe Workflows {probes})") from None
+        finally:
+            made = [f"{ARGO}/namespaces/{PROBE_NAMESPACE}/workflows/{p}" for p in probes]
+            made.append(f"{templates}/{name}")
+            for path in made:
+                answer = self.request("DELETE", path)
+                assert answer.status in (200, 202, 404), f"DELETE {path}: {answer.message}"
+            self.wait(
+                f"the informer probes gone: {made}",
+                lambda: not any(self.exists(path) for path in made),
+            )
+
+    def _probe(self, template: str) -> str:
+        body = {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Workflow",
+            "metadata": {"generateName": "informer-probe-", "namespace": PROBE_NAMESPACE},
+            "spec": {"workflowTemplateRef": {"name": template}},
+        }
+        answer = self.create(f"{ARGO}/namespaces/{PROBE_NAMESPACE}/workflows", body)
+        assert answer.status == 201, f"the informer probe: {answer.status} {answer.message}"
+        return str(answer.body["metadata"]["name"])
+
     def workflow(self, namespace: str, name: str) -> dict[str, Any]:
         return self.get(f"{ARGO}/namespaces/{namespace}/workflows/{name}")
 
@@ -288,3 +352,21 @@ class Cluster:
         return self.create(
             f"{ARGO}/namespaces/{meta['namespace']}/workflowtaskresults", body, as_user=as_user
         )
+
+
+def probe_resolved(workflow: dict[str, Any], template: str) -> bool | None:
+    """Did the controller resolve the probe's ``template`` from its informer (True), take
+    the probe before the template reached it (False), or not take it yet (None)? It
+    stores the template's spec in the status once the lister has it
+    (``setStoredWfSpec``); any other end is the probe's own failure."""
+    status = workflow.get("status") or {}
+    if status.get("storedWorkflowTemplateSpec"):
+        return True
+    phase, message = status.get("phase") or "", str(status.get("message") or "")
+    if phase == "Error" and f'"{template}" not found' in message:
+        return False
+    if phase in ("Error", "Failed"):
+        raise AssertionError(
+            f"the informer probe {workflow['metadata']['name']}: {phase} {message}"
+        )
+    return None

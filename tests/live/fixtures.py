@@ -85,7 +85,7 @@ def applied(cluster: Cluster) -> Path:
 def apply_site(cluster: Cluster, tree: Path) -> Path:
     """A rendered tree applied server-side as the README's install does it, the Secrets
     its step 4 asks the site's own secret tooling for made; back once the admission
-    policy is in force."""
+    policy is in force and the Argo controller holds the tree's WorkflowTemplates."""
     cluster.apply_tree(tree)
     for namespace, name in SITE_SECRETS:
         cluster.kubectl(
@@ -94,6 +94,11 @@ def apply_site(cluster: Cluster, tree: Path) -> Path:
     # a new policy binds a moment after it is written: until then the API server admits
     # what it will refuse, so what follows starts once it refuses
     cluster.wait("the admission policy in force", cluster.policy_refuses_inline_templates)
+    # the controller finds a Workflow's template in its informer only, and a Workflow it
+    # takes before the template gets there fails for good (a bench that plays the
+    # controller has stopped it)
+    if "workflow-controller" in cluster.plane.pids:
+        cluster.wait_templates_seen()
     return tree
 
 
