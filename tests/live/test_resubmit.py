@@ -28,6 +28,7 @@ from .cluster import ARGO, Cluster
 BUILD_NS = "fabrique-build"
 HOLD = "fabrique.test/hold"
 MERGE = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 
 
 def _body() -> dict[str, Any]:
@@ -91,8 +92,28 @@ def _deleted_and_held(cluster: Cluster, workflow: str) -> dict[str, Any]:
 
 
 def _release(cluster: Cluster, workflow: str, claim: dict[str, Any]) -> None:
-    kept = [f for f in claim["metadata"].get("finalizers", []) if f != HOLD]
-    _set_finalizers(cluster, workflow, kept)
+    """Take the test's finalizer off the claim as it is now, and nothing else: the
+    controller-manager may have removed ``kubernetes.io/pvc-protection`` since ``claim``
+    was read, and a claim being deleted takes no finalizer back (422). A JSON patch that
+    tests the entry before removing it, after a fresh read, each time."""
+
+    def removed() -> bool | None:
+        found = cluster.request("GET", _claim_path(workflow))
+        if found.status == 404:
+            return True
+        finalizers = found.body["metadata"].get("finalizers") or []
+        if HOLD not in finalizers:
+            return True
+        at = f"/metadata/finalizers/{finalizers.index(HOLD)}"
+        answer = cluster.request(
+            "PATCH",
+            _claim_path(workflow),
+            [{"op": "test", "path": at, "value": HOLD}, {"op": "remove", "path": at}],
+            content_type=JSON_PATCH,
+        )
+        return answer.status in (200, 404) or None
+
+    cluster.wait(f"the test's finalizer off the claim of {workflow}", removed, timeout=30)
 
 
 def _phase(cluster: Cluster, workflow: str) -> tuple[str, str]:
