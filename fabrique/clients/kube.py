@@ -332,16 +332,8 @@ class KubeClient:
 
     def workflow(self, namespace: str, name: str) -> WorkflowState | None:
         """Workflow ``name`` as the reconciler reads it, or None if there is no such one."""
-        what = f"get Workflow {namespace}/{name}"
-        answer = self._call(what, "GET", _workflows(namespace, name))
-        if answer.status == 404:
-            return None
-        if not 200 <= answer.status < 300:
-            raise self._error(what, answer)
-        body = answer.json(what)
-        if not isinstance(body, dict):
-            raise KubeError(f"{what}: the API answered something that is not an object")
-        return workflow_state(name, body)
+        body = self._get(f"get Workflow {namespace}/{name}", _workflows(namespace, name))
+        return None if body is None else workflow_state(name, body)
 
     def workflows(self, namespace: str, selector: str) -> list[WorkflowState]:
         """Every Workflow of ``namespace`` whose labels match ``selector``, in one LIST."""
@@ -405,8 +397,11 @@ class KubeClient:
     }
 
     def _read_core(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        what = f"get {kind} {namespace}/{name}"
-        answer = self._call(what, "GET", _core(namespace, self._CORE[kind], name))
+        return self._get(f"get {kind} {namespace}/{name}", _core(namespace, self._CORE[kind], name))
+
+    def _get(self, what: str, path: str) -> dict[str, Any] | None:
+        """The object at ``path``, or None when the API says 404."""
+        answer = self._call(what, "GET", path)
         if answer.status == 404:
             return None
         if not 200 <= answer.status < 300:
