@@ -169,6 +169,10 @@ class GiteaDouble:
         self.push_races = 0  # writes answered 500: the branch moved under Gitea's push
         self.before_push: Callable[[str, str], None] | None = None  # a rival, in a test
         self.max_blob_size = 10 * 1024 * 1024  # [api] DEFAULT_MAX_BLOB_SIZE
+        # answers that a commit id fixes for good (a tree entry, a blob, a path's last
+        # commit at that commit): git objects never change, so each is asked of git once,
+        # as Gitea's own last-commit cache does; a double is there to be fast
+        self._fixed: dict[tuple[str, ...], Any] = {}
         self._fault_lock = threading.Lock()
         self.server = LoopbackServer(self._handle)
 
@@ -386,8 +390,26 @@ class GiteaDouble:
             "modified": None,
         }
 
+    def _at(self, repo: str, *args: str) -> str:
+        """``git *args`` in ``repo``, where ``args`` name a commit id or a blob id: the same
+        answer for ever, so asked once."""
+        key = (str(self._bare(repo)), *args)
+        if key not in self._fixed:
+            self._fixed[key] = git(self._bare(repo), *args)
+        return str(self._fixed[key])
+
+    def _blob_data(self, repo: str, blob: str) -> bytes:
+        key = (str(self._bare(repo)), "blob", blob)
+        if key not in self._fixed:
+            self._fixed[key] = subprocess.run(
+                ["git", "-C", str(self._bare(repo)), "cat-file", "blob", blob],
+                capture_output=True,
+                check=True,
+            ).stdout
+        return bytes(self._fixed[key])
+
     def _blob(self, repo: str, commit: str, file_path: str) -> tuple[str, str] | None:
-        listed = git(self._bare(repo), "ls-tree", commit, "--", file_path)
+        listed = self._at(repo, "ls-tree", commit, "--", file_path)
         if not listed or listed.split()[1] != "blob":
             return None
         return listed.split()[2], listed.split()[0]
@@ -397,11 +419,7 @@ class GiteaDouble:
         if found is None:
             return None
         blob, _ = found
-        data = subprocess.run(
-            ["git", "-C", str(self._bare(repo)), "cat-file", "blob", blob],
-            capture_output=True,
-            check=True,
-        ).stdout
+        data = self._blob_data(repo, blob)
         entry = self._entry(repo, commit, file_path, "file", blob, len(data))
         if len(data) <= self.max_blob_size:  # GetBlobBySHA: above it, neither is sent
             entry["encoding"] = "base64"
@@ -413,8 +431,8 @@ class GiteaDouble:
     ) -> dict[str, Any]:
         """A ContentsResponse without content: what GetContents lists of an entry (of a
         directory, a symlink, or a file before its content is added)."""
-        last = git(
-            self._bare(repo), "log", "-1", "--format=%H%x00%aI%x00%cI", commit, "--", file_path
+        last = self._at(
+            repo, "log", "-1", "--format=%H%x00%aI%x00%cI", commit, "--", file_path
         ).split("\x00")
         url = f"{self.url}/api/v1/repos/{repo}/contents/{file_path}?ref={commit}"
         html = f"{self.url}/{repo}/src/commit/{commit}/{file_path}"
@@ -448,7 +466,7 @@ class GiteaDouble:
         commit = self._resolve(repo, ref)
         if commit is None:
             return self._not_found(NO_OBJECT.format(id=ref, path=""))
-        listed = git(self._bare(repo), "ls-tree", "-l", commit, "--", file_path.rstrip("/"))
+        listed = self._at(repo, "ls-tree", "-l", commit, "--", file_path.rstrip("/"))
         if listed and listed.split()[1] == "tree":
             entries = git(
                 self._bare(repo), "ls-tree", "-l", commit, "--", file_path.rstrip("/") + "/"
