@@ -783,6 +783,24 @@ def _replace_flow(splicer: _Splicer, flow: _Flow, lines: list[str]) -> None:
     splicer.insert_after(flow.first, text)
 
 
+def _write_out_empty(
+    splicer: _Splicer, parent: CommentedMap, key: str, lines: list[str], what: str
+) -> bool:
+    """Write out ``key: {}`` (``{ }``, ``[]``, over lines, a comment after it) in block
+    style, ``lines`` under it one level deeper and the comment kept on the key's line.
+    False, and nothing done, when ``parent[key]`` is not an empty flow collection."""
+    node = parent[key]
+    if len(node):
+        return False
+    lead = rf"[ \t]*{re.escape(key)}:[ \t]*"
+    flow = _flow(splicer, node, parent.lc.value(key), lead, what)
+    if flow is None:
+        return False
+    inner = _indent(flow.before) + "  "
+    _replace_flow(splicer, flow, [flow.before.rstrip(), *(inner + line for line in lines)])
+    return True
+
+
 def _block_entry(entry: dict[str, Any], pad: str, where: str, image: str) -> list[str]:
     """A kustomize images entry in block style, its list dash at ``pad``."""
     lines: list[str] = []
@@ -887,13 +905,8 @@ def _pin_application(splicer: _Splicer, source: CommentedMap, pin: ImagePin, whe
         last = _last_line(source, source.lc.key(next(iter(source)))[0])
         if "kustomize" in source:
             kustomize = source["kustomize"]
-            at = source.lc.value("kustomize")
-            lead = r"[ \t]*kustomize:[ \t]*"
-            flow = None if len(kustomize) else _flow(splicer, kustomize, at, lead, "kustomize")
-            if flow is not None:  # `kustomize: {}`: written out
-                inner = _indent(flow.before) + "  "
-                lines = [flow.before.rstrip(), f"{inner}images:", f"{inner}- {yaml_scalar(value)}"]
-                _replace_flow(splicer, flow, lines)
+            lines = ["images:", f"- {yaml_scalar(value)}"]
+            if _write_out_empty(splicer, source, "kustomize", lines, "kustomize"):
                 return
             _require_block(kustomize, where, "kustomize")
             inner = " " * kustomize.lc.key(next(iter(kustomize)))[1] if kustomize else pad + "  "
