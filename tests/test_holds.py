@@ -162,6 +162,22 @@ def test_odd_metadata_is_refused_with_its_field(text: str, message: str) -> None
         apply_hold(text, HOLD, where=WHERE, app="citation")
 
 
+def test_a_file_the_readers_refuse_is_neither_held_nor_released() -> None:
+    """A key that is a mapping (valid YAML, which ruamel.yaml edits) is refused by every
+    reader of the target: a hold placed there could never be read back, so the edit
+    refuses the file first, as the readers do, with its line."""
+    text = (
+        "kind: Kustomization\nmetadata:\n  labels:\n    ? {owner: data}\n    : team\n"
+        "images:\n- name: citation-dagster\n"
+    )
+    refused = rf"^{re.escape(WHERE)}: line 4: a key that is a mapping or a list, "
+    with pytest.raises(TargetError, match=refused):
+        read_hold(text, WHERE, "citation")
+    for hold, app in ((HOLD, "citation"), (None, "citation"), (HOLD, None)):
+        with pytest.raises(TargetError, match=refused):
+            apply_hold(text, hold, where=WHERE, app=app)
+
+
 def test_a_held_app_is_decided_held_before_anything_else() -> None:
     for changes in ({}, {"deployed_is_current": True}, {"phase": "Succeeded"}):
         action, detail = decide(_facts(hold=HOLD, **changes))

@@ -113,6 +113,7 @@ def apply_hold(text: str, hold: Hold | None, *, where: str, app: str | None) -> 
     """The text with ``app``'s hold set to ``hold`` (None: removed), and nothing else
     changed; ``app`` None: the file-wide hold."""
     key = HOLD_ANNOTATION if app is None else hold_key(app)
+    _read_shared(text, where)  # first: a file the readers refuse is neither held nor released
     data = _load(text, where)
     expected = _plain(data)
     splicer = _Splicer(text, where)
