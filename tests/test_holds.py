@@ -178,6 +178,45 @@ def test_a_file_the_readers_refuse_is_neither_held_nor_released() -> None:
             apply_hold(text, hold, where=WHERE, app=app)
 
 
+@pytest.mark.parametrize(
+    ("text", "held", "released"),
+    [
+        (
+            f"kind: Kustomization\nmetadata:\n  annotations:\n    {KEY}:\n    owner: data\n",
+            f"kind: Kustomization\nmetadata:\n  annotations:\n    {KEY}: '{HOLD.value()}'\n"
+            "    owner: data\n",
+            "kind: Kustomization\nmetadata:\n  annotations:\n    owner: data\n",
+        ),
+        (
+            f"kind: Kustomization\nmetadata:\n  name: prod\n  annotations:\n    {KEY}:",
+            f"kind: Kustomization\nmetadata:\n  name: prod\n  annotations:\n"
+            f"    {KEY}: '{HOLD.value()}'",
+            "kind: Kustomization\nmetadata:\n  name: prod",
+        ),
+        (
+            f"metadata:\r\n  annotations:\r\n    {KEY}:\r\nimages: []\r\n",
+            f"metadata:\r\n  annotations:\r\n    {KEY}: '{HOLD.value()}'\r\nimages: []\r\n",
+            "images: []\r\n",
+        ),
+    ],
+    ids=["mid-file", "last-no-final-newline", "crlf"],
+)
+def test_a_hold_annotation_with_no_value_is_a_hold_on_one_line(
+    text: str, held: str, released: str
+) -> None:
+    """`hold.fabrique.io/citation:` and nothing after it holds (no reason given), and is
+    replaced or removed on its own line like any other value, wherever it stands."""
+    assert read_hold(text, WHERE, "citation") == Hold(by="", at="", reason="")
+    assert apply_hold(text, HOLD, where=WHERE, app="citation") == held
+    assert apply_hold(text, None, where=WHERE, app="citation") == released
+
+
+def test_a_hold_annotation_whose_value_is_on_the_next_line_is_refused_with_its_line() -> None:
+    text = f"kind: Kustomization\nmetadata:\n  annotations:\n    {KEY}:\n      incident 42\n"
+    with pytest.raises(TargetError, match=rf"^{re.escape(WHERE)}: line 4: the {KEY} annotation "):
+        apply_hold(text, None, where=WHERE, app="citation")
+
+
 def test_a_held_app_is_decided_held_before_anything_else() -> None:
     for changes in ({}, {"deployed_is_current": True}, {"phase": "Succeeded"}):
         action, detail = decide(_facts(hold=HOLD, **changes))

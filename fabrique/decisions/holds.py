@@ -27,7 +27,15 @@ from typing import Any
 
 from fabrique.site.errors import InputError, TargetError
 
-from .targets import _last_line, _load, _plain, _read_shared, _require_block, _Splicer
+from .targets import (
+    _last_line,
+    _load,
+    _plain,
+    _read_shared,
+    _require_block,
+    _Splicer,
+    _value_line,
+)
 
 # One app's hold: ``hold.fabrique.io/<app>`` (apps may share one target file, and a hold
 # belongs to the app). The bare ``fabrique.io/hold`` holds every app of the file: written
@@ -138,9 +146,10 @@ def apply_hold(text: str, hold: Hold | None, *, where: str, app: str | None) -> 
         _require_block(annotations, where, "metadata.annotations")
         if key in annotations:
             at = annotations.lc.key(key)[0]
-            if annotations.lc.value(key)[0] != at:
+            if _value_line(annotations, key) != at:  # an empty value (`key:`) is on its line
                 raise TargetError(
-                    f"{where}: the {key} annotation spans several lines; write it on one line"
+                    f"{where}: line {at + 1}: the {key} annotation spans several lines; "
+                    "write it on one line"
                 )
             splicer.delete_line(at)
             if line is not None:
