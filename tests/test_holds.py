@@ -217,6 +217,40 @@ def test_a_hold_annotation_whose_value_is_on_the_next_line_is_refused_with_its_l
         apply_hold(text, None, where=WHERE, app="citation")
 
 
+@pytest.mark.parametrize(
+    ("text", "held"),
+    [
+        (
+            "kind: Kustomization\nmetadata:\n  annotations: {}\nimages: []\n",
+            f"kind: Kustomization\nmetadata:\n  annotations:\n    {KEY}: '{HOLD.value()}'\n"
+            "images: []\n",
+        ),
+        (
+            "kind: Kustomization\nmetadata:\n  name: prod\n  annotations: { }  # by hand\n",
+            "kind: Kustomization\nmetadata:\n  name: prod\n  annotations: # by hand\n"
+            f"    {KEY}: '{HOLD.value()}'\n",
+        ),
+        (
+            "kind: Kustomization\r\nmetadata:\r\n    annotations: {\r\n    }\r\n",
+            "kind: Kustomization\r\nmetadata:\r\n    annotations:\r\n"
+            f"      {KEY}: '{HOLD.value()}'\r\n",
+        ),
+        (
+            "kind: Kustomization\nmetadata: {}   # the overlay's\nimages: []\n",
+            "kind: Kustomization\nmetadata: # the overlay's\n  annotations:\n"
+            f"    {KEY}: '{HOLD.value()}'\nimages: []\n",
+        ),
+    ],
+    ids=["annotations", "space-inside-comment", "over-two-lines-crlf", "metadata"],
+)
+def test_an_empty_flow_mapping_is_written_out_keeping_its_comment(text: str, held: str) -> None:
+    """`annotations: {}` (or `{ }`, a comment after it) is an empty mapping: it is written
+    out in block style, as a target's `kustomize: {}` is, and the comment stays."""
+    assert apply_hold(text, HOLD, where=WHERE, app="citation") == held
+    assert read_hold(held, WHERE, "citation") == HOLD
+    assert apply_hold(text, None, where=WHERE, app="citation") == text
+
+
 def test_a_held_app_is_decided_held_before_anything_else() -> None:
     for changes in ({}, {"deployed_is_current": True}, {"phase": "Succeeded"}):
         action, detail = decide(_facts(hold=HOLD, **changes))

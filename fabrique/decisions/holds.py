@@ -16,7 +16,11 @@ taken as the reason.
 
 Edits splice one line into the original text (plus ``metadata:``/``annotations:`` when
 they are missing, and removing them again when the hold was all they held); the result is
-parsed again and must be the original document with exactly that change.
+parsed again and must be the original document with exactly that change. An empty
+``annotations: {}`` (or ``metadata: {}``) is written out in block style, keeping the
+comment after it, as the pin's edit writes out ``kustomize: {}``; a hold with no value
+(``hold.fabrique.io/<app>:``) holds, with no reason. A file the readers refuse (a key that
+is a mapping, say) is refused by the edit too, hold and release alike.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from .targets import (
     _require_block,
     _Splicer,
     _value_line,
+    _write_out_empty,
 )
 
 # One app's hold: ``hold.fabrique.io/<app>`` (apps may share one target file, and a hold
@@ -127,21 +132,23 @@ def apply_hold(text: str, hold: Hold | None, *, where: str, app: str | None) -> 
     splicer = _Splicer(text, where)
     metadata = data.get("metadata")
     annotations = _annotations(data, where)
-    line = None if hold is None else f"{key}: {_single_quoted(hold.value())}\n"
+    line = None if hold is None else f"{key}: {_single_quoted(hold.value())}"
     if hold is not None:
         expected.setdefault("metadata", {}).setdefault("annotations", {})
         expected["metadata"]["annotations"][key] = hold.value()
     if metadata is None:
         if line is None:
             return text
-        splicer.append(f"metadata:\n  annotations:\n    {line}")
+        splicer.append(f"metadata:\n  annotations:\n    {line}\n")
     elif annotations is None:
         if line is None:
             return text
-        _require_block(metadata, where, "metadata")
-        pad = _key_pad(metadata, where, "metadata")
-        last = _last_line(metadata, metadata.lc.key(next(iter(metadata)))[0])
-        splicer.insert_after(last, f"{pad}annotations:\n{pad}  {line}")
+        block = ["annotations:", f"  {line}"]
+        if not _write_out_empty(splicer, data, "metadata", block, "metadata"):  # `metadata: {}`
+            _require_block(metadata, where, "metadata")
+            pad = _key_pad(metadata, where, "metadata")
+            last = _last_line(metadata, metadata.lc.key(next(iter(metadata)))[0])
+            splicer.insert_after(last, f"{pad}annotations:\n{pad}  {line}\n")
     else:
         _require_block(annotations, where, "metadata.annotations")
         if key in annotations:
@@ -153,7 +160,7 @@ def apply_hold(text: str, hold: Hold | None, *, where: str, app: str | None) -> 
                 )
             splicer.delete_line(at)
             if line is not None:
-                splicer.insert_after(at, " " * annotations.lc.key(key)[1] + line)
+                splicer.insert_after(at, " " * annotations.lc.key(key)[1] + line + "\n")
             else:
                 del expected["metadata"]["annotations"][key]
                 if len(annotations) == 1:  # the hold was all it held: leave no empty key
@@ -164,10 +171,12 @@ def apply_hold(text: str, hold: Hold | None, *, where: str, app: str | None) -> 
                         del expected["metadata"]
         elif line is None:
             return text
-        else:
+        elif not _write_out_empty(  # `annotations: {}`
+            splicer, metadata, "annotations", [line], "metadata.annotations"
+        ):
             pad = _key_pad(annotations, where, "metadata.annotations")
             last = _last_line(annotations, annotations.lc.key(next(iter(annotations)))[0])
-            splicer.insert_after(last, pad + line)
+            splicer.insert_after(last, pad + line + "\n")
     result = splicer.result()
     if _plain(_load(result, where)) != expected:
         raise TargetError(
