@@ -490,12 +490,16 @@ class KubeClient:
 
 
 def _workflows(namespace: str, name: str = "") -> str:
-    path = f"/apis/{ARGO_GROUP}/{ARGO_VERSION}/namespaces/{quote(namespace, safe='')}/workflows"
-    return f"{path}/{quote(name, safe='')}" if name else path
+    return _namespaced(f"/apis/{ARGO_GROUP}/{ARGO_VERSION}", namespace, "workflows", name)
 
 
 def _core(namespace: str, plural: str, name: str = "") -> str:
-    path = f"/api/v1/namespaces/{quote(namespace, safe='')}/{plural}"
+    return _namespaced("/api/v1", namespace, plural, name)
+
+
+def _namespaced(group: str, namespace: str, plural: str, name: str) -> str:
+    """The path of ``plural`` in ``namespace`` under ``group``'s API, or of one of them."""
+    path = f"{group}/namespaces/{quote(namespace, safe='')}/{plural}"
     return f"{path}/{quote(name, safe='')}" if name else path
 
 
