@@ -89,6 +89,12 @@ def converged_repo(bare: Path, apps: int, files: int, registry: str) -> dict[str
         check=True,
     ).stdout.split()
     wants = {f"app-{i:04d}": shas[i] for i in range(apps)}
+    pin_commit(bare, wants, files, registry, 1_700_000_000 + apps)
+    return wants
+
+
+def pin_commit(bare: Path, wants: dict[str, str], files: int, registry: str, when: int) -> None:
+    """One commit on top of ``main`` whose kustomizations pin every app at its want."""
     groups: dict[str, list[dict[str, str]]] = {}
     for i, (app, want) in enumerate(wants.items()):
         groups.setdefault(target(i, files), []).append(
@@ -101,7 +107,7 @@ def converged_repo(bare: Path, apps: int, files: int, registry: str) -> dict[str
         )
     stream = [
         b"commit refs/heads/main\n",
-        b"committer perf <perf@example.invalid> %d +0000\n" % (1_700_000_000 + apps),
+        b"committer perf <perf@example.invalid> %d +0000\n" % when,
     ]
     _data(stream, b"deploy")
     stream.append(b"from refs/heads/main^0\n")
@@ -109,7 +115,6 @@ def converged_repo(bare: Path, apps: int, files: int, registry: str) -> dict[str
         stream.append(b"M 100644 inline %s\n" % path.encode())
         _data(stream, kustomization(images).encode())
     _fast_import(bare, stream)
-    return wants
 
 
 def commit_file(bare: Path, path: str, text: str, n: int) -> None:

@@ -46,7 +46,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.reconcile_scale import _data, _fast_import, app_values, target  # noqa: E402
+from bench.reconcile_scale import _data, _fast_import, app_values, pin_commit  # noqa: E402
 from fabrique.clients.gitea import (  # noqa: E402
     STATUS_PAGE,
     STATUS_STATES,
@@ -59,7 +59,6 @@ from fabrique.validate import GITEA_SWAGGER, find_specs  # noqa: E402
 from tests.doubles.gitea import GiteaDouble  # noqa: E402
 from tests.doubles.kube import KubeApiDouble  # noqa: E402
 from tests.doubles.swagger import Swagger  # noqa: E402
-from tests.payloads import kustomization  # noqa: E402
 
 TOKEN = "bench-token"
 REGISTRY = "registry:80"  # never asked: every app is deployed at its want
@@ -113,26 +112,7 @@ def one_commit_repo(bare: Path, apps: int, files: int) -> str:
     want = subprocess.run(
         ["git", "-C", str(bare), "rev-parse", "main"], capture_output=True, text=True, check=True
     ).stdout.strip()
-    groups: dict[str, list[dict[str, str]]] = {}
-    for i in range(apps):
-        groups.setdefault(target(i, files), []).append(
-            {
-                "name": f"app-{i:04d}",
-                "newName": f"{REGISTRY}/app-{i:04d}",
-                "newTag": want[:12],
-                "digest": "sha256:" + f"{i % 256:02x}" * 32,
-            }
-        )
-    stream = [
-        b"commit refs/heads/main\n",
-        b"committer bench <b@example.invalid> 1700000001 +0000\n",
-    ]
-    _data(stream, b"deploy")
-    stream.append(b"from refs/heads/main^0\n")
-    for path, images in sorted(groups.items()):
-        stream.append(b"M 100644 inline %s\n" % path.encode())
-        _data(stream, kustomization(images).encode())
-    _fast_import(bare, stream)
+    pin_commit(bare, {f"app-{i:04d}": want for i in range(apps)}, files, REGISTRY, 1_700_000_001)
     return want
 
 
