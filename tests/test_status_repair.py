@@ -44,6 +44,28 @@ def _change(code_repo: Repo) -> str:
     return code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
 
 
+def _seen_running_then_superseded(
+    code_repo: Repo, site: Path, environ: dict[str, str], kube: KubeApiDouble, gitea: GiteaDouble
+) -> tuple[str, str]:
+    """A commit reported pending whose build a pass saw running, then a newer commit
+    wanted: the commit and its Workflow's name."""
+    old = _change(code_repo)
+    _post(gitea, old, "pending", "building")
+    name = _phase(kube, old, "Running")
+    code_repo.commit({"dataops/citation-dagster/app.txt": "v3\n"})
+    assert _reconcile(site, environ).exit_code == 0
+    return old, name
+
+
+def _assert_read_no_more(
+    gitea: GiteaDouble, revision: str, site: Path, environ: dict[str, str]
+) -> None:
+    """Once closed, the next pass does not read the commit's statuses again."""
+    reads = _status_reads(gitea, revision)
+    assert _reconcile(site, environ).exit_code == 0
+    assert _status_reads(gitea, revision) == reads
+
+
 def test_the_nets_write_back_reports_success_on_the_commit(
     code_repo: Repo,
     values: Path,  # noqa: F811
@@ -264,11 +286,7 @@ def test_an_older_commits_build_deleted_while_it_ran_has_its_pending_status_clos
     kube: KubeApiDouble,
     gitea: GiteaDouble,
 ) -> None:
-    old = _change(code_repo)
-    _post(gitea, old, "pending", "building")
-    name = _phase(kube, old, "Running")
-    code_repo.commit({"dataops/citation-dagster/app.txt": "v3\n"})
-    assert _reconcile(values, env).exit_code == 0
+    old, name = _seen_running_then_superseded(code_repo, values, env, kube, gitea)
     assert _history(gitea, old) == [("pending", "building")], "running: left alone"
     del kube.objects[("fabrique-build", name)]  # `kubectl delete workflow`, mid-build
     assert _reconcile(values, env).exit_code == 0
@@ -276,9 +294,7 @@ def test_an_older_commits_build_deleted_while_it_ran_has_its_pending_status_clos
         "error",
         f"safety net: {name} was deleted before it ended",
     )
-    reads = _status_reads(gitea, old)
-    assert _reconcile(values, env).exit_code == 0
-    assert _status_reads(gitea, old) == reads
+    _assert_read_no_more(gitea, old, values, env)
 
 
 def test_a_build_that_ended_and_reported_is_read_once_and_left_alone(
@@ -328,11 +344,7 @@ def test_an_older_commits_build_that_succeeded_unreported_is_closed_as_its_succe
 ) -> None:
     """Seen running, then Succeeded with its report-success lost: the sweep's LIST leaves
     the Succeeded out, yet the Workflow is there, and it says what it built."""
-    old = _change(code_repo)
-    _post(gitea, old, "pending", "building")
-    name = _phase(kube, old, "Running")
-    code_repo.commit({"dataops/citation-dagster/app.txt": "v3\n"})
-    assert _reconcile(values, env).exit_code == 0
+    old, name = _seen_running_then_superseded(code_repo, values, env, kube, gitea)
     digest = push_image(registry.url, "citation-dagster", old[:12])
     _phase(kube, old, "Succeeded", verified=digest)
     assert _reconcile(values, env).exit_code == 0
@@ -340,9 +352,7 @@ def test_an_older_commits_build_that_succeeded_unreported_is_closed_as_its_succe
         "success",
         f"safety net: {name} succeeded; built {digest}",
     )
-    reads = _status_reads(gitea, old)
-    assert _reconcile(values, env).exit_code == 0
-    assert _status_reads(gitea, old) == reads
+    _assert_read_no_more(gitea, old, values, env)
 
 
 def test_a_wanted_failure_whose_repair_could_not_run_is_closed_after_a_newer_push(
