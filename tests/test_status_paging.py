@@ -15,9 +15,7 @@ from .conftest import GITEA_TOKEN, Repo
 from .doubles.gitea import GiteaDouble
 from .doubles.kube import KubeApiDouble
 from .test_reconcile import _phase, _reconcile, env, values  # noqa: F401
-
-REPO = "atlas/atlas"
-CONTEXT = "fabrique/citation"
+from .test_status_repair import CONTEXT, REPO, _history
 
 
 def test_an_older_commits_pending_status_past_fifty_apps_is_closed(
@@ -41,12 +39,7 @@ def test_an_older_commits_pending_status_past_fifty_apps_is_closed(
     code_repo.commit({"dataops/citation-dagster/app.txt": "v3\n"})
     result = _reconcile(values, env)
     assert result.exit_code == 0, result.stderr
-    history = [
-        (s["status"], s["description"])
-        for s in gitea.statuses[(REPO, old)]
-        if s["context"] == CONTEXT
-    ]
-    assert history == [
+    assert _history(gitea, old) == [
         ("pending", "building"),
         ("error", "safety net: build: Stopped with strategy 'Terminate'"),
     ]
