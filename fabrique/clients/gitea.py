@@ -344,15 +344,6 @@ class GiteaClient(JsonApi):
                 found.setdefault(status.context, status)
         return found
 
-    def latest_status(self, repo: str, sha: str, context: str) -> CommitStatus | None:
-        """The latest status of ``context`` on commit ``sha``, or None: the pages of the
-        combined status are read until it shows (a context posted last is on the first)."""
-        for page in self.status_pages(repo, sha):
-            for status in page:
-                if status.context == context:
-                    return status
-        return None
-
     def status_pages(self, repo: str, sha: str) -> Iterator[list[CommitStatus]]:
         """Gitea's combined status of commit ``sha``, page by page: the latest status of
         each context, at most STATUS_PAGE contexts a page, the most recently updated
