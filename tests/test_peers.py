@@ -238,7 +238,8 @@ def test_two_builds_of_one_peer_at_once_build_it_once(
     for worker in workers:
         worker.start()
     for worker in workers:
-        worker.join()
+        worker.join(timeout=30)  # the second waits on the first's folder: never forever
+        assert not worker.is_alive(), "a build of the peer still waiting after 30 s"
     assert errors == []
     assert builds.read_text().splitlines() == ["build"]
     assert len(found) == 2 and found[0] == found[1]
