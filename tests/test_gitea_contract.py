@@ -550,7 +550,7 @@ def test_more_than_fifty_contexts_on_one_commit_are_all_read(
 ) -> None:
     """One push builds every app on one commit, each under its own context. Gitea answers
     the combined status a page at a time, at most 50 contexts (MaxResponseItems), the
-    most recently updated first (GetLatestCommitStatus: ``max(index) desc``), the count of
+    most recently updated first (GetLatestCommitStatus: ``max(id) desc``), the count of
     every context in X-Total-Count; the client reads every page."""
     repo = server.repo(SEED)
     head = repo.head()

@@ -919,7 +919,7 @@ class GiteaDouble:
 
     def latest_statuses(self, repo: str, sha: str) -> list[dict[str, Any]]:
         """The newest status of each context, the most recently updated context first
-        (GetLatestCommitStatus: ``max(index) desc``, the order it pages by)."""
+        (GetLatestCommitStatus: ``max(id) desc``, the order it pages by)."""
         latest: dict[str, dict[str, Any]] = {}
         for status in self.statuses.get((repo, sha), []):
             latest[status["context"]] = status
@@ -937,26 +937,28 @@ class GiteaDouble:
 
     max_response_items = 50  # [api] MAX_RESPONSE_ITEMS: no page holds more
 
-    def _paging(self, query: dict[str, str]) -> tuple[int, int]:
-        """(page, limit) as utils.GetListOptions reads them: a limit of 0 or none is
-        DEFAULT_PAGING_NUM, above MAX_RESPONSE_ITEMS it is that (ToCorrectPageSize)."""
-        limit = int(query.get("limit") or 0)
+    def _page(self, request: Request, every: list[Any]) -> tuple[list[Any], dict[str, str]]:
+        """The page of ``every`` that the request asks for, and its paging headers. The
+        limit is read as utils.GetListOptions reads it: 0 or none is DEFAULT_PAGING_NUM,
+        above MAX_RESPONSE_ITEMS it is that (ToCorrectPageSize)."""
+        limit = int(request.query.get("limit") or 0)
         limit = self.default_page_size if limit <= 0 else min(limit, self.max_response_items)
-        return max(1, int(query.get("page") or 1)), limit
+        page = max(1, int(request.query.get("page") or 1))
+        pages = -(-len(every) // limit)
+        headers = {"X-Total-Count": str(len(every)), "Link": self._links(request, page, pages)}
+        return every[(page - 1) * limit : page * limit], {k: v for k, v in headers.items() if v}
 
     def _combined_status(self, request: Request, repo: str, ref: str) -> tuple[Any, ...]:
         """GetCombinedCommitStatusByRef: a page of the latest status of each context, the
         most recently updated first, listed on the page in the order they were stored
-        (the second query names the page's indices and sets no order); its state and
+        (the second query names the page's ids and sets no order); its state and
         ``total_count`` are the page's, X-Total-Count counts every context."""
         sha = self._resolve(repo, ref)
         if sha is None:
             return self._not_found(NO_OBJECT.format(id=ref, path=""))
         every = self.latest_statuses(repo, sha)
-        page, limit = self._paging(request.query)
-        latest = sorted(every[(page - 1) * limit : page * limit], key=lambda s: s["id"])
-        pages = -(-len(every) // limit)
-        headers = {"X-Total-Count": str(len(every)), "Link": self._links(request, page, pages)}
+        chunk, headers = self._page(request, every)
+        latest = sorted(chunk, key=lambda s: s["id"])
         return (
             200,
             {
@@ -968,7 +970,7 @@ class GiteaDouble:
                 "commit_url": f"{self.url}/api/v1/repos/{repo}/commits/{sha}",
                 "url": f"{self.url}/api/v1/repos/{repo}/commits/{sha}/status",
             },
-            {k: v for k, v in headers.items() if v},
+            headers,
         )
 
     def _list_statuses(self, request: Request, repo: str, ref: str) -> tuple[Any, ...]:
@@ -979,14 +981,7 @@ class GiteaDouble:
         every = list(reversed(self.statuses.get((repo, sha), [])))  # newest first
         if request.query.get("state"):
             every = [s for s in every if s["status"] == request.query["state"]]
-        page, limit = self._paging(request.query)
-        pages = -(-len(every) // limit)
-        headers = {"X-Total-Count": str(len(every)), "Link": self._links(request, page, pages)}
-        return (
-            200,
-            every[(page - 1) * limit : page * limit],
-            {k: v for k, v in headers.items() if v},
-        )
+        return (200, *self._page(request, every))
 
     # ------------------------------------------------------------------- writes
 
