@@ -125,6 +125,17 @@ def _kube(cluster: Cluster) -> KubeClient:
     return KubeClient(k8s_config.new_client_from_config(config_file=str(cluster.kubeconfig)))
 
 
+def _submitted_and_deleted(
+    cluster: Cluster, kube: KubeClient
+) -> tuple[dict[str, Any], str, dict[str, Any]]:
+    """A build Workflow submitted, then deleted with its claim held: its body, its name
+    and the held claim."""
+    body = _body()
+    name = body["metadata"]["name"]
+    assert submit(kube, body).outcome == "created"
+    return body, name, _deleted_and_held(cluster, name)
+
+
 def test_a_workflow_created_while_its_old_claim_is_collected_errors_for_good(
     cluster: Cluster, applied: Path
 ) -> None:
@@ -149,11 +160,8 @@ def test_a_workflow_created_while_its_old_claim_is_collected_errors_for_good(
 def test_submit_waits_for_the_old_claim_and_the_new_workflow_gets_its_own(
     cluster: Cluster, applied: Path
 ) -> None:
-    body = _body()
-    name = body["metadata"]["name"]
     kube = _kube(cluster)
-    assert submit(kube, body).outcome == "created"
-    held = _deleted_and_held(cluster, name)
+    body, name, held = _submitted_and_deleted(cluster, kube)
     outcome: list[Submission] = []
     resubmit = threading.Thread(target=lambda: outcome.append(submit(kube, body)))
     resubmit.start()
@@ -174,11 +182,8 @@ def test_submit_waits_for_the_old_claim_and_the_new_workflow_gets_its_own(
 def test_past_its_bound_submit_creates_nothing_and_says_which_claim(
     cluster: Cluster, applied: Path
 ) -> None:
-    body = _body()
-    name = body["metadata"]["name"]
     kube = _kube(cluster)
-    assert submit(kube, body).outcome == "created"
-    held = _deleted_and_held(cluster, name)
+    body, name, held = _submitted_and_deleted(cluster, kube)
     try:
         waited = submit(kube, body, wait_seconds=3)
         assert (waited.outcome, waited.claim) == ("waiting", workspace_claim(name))
