@@ -49,10 +49,11 @@ sys.path.insert(0, str(ROOT))
 from bench.reconcile_scale import _data, _fast_import, app_values, pin_commit  # noqa: E402
 from fabrique.clients.gitea import (  # noqa: E402
     STATUS_PAGE,
-    STATUS_STATES,
     CommitStatus,
     GiteaClient,
     GiteaError,
+    commit_statuses,
+    last_status_page,
 )
 from fabrique.site.config import default_values, merge  # noqa: E402
 from fabrique.validate import GITEA_SWAGGER, find_specs  # noqa: E402
@@ -76,21 +77,8 @@ def listing_pages(self: GiteaClient, repo: str, sha: str) -> Iterator[list[Commi
         items = self._check(response, what)
         if not isinstance(items, list):
             raise GiteaError(f"{what}: Gitea answered something that is not a list")
-        found = []
-        for item in items:
-            if item.get("status") not in STATUS_STATES:
-                raise GiteaError(f"{what}: a status without a known state")
-            found.append(
-                CommitStatus(
-                    str(item["context"]),
-                    str(item["status"]),
-                    str(item.get("description") or ""),
-                    str(item.get("target_url") or ""),
-                )
-            )
-        yield found
-        total = response.headers.get("X-Total-Count", "")
-        if len(items) < STATUS_PAGE or (total.isdigit() and page * STATUS_PAGE >= int(total)):
+        yield commit_statuses(items, what)
+        if last_status_page(response, page, len(items)):
             return
         page += 1
 

@@ -359,16 +359,8 @@ class GiteaClient(JsonApi):
             if not isinstance(data, dict):
                 raise GiteaError(f"{what}: Gitea answered something that is not an object")
             items = data.get("statuses") or []
-            found = []
-            for item in items:
-                context, state = _get(item, "context"), _get(item, "status")
-                if not isinstance(context, str) or state not in STATUS_STATES:
-                    raise GiteaError(f"{what}: a status without a context or a known state")
-                description, url = _get(item, "description"), _get(item, "target_url")
-                found.append(CommitStatus(context, state, str(description or ""), str(url or "")))
-            yield found
-            total = response.headers.get("X-Total-Count", "")
-            if len(items) < STATUS_PAGE or (total.isdigit() and page * STATUS_PAGE >= int(total)):
+            yield commit_statuses(items, what)
+            if last_status_page(response, page, len(items)):
                 return
         raise GiteaError(
             f"{what}: more than {MAX_STATUS_PAGES * STATUS_PAGE} contexts; fabrique reads no more"
@@ -527,6 +519,26 @@ def _message(response: httpx.Response) -> str:
         return ""
     message = data.get("message") if isinstance(data, dict) else None
     return " ".join(str(message).split())[:300] if message else ""
+
+
+def commit_statuses(items: list[Any], what: str) -> list[CommitStatus]:
+    """Gitea's CommitStatus objects, read (GiteaError for one without a context or a
+    known state)."""
+    found = []
+    for item in items:
+        context, state = _get(item, "context"), _get(item, "status")
+        if not isinstance(context, str) or state not in STATUS_STATES:
+            raise GiteaError(f"{what}: a status without a context or a known state")
+        description, url = _get(item, "description"), _get(item, "target_url")
+        found.append(CommitStatus(context, state, str(description or ""), str(url or "")))
+    return found
+
+
+def last_status_page(response: httpx.Response, page: int, count: int) -> bool:
+    """Whether page ``page`` of statuses, holding ``count``, is the last: it is not full,
+    or X-Total-Count says no more follow."""
+    total = response.headers.get("X-Total-Count", "")
+    return count < STATUS_PAGE or (total.isdigit() and page * STATUS_PAGE >= int(total))
 
 
 def _get(data: Any, *keys: str) -> Any:
