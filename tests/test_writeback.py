@@ -27,8 +27,8 @@ from .conftest import (
     write_values,
 )
 from .doubles.gitea import GiteaDouble
-from .doubles.kube import KubeApiDouble
 from .servers import GitDaemon, Registry, free_port
+from .test_reconcile import _reconcile, env  # noqa: F401  (env: the fixture)
 
 DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64
@@ -443,7 +443,11 @@ def test_an_odd_target_exits_2_on_one_line_and_writes_nothing(
 
 
 def test_one_unreadable_target_is_its_apps_error_and_the_pass_goes_on(
-    tmp_path: Path, code_repo: Repo, gitea: GiteaDouble, registry: Registry, kube: KubeApiDouble
+    tmp_path: Path,
+    code_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    env: dict[str, str],  # noqa: F811  (test_reconcile's fixture)
 ) -> None:
     """The safety net reads every app's target: a file its readers cannot read (a key that
     is a mapping, valid YAML) is that app's error, named, not a traceback that ends the
@@ -470,11 +474,7 @@ def test_one_unreadable_target_is_its_apps_error_and_the_pass_goes_on(
             "dataops/odd/src.txt": "v2\n",
         }
     )
-    env = {
-        "KUBECONFIG": str(kube.kubeconfig(tmp_path / "kubeconfig")),
-        "FABRIQUE_GITEA_TOKEN": GITEA_TOKEN,
-    }
-    result = run_cli("--values", str(values), "reconcile", env=env)
+    result = _reconcile(values, env)
     lines = {line.split(":")[0]: line for line in result.stdout.splitlines()}
     assert lines["citation"].startswith("citation: submitted: "), result.stdout
     assert lines["odd"] == (
