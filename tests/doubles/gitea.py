@@ -390,23 +390,27 @@ class GiteaDouble:
             "modified": None,
         }
 
+    def _once(self, key: tuple[str, ...], answer: Callable[[], Any]) -> Any:
+        """``answer()``, asked once for ``key``: what a commit id or a blob id fixes."""
+        if key not in self._fixed:
+            self._fixed[key] = answer()
+        return self._fixed[key]
+
     def _at(self, repo: str, *args: str) -> str:
         """``git *args`` in ``repo``, where ``args`` name a commit id or a blob id: the same
         answer for ever, so asked once."""
-        key = (str(self._bare(repo)), *args)
-        if key not in self._fixed:
-            self._fixed[key] = git(self._bare(repo), *args)
-        return str(self._fixed[key])
+        bare = self._bare(repo)
+        return str(self._once((str(bare), *args), lambda: git(bare, *args)))
 
     def _blob_data(self, repo: str, blob: str) -> bytes:
-        key = (str(self._bare(repo)), "blob", blob)
-        if key not in self._fixed:
-            self._fixed[key] = subprocess.run(
-                ["git", "-C", str(self._bare(repo)), "cat-file", "blob", blob],
-                capture_output=True,
-                check=True,
-            ).stdout
-        return bytes(self._fixed[key])
+        bare = self._bare(repo)
+        command = ["git", "-C", str(bare), "cat-file", "blob", blob]
+        return bytes(
+            self._once(
+                (str(bare), "blob", blob),
+                lambda: subprocess.run(command, capture_output=True, check=True).stdout,
+            )
+        )
 
     def _blob(self, repo: str, commit: str, file_path: str) -> tuple[str, str] | None:
         listed = self._at(repo, "ls-tree", commit, "--", file_path)
