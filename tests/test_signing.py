@@ -36,7 +36,7 @@ from .doubles.kube import KubeApiDouble
 from .manifests import find
 from .oci import push_image, push_signature
 from .servers import Registry
-from .test_reconcile import _phase
+from .test_reconcile import _phase, _reconcile, env  # noqa: F401  (env: the fixture)
 
 REPO = "citation-dagster"
 
@@ -233,6 +233,7 @@ def test_reconcile_does_not_write_back_an_unsigned_digest(
     gitea: GiteaDouble,
     registry: Registry,
     kube: KubeApiDouble,
+    env: dict[str, str],  # noqa: F811  (test_reconcile's fixture)
 ) -> None:
     _, pem, _ = _ec()
     values = write_values(
@@ -243,11 +244,7 @@ def test_reconcile_does_not_write_back_an_unsigned_digest(
     head = code_repo.head()
     digest = push_image(registry.url, REPO, revision[:12], {"v": b"reconciled?"})
     _phase(kube, revision, "Succeeded", verified=digest)
-    env = {
-        "KUBECONFIG": str(kube.kubeconfig(tmp_path / "kubeconfig")),
-        "FABRIQUE_GITEA_TOKEN": GITEA_TOKEN,
-    }
-    result = run_cli("--values", str(values), "reconcile", env=env)
+    result = _reconcile(values, env)
     assert "citation: error: " in result.stdout and ": unsigned" in result.stdout
     assert result.exit_code == 3
     assert code_repo.head() == head
@@ -287,6 +284,7 @@ def test_one_unsigned_app_holds_back_no_other_app_of_its_file_in_the_safety_net(
     gitea: GiteaDouble,
     registry: Registry,
     kube: KubeApiDouble,
+    env: dict[str, str],  # noqa: F811  (test_reconcile's fixture)
 ) -> None:
     """Signatures are judged per app, as a refused target is: the signed app of the file
     is written back, and only the unsigned one fails, pass after pass."""
@@ -296,11 +294,7 @@ def test_one_unsigned_app_holds_back_no_other_app_of_its_file_in_the_safety_net(
     signed, unsigned = _signed_and_unsigned(registry, signer, revision)
     _phase(kube, revision, "Succeeded", app="citation", values=values, verified=signed)
     _phase(kube, revision, "Succeeded", app="worker", values=values, verified=unsigned)
-    env = {
-        "KUBECONFIG": str(kube.kubeconfig(tmp_path / "kubeconfig")),
-        "FABRIQUE_GITEA_TOKEN": GITEA_TOKEN,
-    }
-    result = run_cli("--values", str(values), "reconcile", env=env)
+    result = _reconcile(values, env)
     lines = {line.split(":")[0]: line for line in result.stdout.splitlines()}
     assert lines["citation"].startswith("citation: written-back: "), result.stdout
     assert lines["worker"].startswith("worker: error: ") and "unsigned" in lines["worker"]
