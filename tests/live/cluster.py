@@ -12,11 +12,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
 from .controlplane import ARGO_NAMESPACE, ControlPlane
+
+if TYPE_CHECKING:
+    from fabrique.clients.kube import KubeClient
 
 T = TypeVar("T")
 ARGO = "/apis/argoproj.io/v1alpha1"
@@ -59,6 +62,15 @@ class Cluster:
     @property
     def kubeconfig(self) -> Path:
         return self.plane.kubeconfig
+
+    def kube(self) -> KubeClient:
+        """fabrique's own client of this cluster, from its kubeconfig."""
+        # imported here: the fast tests of the informer wait use Cluster over HTTP alone
+        from kubernetes import config as k8s_config
+
+        from fabrique.clients.kube import KubeClient
+
+        return KubeClient(k8s_config.new_client_from_config(config_file=str(self.kubeconfig)))
 
     # -- REST -----------------------------------------------------------------------------
 

@@ -16,8 +16,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from kubernetes import config as k8s_config
-
 from fabrique.clients.kube import KubeClient
 from fabrique.decisions.workflow import Submission, build_workflow, submit, workspace_claim
 from fabrique.site.config import load_site
@@ -121,10 +119,6 @@ def _phase(cluster: Cluster, workflow: str) -> tuple[str, str]:
     return str(status.get("phase") or ""), str(status.get("message") or "")
 
 
-def _kube(cluster: Cluster) -> KubeClient:
-    return KubeClient(k8s_config.new_client_from_config(config_file=str(cluster.kubeconfig)))
-
-
 def _submitted_and_deleted(
     cluster: Cluster, kube: KubeClient
 ) -> tuple[dict[str, Any], str, dict[str, Any]]:
@@ -143,7 +137,7 @@ def test_a_workflow_created_while_its_old_claim_is_collected_errors_for_good(
     the old claim and ends in Error."""
     body = _body()
     name = body["metadata"]["name"]
-    kube = _kube(cluster)
+    kube = cluster.kube()
     assert kube.create_workflow(body).created
     held = _deleted_and_held(cluster, name)
     try:
@@ -160,7 +154,7 @@ def test_a_workflow_created_while_its_old_claim_is_collected_errors_for_good(
 def test_submit_waits_for_the_old_claim_and_the_new_workflow_gets_its_own(
     cluster: Cluster, applied: Path
 ) -> None:
-    kube = _kube(cluster)
+    kube = cluster.kube()
     body, name, held = _submitted_and_deleted(cluster, kube)
     outcome: list[Submission] = []
     resubmit = threading.Thread(target=lambda: outcome.append(submit(kube, body)))
@@ -182,7 +176,7 @@ def test_submit_waits_for_the_old_claim_and_the_new_workflow_gets_its_own(
 def test_past_its_bound_submit_creates_nothing_and_says_which_claim(
     cluster: Cluster, applied: Path
 ) -> None:
-    kube = _kube(cluster)
+    kube = cluster.kube()
     body, name, held = _submitted_and_deleted(cluster, kube)
     try:
         waited = submit(kube, body, wait_seconds=3)

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kubernetes import config as k8s_config
-
-from fabrique.clients.kube import KubeClient
 from fabrique.decisions.reconcile import SUCCEEDED, SWEPT
 from fabrique.site.names import LABEL_REVISION
 
@@ -23,7 +20,7 @@ def test_the_sweeps_lists_follow_the_controllers_phase_label(
 ) -> None:
     good, bad = payloads.revision(), payloads.revision()
     succeeded, failed = start(cluster, good), start(cluster, bad)
-    kube = KubeClient(k8s_config.new_client_from_config(config_file=str(cluster.kubeconfig)))
+    kube = cluster.kube()
     assert {succeeded, failed} <= {w.name for w in kube.workflows(BUILD_NS, SWEPT)}, "running"
     walk(cluster, succeeded, [(step, 0) for step in BUILD_STEPS])
     walk(cluster, failed, [("plan", 0), ("report-pending", 0), ("checkout", 0), ("build", 0)])
