@@ -20,7 +20,7 @@ from fabrique.site.config import (
 from fabrique.site.errors import ConfigError
 from fabrique.site.names import MAX_APP_NAME_LEN, workflow_name
 
-from .conftest import run_cli, write_values
+from .conftest import ROOT, run_cli, write_values
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 
@@ -170,7 +170,6 @@ def test_reserved_variables_are_not_overrides() -> None:
     assert "secret" not in yaml.safe_dump(site.to_values())
 
 
-ROOT = Path(__file__).parents[1]
 # what the project is made of: where a FABRIQUE_* variable may be read or documented
 SOURCES = ("fabrique", "tests", "bench", "pipelines", "eventsources", "docs")
 SOURCE_FILES = ("Makefile", "README.md")
