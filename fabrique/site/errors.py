@@ -130,11 +130,11 @@ class ValidationFailed(FabriqueError):
 
 # Argo's message for a failed container (operator.go, inferFailedReason): "<container>:
 # <Reason> (exit code <n>)", then ": <termination message>" when there is one
-ARGO_EXIT = re.compile(r"^(?:[\w.-]+: )?(?P<reason>[A-Za-z]+) \(exit code (?P<code>\d+)\)")
+_ARGO_EXIT = re.compile(r"^(?:[\w.-]+: )?(?P<reason>[A-Za-z]+) \(exit code (?P<code>\d+)\)")
 # Exit codes that blame no commit, whatever words the log ends with: 75 (EX_TEMPFAIL), a
 # step's "transient: retried" (still there when the last attempt gave up), and 137, a
 # container killed (out of memory, evicted).
-INFRASTRUCTURE_EXITS = frozenset({TRANSIENT_EXIT_CODE, 137})
+_INFRASTRUCTURE_EXITS = frozenset({TRANSIENT_EXIT_CODE, 137})
 
 
 def reason_line(message: str) -> str:
@@ -142,15 +142,15 @@ def reason_line(message: str) -> str:
 
     A build container's termination message is the tail of its log
     (``FallbackToLogsOnError``): fabrique's own one-line ``error: …`` when there is one,
-    else the last line (buildctl's error, Argo's ``Error (exit code 1)``). An exit code of
-    ``INFRASTRUCTURE_EXITS``, which Argo puts ahead of the tail, is carried on the line
+    else the last line (buildctl's error, Argo's ``Error (exit code 1)``). An exit code
+    that blames no commit (75, 137), which Argo puts ahead of the tail, is carried on the line
     (``… (exit code 75)``): it, not the words, says that the infrastructure gave up.
     """
     lines = [line.strip() for line in message.splitlines() if line.strip()]
     errors = [line.removeprefix("error: ") for line in lines if line.startswith("error: ")]
     line = errors[-1] if errors else lines[-1] if lines else ""
-    argo = ARGO_EXIT.match(message.lstrip())
-    if argo is None or int(argo["code"]) not in INFRASTRUCTURE_EXITS or argo[0] in line:
+    argo = _ARGO_EXIT.match(message.lstrip())
+    if argo is None or int(argo["code"]) not in _INFRASTRUCTURE_EXITS or argo[0] in line:
         return line
     said = f"exit code {argo['code']}"
     return f"{line} ({said})" if argo["reason"] == "Error" else f"{line} ({argo['reason']}, {said})"
