@@ -44,7 +44,7 @@ from typing import Any
 
 from fabrique.clients.gitea import CommitStatus, GiteaClient
 from fabrique.site.config import AppConfig, Site
-from fabrique.site.errors import RemoteError, reason_line
+from fabrique.site.errors import INFRASTRUCTURE_EXITS, RemoteError, reason_line
 from fabrique.site.names import redact_urls, short_sha
 
 log = logging.getLogger("fabrique.status")
@@ -59,11 +59,12 @@ _GENERIC = re.compile(
     r"Stopped with strategy '.*')$",
     re.S,
 )
-# causes outside the commit itself: the build could not finish (a step that exited 75 or
-# 137 says so on its reason line, which ``reason_line`` gives the exit code)
+# causes outside the commit itself: the build could not finish (a step that exited with
+# one of INFRASTRUCTURE_EXITS says so on its reason line, where ``reason_line`` puts it)
 _INFRASTRUCTURE = re.compile(
-    r"deadline|OOMKilled|exit code 137|out of memory|evicted|pod deleted|ImagePull|ErrImage|"
-    r"unreachable|timed out|HTTP 5[0-9][0-9]|Unschedulable|exit code 75|Stopped with strategy",
+    r"deadline|OOMKilled|out of memory|evicted|pod deleted|ImagePull|ErrImage|"
+    r"unreachable|timed out|HTTP 5[0-9][0-9]|Unschedulable|Stopped with strategy|"
+    + "|".join(f"exit code {code}" for code in sorted(INFRASTRUCTURE_EXITS)),
     re.I,
 )
 _STEP_GROUP = re.compile(r"^\[\d+\]$")

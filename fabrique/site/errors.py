@@ -134,7 +134,7 @@ _ARGO_EXIT = re.compile(r"^(?:[\w.-]+: )?(?P<reason>[A-Za-z]+) \(exit code (?P<c
 # Exit codes that blame no commit, whatever words the log ends with: 75 (EX_TEMPFAIL), a
 # step's "transient: retried" (still there when the last attempt gave up), and 137, a
 # container killed (out of memory, evicted).
-_INFRASTRUCTURE_EXITS = frozenset({TRANSIENT_EXIT_CODE, 137})
+INFRASTRUCTURE_EXITS = frozenset({TRANSIENT_EXIT_CODE, 137})
 
 
 def reason_line(message: str) -> str:
@@ -150,7 +150,7 @@ def reason_line(message: str) -> str:
     errors = [line.removeprefix("error: ") for line in lines if line.startswith("error: ")]
     line = errors[-1] if errors else lines[-1] if lines else ""
     argo = _ARGO_EXIT.match(message.lstrip())
-    if argo is None or int(argo["code"]) not in _INFRASTRUCTURE_EXITS or argo[0] in line:
+    if argo is None or int(argo["code"]) not in INFRASTRUCTURE_EXITS or argo[0] in line:
         return line
     said = f"exit code {argo['code']}"
     return f"{line} ({said})" if argo["reason"] == "Error" else f"{line} ({argo['reason']}, {said})"
