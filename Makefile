@@ -12,7 +12,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-SYSTEM_PACKAGES := docker-registry skopeo umoci git runc uidmap busybox-static
+SYSTEM_PACKAGES := docker-registry skopeo umoci git runc uidmap busybox-static containernetworking-plugins iptables nftables iproute2 util-linux redis-server mmdebstrap libcap2-bin
 # Rootless BuildKit (tests/live/test_build.py) runs as a user with subordinate ids, as the
 # rootless image's `user` does: the tests' own user, given a range here if it has none;
 # as root, this one, made here.
@@ -38,7 +38,7 @@ render: $(VENV)/.base
 # worker, newuidmap (uidmap) for rootless BuildKit, busybox for the base image its RUN
 # steps are tested on.
 system-deps:
-	@for tool in docker-registry skopeo umoci git runc newuidmap busybox; do \
+	@for tool in docker-registry skopeo umoci git runc newuidmap busybox /usr/lib/cni/bridge iptables nft ip nsenter unshare redis-server mmdebstrap setcap; do \
 	  command -v $$tool >/dev/null || missing=1; \
 	done; \
 	if [ -n "$$missing" ]; then \
