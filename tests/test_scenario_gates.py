@@ -49,6 +49,69 @@ def test_gate_pods_ready_by_digest() -> None:
     assert "is not by digest" in problems[1]
 
 
+def test_gate_pods_ready_by_digest_wants_the_runtime_to_run_that_digest() -> None:
+    """A pod reported Ready by what pulls nothing (kwok: no imageID), or running another
+    image than the one its spec names, fails gate 3."""
+    pods = _json("pods-ready.json")
+    assert isinstance(pods, dict)
+    (status,) = pods["items"][0]["status"]["containerStatuses"]
+    status["imageID"] = ""
+    (problem,) = gates.pods_ready_by_digest(pods)
+    assert problem.startswith("pod citation-dagster-") and "runs imageID ''" in problem
+    status["imageID"] = "registry:80/citation-dagster@sha256:" + "4" * 64
+    (problem,) = gates.pods_ready_by_digest(pods)
+    assert problem.endswith("not sha256:" + "3" * 64)
+
+
+SEED_REPLAY = """\
+plan for citation on prod (bench):
+  registry-name: unchanged (registry resolves in fabrique, fabrique-build)
+registry-name: unchanged (registry resolves in fabrique, fabrique-build)
+image: unchanged (registry:80/citation-dagster:0a1b2c3d4e5f@sha256:3333)
+write-back: unchanged (atlas/atlas@main:dataops/citation-dagster/deploy/overlays/prod/kustomization.yaml)
+secrets: unchanged (dagster/pgvector-pg-auth unchanged)
+webhook: unchanged (unchanged: webhook #2)
+application: unchanged (cluster/apps@main:apps/citation.yaml)
+"""
+
+
+def test_gate_seed_replay_unchanged() -> None:
+    head = "a" * 40
+    assert gates.seed_replay_unchanged(SEED_REPLAY, head, head) == []
+    changed = SEED_REPLAY.replace("application: unchanged", "application: changed")
+    assert gates.seed_replay_unchanged(changed, head, "b" * 40) == [
+        "seed step application is changed, not unchanged",
+        f"a commit appeared: {head} -> {'b' * 40}",
+    ]
+    # the plan's indented lines are not what was done
+    planned_only = "\n".join(line for line in SEED_REPLAY.splitlines() if "application" not in line)
+    assert gates.seed_replay_unchanged(planned_only, head, head) == [
+        "seed replay said nothing of step application"
+    ]
+
+
+def test_gate_status_success() -> None:
+    digest = "sha256:" + "3" * 64
+    statuses = [
+        {"id": 2, "context": "fabrique/citation", "status": "success",
+         "description": f"deployed {digest}; changed, commit 0a1b2c3d4e5f",
+         "updated_at": "2026-12-04T10:00:05Z"},
+        {"id": 1, "context": "fabrique/citation", "status": "pending",
+         "description": "building", "updated_at": "2026-12-04T10:00:00Z"},
+        {"id": 3, "context": "fabrique/other", "status": "failure", "description": "x",
+         "updated_at": "2026-12-04T10:00:09Z"},
+    ]  # fmt: skip
+    assert gates.status_success(statuses, "citation", digest) == []
+    assert gates.status_success(statuses, "citation", "sha256:" + "4" * 64) == [
+        f"status fabrique/citation does not name sha256:{'4' * 64}: "
+        f"'deployed {digest}; changed, commit 0a1b2c3d4e5f'"
+    ]
+    assert gates.status_success(statuses[1:], "citation", digest)[0].startswith(
+        "status fabrique/citation is pending, not success"
+    )
+    assert gates.status_success([], "citation", digest) == ["no commit status fabrique/citation"]
+
+
 def test_gate_replay_is_noop() -> None:
     head = "a" * 40
     assert (
@@ -77,6 +140,7 @@ def test_gate_reconciled() -> None:
         (["deployed-by-digest", "workloads-by-digest.json"], 0),
         (["deployed-by-digest", "workloads-by-tag.json"], 1),
         (["reconciled", "status-reconciled.json", "citation", REVISION], 0),
+        (["status-success", "status-reconciled.json", "citation", "sha256:" + "3" * 64], 1),
     ],
 )
 def test_the_script_calls_gates_by_name(args: list[str], code: int) -> None:

@@ -57,7 +57,9 @@ def application_synced_healthy(application: dict[str, Any]) -> list[str]:
 
 
 def pods_ready_by_digest(pods: dict[str, Any]) -> list[str]:
-    """Gate 3: every pod is Ready and its containers run an image named by digest."""
+    """Gate 3: every pod is Ready, names its images by digest, and runs that very image:
+    the container runtime's ``imageID`` (what it pulled and runs) carries the digest the
+    spec names. A pod reported Ready by something that pulls nothing has no such id."""
     items = _items(pods)
     if not items:
         return ["no pod"]
@@ -67,10 +69,20 @@ def pods_ready_by_digest(pods: dict[str, Any]) -> list[str]:
         ready = [c for c in pod.get("status", {}).get("conditions", []) if c.get("type") == "Ready"]
         if not ready or ready[0].get("status") != "True":
             problems.append(f"pod {name}: not Ready")
+        ran = {s.get("name"): s for s in pod.get("status", {}).get("containerStatuses", [])}
         for container in pod.get("spec", {}).get("containers", []):
-            if not DIGEST.search(str(container.get("image", ""))):
+            image = str(container.get("image", ""))
+            named = DIGEST.search(image)
+            if not named:
                 problems.append(
-                    f"pod {name}: container {container.get('name')} image {container.get('image')!r} is not by digest"
+                    f"pod {name}: container {container.get('name')} image {image!r} is not by digest"
+                )
+                continue
+            image_id = str((ran.get(container.get("name")) or {}).get("imageID") or "")
+            if not image_id.endswith(named.group(0)):
+                problems.append(
+                    f"pod {name}: container {container.get('name')} runs imageID {image_id!r}, "
+                    f"not {named.group(0)[1:]}"
                 )
     return problems
 
@@ -89,8 +101,52 @@ def replay_is_noop(
     return problems
 
 
+def seed_replay_unchanged(seed: str, commits_before: str, commits_after: str) -> list[str]:
+    """Gate 4: ``fabrique seed`` run again changes nothing: each of its steps says
+    ``unchanged`` (or ``skipped``, for what the site does not use), the write-back, the
+    webhook and the Application among them, and no commit appears."""
+    steps = {}
+    for line in seed.splitlines():
+        match = re.match(r"(\S+): (\S+) \(", line)
+        if match:
+            steps[match.group(1)] = match.group(2)
+    problems = [
+        f"seed step {step} is {state}, not unchanged"
+        for step, state in steps.items()
+        if state not in ("unchanged", "skipped")
+    ]
+    problems += [
+        f"seed replay said nothing of step {step}"
+        for step in ("write-back", "webhook", "application")
+        if step not in steps
+    ]
+    if steps.get("write-back") == "skipped" or steps.get("application") == "skipped":
+        problems.append("seed replay skipped the write-back or the Application")
+    if commits_before.strip() != commits_after.strip():
+        problems.append(f"a commit appeared: {commits_before.strip()} -> {commits_after.strip()}")
+    return problems
+
+
+def status_success(statuses: list[dict[str, Any]], app: str, digest: str) -> list[str]:
+    """Gate 5: the pushed commit's status ``fabrique/<app>`` (Gitea's list of a commit's
+    statuses, newest first) is ``success`` and names the digest deployed."""
+    context = f"fabrique/{app}"
+    ours = [s for s in statuses if isinstance(s, dict) and s.get("context") == context]
+    if not ours:
+        return [f"no commit status {context}"]
+    latest = max(ours, key=lambda s: (str(s.get("updated_at") or ""), int(s.get("id") or 0)))
+    state = latest.get("status") or latest.get("state")
+    problems = []
+    if state != "success":
+        problems.append(f"status {context} is {state}, not success: {latest.get('description')!r}")
+    if digest not in str(latest.get("description") or ""):
+        problems.append(f"status {context} does not name {digest}: {latest.get('description')!r}")
+    return problems
+
+
 def reconciled(status: list[dict[str, Any]], app: str, revision: str) -> list[str]:
-    """Gate 5: after a push the event path missed, the reconcile pass deployed it."""
+    """After a push the event path missed, the reconcile pass deployed it (the scenario's
+    safety-net step, where the EventSource can be scaled down)."""
     entry = next((s for s in status if s.get("app") == app), None)
     if entry is None:
         return [f"app {app} not in the status"]
@@ -116,17 +172,22 @@ GATES: dict[str, Callable[..., list[str]]] = {
     "application-synced-healthy": application_synced_healthy,
     "pods-ready-by-digest": pods_ready_by_digest,
     "replay-is-noop": replay_is_noop,
+    "seed-replay-unchanged": seed_replay_unchanged,
+    "status-success": status_success,
     "reconciled": reconciled,
 }
+# the gates whose last arguments are words, not files
+WORDS = {"reconciled": 2, "status-success": 2}
 
 
 def main(argv: list[str]) -> int:
     if len(argv) < 2 or argv[0] not in GATES:
-        print(f"usage: gates.py {{{','.join(GATES)}}} FILE… [APP REVISION]", file=sys.stderr)
+        print(f"usage: gates.py {{{','.join(GATES)}}} FILE… [APP REVISION|DIGEST]", file=sys.stderr)
         return 2
     name, args = argv[0], argv[1:]
-    if name == "reconciled":
-        problems = reconciled(_load(args[0]), args[1], args[2])
+    if name in WORDS:
+        files, words = args[: -WORDS[name]], args[-WORDS[name] :]
+        problems = GATES[name](*[_load(a) for a in files], *words)
     else:
         problems = GATES[name](*[_load(a) for a in args])
     for problem in problems:
