@@ -177,3 +177,34 @@ def test_scenario_skips_without_a_cluster_and_fails_when_strict(tmp_path: Path) 
         check=False,
     )
     assert strict.returncode == 1 and strict.stdout.startswith("FAIL: ")
+
+
+def test_timings_reads_each_stage_from_the_objects_own_times() -> None:
+    import timings
+
+    pushed = timings._epoch("2026-12-04T10:00:00Z") - 0.5
+    workflow = {
+        "metadata": {"creationTimestamp": "2026-12-04T10:00:01Z"},
+        "status": {
+            "finishedAt": "2026-12-04T10:00:40Z",
+            "nodes": {
+                "a": {"displayName": "build", "finishedAt": "2026-12-04T10:00:30Z"},
+                "b": {"displayName": "write-back", "finishedAt": "2026-12-04T10:00:39Z"},
+            },
+        },
+    }
+    commit = {
+        "committer": {"login": "fabrique"},
+        "commit": {"committer": {"date": "2026-12-04T10:00:38Z"}},
+    }
+    application = {"status": {"operationState": {"finishedAt": "2026-12-04T10:00:50Z"}}}
+    pods = {"items": [{"status": {"conditions": [
+        {"type": "Ready", "status": "True", "lastTransitionTime": "2026-12-04T10:00:55Z"}]}}]}  # fmt: skip
+    assert timings.stages(pushed, workflow, commit, application, pods) == {
+        "workflow_created": 1.5,
+        "build_done": 30.5,
+        "workflow_done": 40.5,
+        "digest_in_git": 38.5,
+        "synced": 50.5,
+        "pod_ready": 55.5,
+    }

@@ -1,22 +1,33 @@
 #!/usr/bin/env bash
 # Scenario 34, build-gitops-digest: the whole chain on a real (one-node is enough) cluster.
 #
-#   KUBE_CONTEXT=bench FABRIQUE_VALUES=site.yaml GITEA_URL=http://localhost:3000 \
+#   KUBE_CONTEXT=bench FABRIQUE_VALUES=site.yaml GITEA_URL=http://gitea.example:3000 \
 #   FABRIQUE_GITEA_TOKEN=… FABRIQUE_WEBHOOK_TOKEN=… \
 #   bash bench/scenarios/build-gitops-digest.sh
 #
+# The bench has fabrique installed (the rendered tree applied, its Secrets made), Argo CD
+# deploying the Applications of the apps repository (its root Application), and the app's
+# code repository holding its build context and its kustomize overlay.
+#
 # No reachable cluster or chain: prints "SKIP: <reason>" and exits 0 (1 with STRICT=1).
-# Safe to run again: it pushes a new toy commit each time, and its EXIT trap puts the
+# Safe to run again: it pushes new toy commits each time, and its EXIT trap puts the
 # EventSource back and removes its scratch directory.
+#
+# TIMINGS=FILE writes the chain's stage times of the second push there (JSON, seconds
+# since the push). POLL (default 5) is the seconds between two looks; TIMEOUT (900) bounds
+# each wait. SAFETY_NET=0 leaves out the last step (a push the event path never sees),
+# which needs the EventSource to be a Deployment it can scale to zero.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 app="${APP:-citation}"
-app_ns="${APP_NAMESPACE:-dagster}"
+target="${TARGET:-prod}"
 control_ns="${CONTROL_NAMESPACE:-fabrique}"
 build_ns="${BUILD_NAMESPACE:-fabrique-build}"
+argocd_ns="${ARGOCD_NAMESPACE:-argocd}"
 timeout_s="${TIMEOUT:-900}"
+poll_s="${POLL:-5}"
 python="${PYTHON:-$root/.venv/bin/python}"
 fabrique="${FABRIQUE:-$root/.venv/bin/fabrique}"
 ctx=(--context "${KUBE_CONTEXT:-$(kubectl config current-context 2>/dev/null || echo none)}")
@@ -42,74 +53,149 @@ wait_for() {  # wait_for DESCRIPTION COMMAND…: until the command succeeds, or 
   local what="$1"; shift
   local deadline=$((SECONDS + timeout_s))
   until "$@" >/dev/null 2>&1; do
-    [ "$SECONDS" -lt "$deadline" ] || { echo "FAIL: timed out waiting for $what"; exit 1; }
-    sleep 5
+    [ "$SECONDS" -lt "$deadline" ] || { echo "FAIL: timed out after ${timeout_s}s waiting for $what"; exit 1; }
+    sleep "$poll_s"
   done
 }
 
+k() { kubectl "${ctx[@]}" "$@"; }
+api() {  # api PATH: Gitea's API, as fabrique's user
+  curl -fsS --max-time 10 -H "Authorization: token $FABRIQUE_GITEA_TOKEN" "$GITEA_URL/api/v1/$1"
+}
+jq_py() { "$python" -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+
 # ---- is there a chain to test? ----------------------------------------------------
 command -v kubectl >/dev/null || skip "kubectl is not installed"
+command -v curl >/dev/null || skip "curl is not installed"
 [ -x "$fabrique" ] || skip "fabrique is not installed ($fabrique); run make render"
-kubectl "${ctx[@]}" version --request-timeout=5s >/dev/null 2>&1 || skip "no reachable cluster (${ctx[1]})"
+k version --request-timeout=5s >/dev/null 2>&1 || skip "no reachable cluster (${ctx[1]})"
 for crd in workflows.argoproj.io sensors.argoproj.io applications.argoproj.io; do
-  kubectl "${ctx[@]}" get crd "$crd" >/dev/null 2>&1 || skip "CRD $crd missing: install Argo Workflows, Argo Events and Argo CD"
+  k get crd "$crd" >/dev/null 2>&1 || skip "CRD $crd missing: install Argo Workflows, Argo Events and Argo CD"
 done
 [ -n "${GITEA_URL:-}" ] && [ -n "${FABRIQUE_GITEA_TOKEN:-}" ] || skip "GITEA_URL and FABRIQUE_GITEA_TOKEN are needed to push"
+workers="$(k get nodes -l '!node-role.kubernetes.io/control-plane' -o name | wc -l)"
+[ "$workers" -gt 0 ] || skip "no worker node: the builder never runs on the control plane"
 
-# ---- flow ----------------------------------------------------------------------------
-echo "1. apply the rendered tree"
-"$fabrique" render --out "$scratch/manifests" >/dev/null
-kubectl "${ctx[@]}" apply -k "$scratch/manifests" >/dev/null
+config() { "$fabrique" config show | "$python" -c "import sys,yaml; c=yaml.safe_load(sys.stdin); print($1)"; }
+code_repo="$(config 'c["gitea"]["codeRepo"]')"
+context_dir="$(config "next(a['context'] for a in c['apps'] if a['name']=='$app')")"
+app_ns="$(config "next(a['application']['namespace'] for a in c['apps'] if a['name']=='$app')")"
 
-echo "2. seed the webhook"
-"$fabrique" seed-webhook
-
-code_repo="$("$fabrique" config show | "$python" -c 'import sys,yaml; print(yaml.safe_load(sys.stdin)["gitea"]["codeRepo"])')"
-context_dir="$("$fabrique" config show | "$python" -c "import sys,yaml; print(next(a['context'] for a in yaml.safe_load(sys.stdin)['apps'] if a['name']=='$app'))")"
 push_toy_commit() {  # prints the new commit id
   local dir="$scratch/code-$1"
   git -c http.extraHeader="Authorization: token $FABRIQUE_GITEA_TOKEN" clone -q --depth 1 "$GITEA_URL/$code_repo.git" "$dir"
-  date -u +%FT%TZ > "$dir/$context_dir/.scenario-stamp"
+  date -u +%FT%T.%NZ > "$dir/$context_dir/.scenario-stamp"
   git -C "$dir" add -A
   git -C "$dir" -c user.name=scenario -c user.email=scenario@example.invalid commit -qm "scenario 34: toy change ($1)"
   git -C "$dir" -c http.extraHeader="Authorization: token $FABRIQUE_GITEA_TOKEN" push -q origin HEAD
   git -C "$dir" rev-parse HEAD
 }
 
-echo "3. push a toy commit to $context_dir"
-revision="$(push_toy_commit first)"
+phase_is() {  # phase_is WORKFLOW PHASE
+  [ "$(k -n "$build_ns" get workflow "$1" -o jsonpath='{.status.phase}')" = "$2" ]
+}
+
+built() {  # built REVISION: waits for its Workflow to succeed; prints the digest it wrote back
+  local workflow="fabrique-$app-${1:0:12}"
+  wait_for "the event path to create Workflow $workflow" k -n "$build_ns" get workflow "$workflow"
+  until phase_is "$workflow" Succeeded; do
+    if phase_is "$workflow" Failed || phase_is "$workflow" Error; then
+      echo "FAIL: Workflow $workflow: $(k -n "$build_ns" get workflow "$workflow" -o jsonpath='{.status.message}')"
+      exit 1
+    fi
+    [ "$SECONDS" -lt "$((started + timeout_s))" ] || { echo "FAIL: timed out waiting for Workflow $workflow to succeed"; exit 1; }
+    sleep "$poll_s"
+  done
+  k -n "$build_ns" get workflow "$workflow" -o json | jq_py \
+    'next(p["value"] for v in d["status"]["nodes"].values() for p in (v.get("outputs") or {}).get("parameters", []) if p["name"]=="digest")'
+}
+
+deployed() {  # deployed DIGEST: the Application Synced/Healthy, every pod Ready on DIGEST
+  k -n "$argocd_ns" get application "$app" -o json > "$scratch/app.json" &&
+    gate application-synced-healthy "$scratch/app.json" &&
+    k -n "$app_ns" get pods -o json > "$scratch/pods.json" &&
+    gate pods-ready-by-digest "$scratch/pods.json" &&
+    "$python" -c 'import json,sys; pods=json.load(open(sys.argv[1]))["items"]
+sys.exit(not pods or any(sys.argv[2] not in c["image"] for p in pods for c in p["spec"]["containers"]))' \
+      "$scratch/pods.json" "$1"
+}
+
+refresh() {  # what Argo CD's Git webhook does: look at the repository now, not at the next poll
+  k -n "$argocd_ns" annotate application "$app" --overwrite argocd.argoproj.io/refresh=normal >/dev/null 2>&1 || true
+}
+
+# ---- flow ----------------------------------------------------------------------------
+echo "1. apply the rendered tree"
+"$fabrique" render --out "$scratch/manifests" >/dev/null
+k apply --server-side --field-manager=fabrique -k "$scratch/manifests" >/dev/null
+
+echo "2. seed webhook #2, so that a push reaches the EventSource"
+"$fabrique" seed-webhook
+
+echo "3. push a toy commit to $context_dir: the first build of the app"
+started=$SECONDS
+first="$(push_toy_commit first)"
+first_digest="$(built "$first")"
+echo "   built $first_digest"
+
+echo "4. fabrique seed: the Application, the derived Secrets, webhook #2, the digest"
+"$fabrique" seed --app "$app" --target "$target" "${ctx[@]}" --yes
+
+echo "5. Argo CD deploys it"
+started=$SECONDS
+wait_for "Application $app" k -n "$argocd_ns" get application "$app"
+refresh
+wait_for "Application $app Synced and Healthy, its pods Ready on $first_digest" deployed "$first_digest"
+
+echo "6. push again: the chain's own time, from the push to the pod"
+started=$SECONDS
+pushed_at="$(date +%s.%N)"
+revision="$(push_toy_commit second)"
+digest="$(built "$revision")"
+echo "   built $digest"
+refresh
+wait_for "Application $app Synced and Healthy, its pods Ready on $digest" deployed "$digest"
 workflow="fabrique-$app-${revision:0:12}"
 
-echo "4. wait for Workflow $workflow"
-wait_for "Workflow $workflow to succeed" \
-  sh -c "kubectl ${ctx[*]} -n $build_ns get workflow $workflow -o jsonpath='{.status.phase}' | grep -qx Succeeded"
-wait_for "Application $app to be Synced and Healthy" \
-  sh -c "kubectl ${ctx[*]} -n argocd get application $app -o json > $scratch/app.json && $python $here/gates.py application-synced-healthy $scratch/app.json"
-
 echo "gates"
-kubectl "${ctx[@]}" -n "$app_ns" get deploy,statefulset -o json > "$scratch/workloads.json"
+k -n "$app_ns" get deploy,statefulset -o json > "$scratch/workloads.json"
 gate deployed-by-digest "$scratch/workloads.json"
 gate application-synced-healthy "$scratch/app.json"
-kubectl "${ctx[@]}" -n "$app_ns" get pods -o json > "$scratch/pods.json"
 gate pods-ready-by-digest "$scratch/pods.json"
+grep -q "$digest" "$scratch/workloads.json" || { echo "FAIL: the workloads do not name $digest"; exit 1; }
 
 before="$(git ls-remote "$GITEA_URL/$code_repo.git" HEAD | cut -f1)"
-"$fabrique" submit --app "$app" --revision "$revision" --context "${ctx[1]}" > "$scratch/submit.out"
-digest="$(kubectl "${ctx[@]}" -n "$build_ns" get workflow "$workflow" -o json | "$python" -c \
-  'import json,sys; n=json.load(sys.stdin)["status"]["nodes"]; print(next(p["value"] for v in n.values() for p in (v.get("outputs") or {}).get("parameters", []) if p["name"]=="digest"))')"
+"$fabrique" seed --app "$app" --target "$target" "${ctx[@]}" --yes > "$scratch/seed.out"
+"$fabrique" submit --app "$app" --revision "$revision" "${ctx[@]}" > "$scratch/submit.out"
 "$fabrique" writeback --app "$app" --revision "$revision" --digest "$digest" > "$scratch/writeback.out"
 after="$(git ls-remote "$GITEA_URL/$code_repo.git" HEAD | cut -f1)"
 echo "$before" > "$scratch/before"; echo "$after" > "$scratch/after"
+gate seed-replay-unchanged "$scratch/seed.out" "$scratch/before" "$scratch/after"
 gate replay-is-noop "$scratch/submit.out" "$scratch/writeback.out" "$scratch/before" "$scratch/after"
 
-echo "5. a push while the EventSource is scaled to zero is caught by the next reconcile pass"
-kubectl "${ctx[@]}" -n "$control_ns" scale deploy -l eventsource-name=gitea --replicas=0 >/dev/null
-scaled_down=yes
-lost="$(push_toy_commit lost)"
-"$fabrique" reconcile --app "$app" --context "${ctx[1]}"
-wait_for "the reconciled build of ${lost:0:12}" \
-  sh -c "kubectl ${ctx[*]} -n $build_ns get workflow fabrique-$app-${lost:0:12} -o jsonpath='{.status.phase}' | grep -qx Succeeded"
-"$fabrique" reconcile --app "$app" --context "${ctx[1]}" >/dev/null
-"$fabrique" status --app "$app" --output json --context "${ctx[1]}" > "$scratch/status.json"
-gate reconciled "$scratch/status.json" "$app" "$lost"
+api "repos/$code_repo/commits/$revision/statuses?limit=50" > "$scratch/statuses.json"
+gate status-success "$scratch/statuses.json" "$app" "$digest"
+
+if [ -n "${TIMINGS:-}" ]; then
+  k -n "$build_ns" get workflow "$workflow" -o json > "$scratch/workflow.json"
+  api "repos/$code_repo/git/commits/$after" > "$scratch/writeback-commit.json"
+  "$python" "$here/timings.py" "$pushed_at" "$scratch/workflow.json" \
+    "$scratch/writeback-commit.json" "$scratch/app.json" "$scratch/pods.json" > "$TIMINGS"
+  echo "timings: $(cat "$TIMINGS")"
+fi
+
+if [ "${SAFETY_NET:-1}" = "1" ]; then
+  echo "7. a push while the EventSource is scaled to zero is caught by the next reconcile pass"
+  k -n "$control_ns" scale deploy -l eventsource-name=gitea --replicas=0 >/dev/null
+  scaled_down=yes
+  lost="$(push_toy_commit lost)"
+  started=$SECONDS
+  "$fabrique" reconcile --app "$app" "${ctx[@]}"
+  wait_for "the reconciled build of ${lost:0:12}" phase_is "fabrique-$app-${lost:0:12}" Succeeded
+  "$fabrique" reconcile --app "$app" "${ctx[@]}" >/dev/null
+  "$fabrique" status --app "$app" --output json "${ctx[@]}" > "$scratch/status.json"
+  gate reconciled "$scratch/status.json" "$app" "$lost"
+else
+  echo "7. left out (SAFETY_NET=0): a push the event path never sees"
+fi
 echo "PASS: build-gitops-digest"

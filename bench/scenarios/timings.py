@@ -1,0 +1,63 @@
+"""The chain's stage times of one push, from what the scenario recorded: seconds from the
+push to each stage, read from the objects' own timestamps (whole seconds).
+
+    python bench/scenarios/timings.py PUSHED_AT WORKFLOW.json COMMIT.json APP.json PODS.json
+
+PUSHED_AT is the push's epoch time; WORKFLOW the build's Workflow (``kubectl get -o
+json``); COMMIT Gitea's git commit of the write-back (``/repos/…/git/commits/SHA``); APP
+the Argo CD Application; PODS the app's pods. Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+
+def _epoch(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def stages(
+    pushed_at: float,
+    workflow: dict[str, Any],
+    commit: dict[str, Any],
+    application: dict[str, Any],
+    pods: dict[str, Any],
+) -> dict[str, float]:
+    """Seconds from the push: the Workflow created, its build step done, the Workflow
+    done, the digest's commit in Git, the Application's sync done, the last pod Ready."""
+    nodes = (workflow.get("status") or {}).get("nodes") or {}
+    build = [n for n in nodes.values() if n.get("displayName") == "build" and n.get("finishedAt")]
+    ready = [
+        c["lastTransitionTime"]
+        for p in pods.get("items", [])
+        for c in (p.get("status") or {}).get("conditions", [])
+        if c.get("type") == "Ready" and c.get("status") == "True"
+    ]
+    found = {
+        "workflow_created": workflow["metadata"]["creationTimestamp"],
+        "build_done": max(n["finishedAt"] for n in build) if build else None,
+        "workflow_done": (workflow.get("status") or {}).get("finishedAt"),
+        # Gitea's git commit: its top-level "committer" is a user, the date is inside
+        "digest_in_git": commit["commit"]["committer"]["date"],
+        "synced": ((application.get("status") or {}).get("operationState") or {}).get("finishedAt"),
+        "pod_ready": max(ready) if ready else None,
+    }
+    return {stage: round(_epoch(stamp) - pushed_at, 1) for stage, stamp in found.items() if stamp}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 5:
+        print(__doc__.strip().splitlines()[3].strip(), file=sys.stderr)
+        return 2
+    loaded = [json.loads(Path(a).read_text()) for a in argv[1:]]
+    print(json.dumps(stages(float(argv[0]), *loaded)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
