@@ -77,10 +77,14 @@ class Gitea:
     allowed_hosts: str = "loopback"
     # app.ini's [webhook] section
     webhook: dict[str, str] = field(default_factory=dict)
+    # where it listens: a plane's pods reach the host at the plane's own address, where
+    # a Gitea of the plane can take the port of the site's URL (3000)
+    host: str = "127.0.0.1"
+    fixed_port: int | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def app_ini(self) -> Path:
@@ -159,14 +163,18 @@ class Gitea:
 
     def save(self) -> None:
         self.state_file.write_text(
-            json.dumps({"port": self.port, "pid": self.pid, "binary": str(self.binary)})
+            json.dumps(
+                {"port": self.port, "pid": self.pid, "binary": str(self.binary), "host": self.host}
+            )
         )
 
     @classmethod
     def load(cls, folder: Path) -> Gitea | None:
         try:
             state = json.loads((folder / "state.json").read_text())
-            return cls(folder, Path(state["binary"]), int(state["port"]), int(state["pid"]))
+            gitea = cls(folder, Path(state["binary"]), int(state["port"]), int(state["pid"]))
+            gitea.host = str(state.get("host") or gitea.host)
+            return gitea
         except (OSError, ValueError, TypeError, KeyError):
             return None
 
@@ -198,7 +206,7 @@ class Gitea:
             shutil.rmtree(self.folder / name, ignore_errors=True)
         (self.folder / "console.log").unlink(missing_ok=True)
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.port = controlplane.free_port()
+        self.port = self.fixed_port or controlplane.free_port()
         self._write_app_ini()
         self._gitea("migrate")
         password = secrets.token_urlsafe(18)
@@ -273,7 +281,7 @@ WORK_PATH = {f}
 
 [server]
 PROTOCOL = http
-HTTP_ADDR = 127.0.0.1
+HTTP_ADDR = {self.host}
 HTTP_PORT = {self.port}
 ROOT_URL = {self.url}/
 APP_DATA_PATH = {f / "data"}

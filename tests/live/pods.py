@@ -22,8 +22,9 @@ Two things stay the host's, and a test says how it bridges them (``Overrides``):
 - the user: the process runs as the one running the tests (root in its namespace), not
   as the pod's ``runAsUser``; Pod Security's checks of the spec are the API server's.
 
-The in-cluster API address is the live API server's (``KUBERNETES_SERVICE_HOST``
-127.0.0.1), not the ``kubernetes`` Service's ClusterIP; no Service links are set.
+The in-cluster API address is the live API server's own (``KUBERNETES_SERVICE_HOST``
+the address it listens on), not the ``kubernetes`` Service's ClusterIP; no Service links
+are set.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from .cluster import Cluster
 from .controlplane import ControlPlaneError, _exited, _terminate, write_secret
@@ -192,7 +194,7 @@ class PodProcess:
         env: dict[str, str] = {
             "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             "HOSTNAME": self.name,
-            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+            "KUBERNETES_SERVICE_HOST": str(urlsplit(self.cluster.plane.server).hostname),
             "KUBERNETES_SERVICE_PORT": str(self.cluster.plane.ports["apiserver"]),
         }
         for var in self.container.get("env") or []:
