@@ -7,11 +7,22 @@ address), built as a tool of its own module. Nothing of the upstream projects is
 committed; ``go build`` fetches them through the Go module proxy into the module cache,
 which stays outside the repository, as does the build cache.
 
+Every peer is built by the installed Go (``GOTOOLCHAIN=local``), with ``CGO_ENABLED=0``,
+its release's version stamps (``Peer.ldflags``) and build tags (``Peer.tags``), except
+where its go.mod names a ``toolchain`` (``argo-cd``: Argo CD v3.6 needs Go 1.27): that
+one toolchain, which the go command fetches through the proxy, builds it. Beside the
+binaries a peer may get further names for one binary (``LINKS``: ``argocd`` dispatches
+on the name it is called by) and files of its upstream module (``FILES``). Where a
+module zip lacks an upstream symlink (Go's module zips hold none), the peer is built
+from a copy of that module with the link restored, in a temporary folder of the cache
+(``SYMLINKS``, ``argoexec``): the module cache and the committed go.mod stay untouched.
+
 The binaries go to ``$FABRIQUE_PEERS_CACHE`` (default ``~/.cache/fabrique/peers``), one
-folder per peer and per key: the sha256 of its go.mod, go.sum, the Go version and the
-linker flags. A peer whose key has a complete folder is not built again, so a changed
-go.mod rebuilds that peer only, and a clean clone on a machine that built before starts
-warm. Every peer prints its name and how long it took.
+folder per peer and per key: the sha256 of its go.mod, go.sum, the version of the Go
+that builds it (its toolchain, if it names one), the linker flags and the build tags. A
+peer whose key has a complete folder is not built again, so a changed go.mod rebuilds
+that peer only, and a clean clone on a machine that built before starts warm. Every
+peer prints its name and how long it took.
 
     python tests/peers/build.py [PEER ...]     build (or find) the peers, print their folders
     python tests/peers/build.py --check        exit 1 if any peer would be built
@@ -31,6 +42,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +50,31 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 MIN_GO = (1, 26)
 # tools whose package path does not name the command
-RENAMED = {"go.etcd.io/etcd/server/v3": "etcd", "gitea.dev": "gitea"}
+RENAMED = {
+    "go.etcd.io/etcd/server/v3": "etcd",
+    "gitea.dev": "gitea",
+    "github.com/argoproj/argo-cd/v3/cmd": "argocd",
+}
+# further names of a binary, as symlinks beside it: the Argo CD command dispatches on the
+# name it is called by, as its image's links do
+LINKS = {
+    "argo-cd": {
+        "argocd-application-controller": "argocd",
+        "argocd-repo-server": "argocd",
+    }
+}
+# files of an upstream module installed beside the binaries, executable: the repo server
+# runs git-verify-wrapper.sh from PATH, as its image has it
+FILES = {"argo-cd": {"git-verify-wrapper.sh": ("github.com/argoproj/argo-cd/v3", "hack")}}
+# upstream symlinks that the module zip drops (Go's module zips hold no symlinks), which
+# the build restores in a copy of the module: {peer: (module, {link: its target})}
+SYMLINKS = {
+    "argoexec": (
+        "github.com/argoproj/argo-workflows/v4",
+        # without it, Linux has no Setpgid: the package does not compile
+        {"workflow/executor/osspecific/signal_linux.go": "signal_darwin.go"},
+    )
+}
 
 
 class PeerError(Exception):
@@ -71,13 +107,13 @@ class Peer:
         return found
 
     def required(self, module: str) -> str:
-        """The version its go.mod requires of ``module``, or puts in another module's
-        place (``gitea.dev => code.gitea.io/gitea v1.27.3``: Gitea's go.mod declares a
-        path the proxy does not serve)."""
+        """The version of ``module`` it builds: the one a replace line puts in its own
+        or another module's place (``gitea.dev => code.gitea.io/gitea v1.27.3``: Gitea's
+        go.mod declares a path the proxy does not serve), or else the one it requires."""
         name = re.escape(module)
-        match = re.search(rf"^\s*(?:require\s+)?{name} (v\S+)", self.gomod, re.M) or re.search(
+        match = re.search(
             rf"^\s*(?:replace\s+)?\S+(?: v\S+)? => {name} (v\S+)", self.gomod, re.M
-        )
+        ) or re.search(rf"^\s*(?:require\s+)?{name} (v\S+)", self.gomod, re.M)
         if match is None:
             raise PeerError(f"peer {self.name}: go.mod requires no {module}")
         return match.group(1)
@@ -92,9 +128,23 @@ class Peer:
                 f"-X {pkg}.gitVersion={version} -X {pkg}.gitMajor={major} "
                 f"-X {pkg}.gitMinor={minor} -X {pkg}.gitTreeState=clean"
             )
-        if self.name == "argo-workflows":
+        if self.name in ("argo-workflows", "argoexec"):
             version = self.required("github.com/argoproj/argo-workflows/v4")
             return f"-X github.com/argoproj/argo-workflows/v4.version={version}"
+        if self.name == "containerd":
+            # its Makefile's GO_LDFLAGS; the revision is a git commit, which a module lacks
+            pkg = "github.com/containerd/containerd/v2"
+            return f"-X {pkg}/version.Version={self.required(pkg)} -X {pkg}/version.Package={pkg}"
+        if self.name == "argo-cd":
+            # its Makefile's LDFLAGS: version is its VERSION file, without the v; with no
+            # git commit to stamp, the version reported is v<version>+unknown
+            version = self.required("github.com/argoproj/argo-cd/v3")
+            pkg = "github.com/argoproj/argo-cd/v3/common"
+            return (
+                f"-X {pkg}.version={version.lstrip('v')} -X {pkg}.gitTag={version} "
+                f"-X {pkg}.gitTreeState=clean "
+                f"-X {pkg}.kubectlVersion={self.required('k8s.io/client-go')}"
+            )
         if self.name == "argo-events":
             # its Makefile's LDFLAGS: the version /metrics' build_info and the logs report
             version = self.required("github.com/argoproj/argo-events")
@@ -115,7 +165,21 @@ class Peer:
         if self.name == "buildkit":
             # its Dockerfile's buildkitd stage: seccomp puts the default profile on RUN
             return "osusergo netgo static_build seccomp"
+        if self.name == "containerd":
+            # no_btrfs: without cgo there is no btrfs snapshotter; urfave_cli_no_docs: its
+            # Makefile always sets it
+            return "no_btrfs urfave_cli_no_docs"
         return ""
+
+    def toolchain(self) -> str | None:
+        """The Go toolchain its go.mod names (``toolchain go1.27.3``), which builds it
+        instead of the installed Go."""
+        match = re.search(r"^toolchain (go\S+)", self.gomod, re.M)
+        return match[1] if match else None
+
+    def goversion(self, installed: str) -> str:
+        """The version of the Go that builds it: its toolchain, or the Go installed."""
+        return self.toolchain() or installed
 
     def binaries(self) -> dict[str, str]:
         """The command each tool is installed as, from the name ``go build`` gives it
@@ -127,6 +191,15 @@ class Peer:
                 parts = parts[:-1]
             names[parts[-1]] = RENAMED.get(tool, parts[-1])
         return names
+
+    def installed(self) -> list[str]:
+        """Everything its folder holds once built: the binaries, their further names
+        and the upstream files."""
+        return [
+            *self.binaries().values(),
+            *LINKS.get(self.name, {}),
+            *FILES.get(self.name, {}),
+        ]
 
 
 def staging_replaces(upstream_gomod: str, version: str) -> list[str]:
@@ -141,16 +214,17 @@ def staging_replaces(upstream_gomod: str, version: str) -> list[str]:
     ]
 
 
-def download(go: str, module: str, version: str) -> dict[str, str]:
+def download(go: str, module: str, version: str, toolchain: str = "local") -> dict[str, str]:
     """``module@version`` in the module cache, fetched first if need be: what ``go mod
-    download -json`` says of it (``Dir``, its folder; ``GoMod``, its go.mod)."""
+    download -json`` says of it (``Dir``, its folder; ``GoMod``, its go.mod). A module
+    whose go.mod needs a newer Go than the installed one needs that ``toolchain``."""
     out = subprocess.run(
         [go, "mod", "download", "-json", f"{module}@{version}"],
         capture_output=True,
         text=True,
         check=False,
         cwd=HERE,  # no module here: nothing's go.mod or go.sum is touched
-        env={**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"},
+        env={**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": toolchain},
     )
     try:
         found: dict[str, str] = json.loads(out.stdout)
@@ -160,6 +234,30 @@ def download(go: str, module: str, version: str) -> dict[str, str]:
         said = found.get("Error") or out.stderr.strip()
         raise PeerError(f"`go mod download {module}@{version}` exited {out.returncode}: {said}")
     return found
+
+
+def with_symlinks(peer: Peer, upstream: Path, work: Path) -> Path:
+    """A copy of ``peer``'s wrapper module in ``work`` whose go.mod replaces the module
+    of ``SYMLINKS[peer]`` with a copy of ``upstream`` (its folder in the module cache)
+    in which the dropped links are restored. Only ``work`` is written: the module cache
+    stays read-only and the committed go.mod pristine (a directory replacement needs no
+    go.sum line, so the build stays ``-mod=readonly``)."""
+    module, links = SYMLINKS[peer.name]
+    source = work / "upstream"
+    # copyfile, not copy2: the module cache's read-only modes stay behind
+    shutil.copytree(upstream, source, copy_function=shutil.copyfile)
+    for copied, _, _ in os.walk(source):
+        os.chmod(copied, 0o755)
+    for link, target in links.items():
+        if not (source / link).exists():
+            (source / link).symlink_to(target)
+    wrapper = work / "wrapper"
+    wrapper.mkdir()
+    for own in ("go.mod", "go.sum", *(p.name for p in peer.module.glob("*.go"))):
+        shutil.copyfile(peer.module / own, wrapper / own)
+    with open(wrapper / "go.mod", "a") as gomod:
+        gomod.write(f"\nreplace {module} => {source}\n")
+    return wrapper
 
 
 def upstream_gomod(go: str, module: str, version: str) -> str:
@@ -197,11 +295,13 @@ def find_go() -> str | None:
 
 
 def key(peer: Peer, goversion: str) -> str:
+    """The key of ``peer``'s folder, built by the installed Go of ``goversion`` unless
+    its go.mod names a toolchain."""
     digest = hashlib.sha256()
     for part in (
         peer.gomod,
         (peer.module / "go.sum").read_text(),
-        goversion,
+        peer.goversion(goversion),
         peer.ldflags(),
         *sorted(p.read_text() for p in peer.module.glob("*.go")),
         # only when set: the keys of the peers without tags stay what they were
@@ -218,7 +318,7 @@ def folder(peer: Peer, goversion: str) -> Path:
 
 def is_built(where: Path, peer: Peer) -> bool:
     return (where / "built.json").exists() and all(
-        (where / name).exists() for name in peer.binaries().values()
+        (where / name).exists() for name in peer.installed()
     )
 
 
@@ -239,11 +339,44 @@ def _build(peer: Peer, go: str, goversion: str, where: Path) -> Path:
     if is_built(where, peer):
         print(f"peer {peer.name}: up to date ({where})", flush=True)
         return where
-    print(f"peer {peer.name}: building {' '.join(peer.binaries().values())} ...", flush=True)
+    print(f"peer {peer.name}: building {' '.join(peer.installed())} ...", flush=True)
     started = time.monotonic()
     partial = where.with_name(where.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
+    toolchain = peer.toolchain() or "local"
+    # a peer that restores symlinks builds from a copy of its wrapper in a folder beside
+    # its own, gone once built
+    with tempfile.TemporaryDirectory(prefix=f".{where.name}.", dir=where.parent) as work:
+        module = peer.module
+        if peer.name in SYMLINKS:
+            name = SYMLINKS[peer.name][0]
+            upstream = download(go, name, peer.required(name), toolchain)["Dir"]
+            module = with_symlinks(peer, Path(upstream), Path(work))
+        _go_build(peer, go, module, toolchain, partial)
+    for built, installed in peer.binaries().items():
+        if built != installed:
+            (partial / built).rename(partial / installed)
+    for link, target in LINKS.get(peer.name, {}).items():
+        (partial / link).symlink_to(target)
+    for name, (module_path, under) in FILES.get(peer.name, {}).items():
+        found = download(go, module_path, peer.required(module_path), toolchain)["Dir"]
+        shutil.copyfile(Path(found) / under / name, partial / name)
+        (partial / name).chmod(0o755)
+    seconds = time.monotonic() - started
+    (partial / "built.json").write_text(
+        json.dumps(
+            {"peer": peer.name, "go": peer.goversion(goversion), "seconds": round(seconds, 1)}
+        )
+        + "\n"
+    )
+    shutil.rmtree(where, ignore_errors=True)
+    partial.rename(where)
+    print(f"peer {peer.name}: built in {seconds:.0f} s", flush=True)
+    return where
+
+
+def _go_build(peer: Peer, go: str, module: Path, toolchain: str, partial: Path) -> None:
     command = [
         go,
         "build",
@@ -256,27 +389,17 @@ def _build(peer: Peer, go: str, goversion: str, where: Path) -> Path:
         f"{partial}/",
         *peer.tools(),
     ]
-    # GOTOOLCHAIN=local: the Go installed builds, never one downloaded
+    # GOTOOLCHAIN=local: the Go installed builds, never one downloaded, unless the peer
+    # names its toolchain
     env = {
         **os.environ,
         "GOFLAGS": "-mod=readonly -buildvcs=false",
         "CGO_ENABLED": "0",
-        "GOTOOLCHAIN": "local",
+        "GOTOOLCHAIN": toolchain,
     }
-    result = subprocess.run(command, cwd=peer.module, env=env, check=False)
+    result = subprocess.run(command, cwd=module, env=env, check=False)
     if result.returncode != 0:
         raise PeerError(f"peer {peer.name}: `{' '.join(command)}` exited {result.returncode}")
-    for built, installed in peer.binaries().items():
-        if built != installed:
-            (partial / built).rename(partial / installed)
-    seconds = time.monotonic() - started
-    (partial / "built.json").write_text(
-        json.dumps({"peer": peer.name, "go": goversion, "seconds": round(seconds, 1)}) + "\n"
-    )
-    shutil.rmtree(where, ignore_errors=True)
-    partial.rename(where)
-    print(f"peer {peer.name}: built in {seconds:.0f} s", flush=True)
-    return where
 
 
 def main(argv: list[str]) -> int:
