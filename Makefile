@@ -35,10 +35,13 @@ render: $(VENV)/.base
 	$(BIN)/fabrique validate manifests
 
 # The loopback servers and image tools the tests run for real: runc for BuildKit's OCI
-# worker, newuidmap (uidmap) for rootless BuildKit, busybox for the base image its RUN
-# steps are tested on.
+# worker and the real node's containers, newuidmap (uidmap) for rootless BuildKit,
+# busybox for the base image its RUN steps are tested on; for the real node, the CNI
+# plugins, iptables/nftables (kube-proxy), iproute2 and util-linux (its namespaces),
+# redis (Argo CD's cache), mmdebstrap and setcap (its images, from Debian packages).
+# The tools of /usr/sbin are checked by path: a user's PATH may not hold it.
 system-deps:
-	@for tool in docker-registry skopeo umoci git runc newuidmap busybox /usr/lib/cni/bridge iptables nft ip nsenter unshare redis-server mmdebstrap setcap; do \
+	@for tool in docker-registry skopeo umoci git /usr/sbin/runc newuidmap busybox /usr/lib/cni/bridge /usr/sbin/iptables /usr/sbin/nft /usr/sbin/ip nsenter unshare redis-server mmdebstrap /usr/sbin/setcap; do \
 	  command -v $$tool >/dev/null || missing=1; \
 	done; \
 	if [ -n "$$missing" ]; then \
