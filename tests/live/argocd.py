@@ -50,7 +50,7 @@ path, which is never empty); ``hack/git-verify-wrapper.sh`` of the module on ``P
 A private Gitea repository needs credentials: ``repository`` registers them as
 ``argocd repo add`` would, a Secret labelled ``argocd.argoproj.io/secret-type:
 repository`` (or ``repo-creds``, a template for every URL under a prefix), named as
-``db.URIToSecretName`` names it. ``app_of_apps`` makes the root Application a platform
+``db.URIToSecretName`` names it. ``root_application`` makes the root Application a platform
 team keeps, which syncs the Application files of a repository path into ``argocd``;
 ``wait_synced`` waits, bounded, for an Application to be Synced and Healthy at a commit.
 Everything lives in one folder: a log per process, the ServiceAccount files, the repo
@@ -129,7 +129,8 @@ class ArgoCD:
 
     folder: Path
     plane: ControlPlane
-    bins: dict[str, Path]
+    # ``binaries()``: argocd, and kustomize; found (built if need be) at start when empty
+    bins: dict[str, Path] = field(default_factory=dict)
     # argocd-cm and argocd-cmd-params-cm keys a platform team would set
     # (``{"timeout.reconciliation": "10s"}``), applied at every start
     config: dict[str, str] = field(default_factory=dict)
@@ -208,6 +209,8 @@ class ArgoCD:
         return self
 
     def _start(self) -> None:
+        if not self.bins:
+            self.bins = binaries()
         self.folder.mkdir(parents=True, exist_ok=True)
         for name in ("redis", "repo-server", "controller", "serviceaccount"):
             shutil.rmtree(self.folder / name, ignore_errors=True)  # every start is new
@@ -521,11 +524,17 @@ class ArgoCD:
 
     # -- what a platform team and seed give it --------------------------------------------
 
-    def repository(self, url: str, username: str, password: str, template: bool = False) -> str:
+    def repository(
+        self, url: str, username: str, password: str, template: bool | None = None
+    ) -> str:
         """Credentials for the Git repository ``url`` (a ``repository`` Secret, as
         ``argocd repo add`` writes it), or with ``template`` for every repository under
-        the URL prefix ``url`` (``repo-creds``, as ``argocd repocreds add``); the
+        the URL prefix ``url`` (``repo-creds``, as ``argocd repocreds add``): by default,
+        a template unless ``url`` names a repository (``….git``, as Gitea's clone URLs
+        and fabrique's do), so that Gitea's own URL covers all its repositories. The
         Secret's name. The password goes through kubectl's stdin only."""
+        if template is None:
+            template = not url.endswith(".git")
         kind = "repo-creds" if template else "repository"
         name = _uri_secret_name("creds" if template else "repo", url)
         secret = _secret(
@@ -541,8 +550,8 @@ class ArgoCD:
         namespace = (document.get("metadata") or {}).get("namespace") or NAMESPACE
         self._apply([document], namespace=namespace)
 
-    def app_of_apps(
-        self, repo_url: str, path: str, name: str = "root", revision: str = "main"
+    def root_application(
+        self, repo_url: str, revision: str, path: str, name: str = "root"
     ) -> dict[str, Any]:
         """The root Application a platform team keeps: every Application file under
         ``path`` of ``repo_url`` synced into ``argocd``, pruned when removed there. The

@@ -24,7 +24,6 @@ from fabrique.site.config import Site, default_values, parse_site
 
 from . import controlplane
 from .argocd import ArgoCD, describe
-from .argocd import binaries as argocd_binaries
 from .cluster import Cluster
 from .fixtures import need_go
 from .gitea import USER, Gitea
@@ -42,9 +41,8 @@ def argocd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ArgoCD]:
     folder = tmp_path_factory.mktemp("argocd")
     plane = controlplane.ControlPlane(folder / "plane")
     try:
-        bins = argocd_binaries()
         plane.start(controlplane.binaries())
-        argo = ArgoCD(folder / "argocd", plane, bins).start()
+        argo = ArgoCD(folder / "argocd", plane).start()
     except (controlplane.ControlPlaneError, controlplane.peers.PeerError) as failed:
         plane.stop()
         pytest.fail(str(failed), pytrace=False)
@@ -223,9 +221,9 @@ def test_a_root_application_deploys_the_apps_repository(argocd: ArgoCD, real_git
     apps_commit = real_gitea.commit(
         APPS_REPO, "main", {app.application.path: text}, "fabrique: Argo CD Application"
     )
-    # one template for every repository of the site's Gitea
-    argocd.repository(real_gitea.url, USER, real_gitea.token, template=True)
-    argocd.app_of_apps(site.gitea.repo_url(APPS_REPO), "apps")
+    # Gitea's own URL: a template for every repository there
+    argocd.repository(real_gitea.url, USER, real_gitea.token)
+    argocd.root_application(site.gitea.repo_url(APPS_REPO), site.gitea.branch, "apps")
     argocd.wait_synced("root", apps_commit)
     argocd.wait_synced(app.name, _head(real_gitea, CODE_REPO))
     cluster = Cluster(argocd.plane)
