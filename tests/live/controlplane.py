@@ -7,6 +7,11 @@ No kubelet runs: kwok plays the nodes and moves pods through the phases of
 the API server, its admission (Pod Security, ValidatingAdmissionPolicy, ServiceAccount),
 RBAC, the scheduler and the Argo controller decide is decided by the real programs.
 
+``ControlPlane(folder, node=True)`` has a real node instead of kwok's
+(``tests/live/node.py``): containerd, the kubelet, kube-proxy, CoreDNS and a registry,
+in a network namespace of the plane's own; the API server then listens on the host's end
+of the node's veth (``address``), which pods reach through the ``kubernetes`` Service.
+
 The pytest session fixture (``tests/live/conftest.py``) starts one and stops it at the
 end; ``make up`` starts the same for a person and leaves it running (``python -m
 tests.live.controlplane up``), with a real Gitea beside it (``tests/live/gitea.py``, in
@@ -49,6 +54,7 @@ from ..peers import build as peers
 
 if TYPE_CHECKING:
     from .gitea import Gitea
+    from .node import Node
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -60,6 +66,9 @@ PLANE_PEERS = ("etcd", "kubernetes", "argo-workflows", "kwok")
 WORKER = "kwok-worker-0"
 CONTROL_PLANE = "kwok-control-plane-0"
 ARGO_NAMESPACE = "argo"
+# the peers a plane with a real node runs: its node's programs instead of kwok
+NODE_PEERS = ("etcd", "kubernetes", "argo-workflows", "containerd", "coredns")
+SERVICE_CIDR = "10.0.0.0/24"
 # namespaces a cluster running fabrique already has: Argo's, Argo Events', the site's Gitea
 SITE_NAMESPACES = (ARGO_NAMESPACE, "argo-events", "gitea")
 
@@ -109,9 +118,11 @@ def _pem_key(key: rsa.RSAPrivateKey) -> bytes:
     )
 
 
-def _certificates(folder: Path) -> None:
+def _certificates(folder: Path, host: str | None = None) -> None:
     """A CA, a serving certificate for 127.0.0.1 and localhost, and the ServiceAccount
-    signing key pair."""
+    signing key pair. With a real node, the certificate names the API server as pods
+    reach it too: ``host`` (where it listens), the ``kubernetes`` Service's IP and
+    names."""
     now = datetime.datetime.now(datetime.UTC)
     ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fabrique-live-ca")])
@@ -141,6 +152,7 @@ def _certificates(folder: Path) -> None:
                     x509.DNSName("localhost"),
                     x509.DNSName("kubernetes.default.svc"),
                     x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                    *(_in_cluster_names(host) if host else []),
                 ]
             ),
             critical=False,
@@ -160,6 +172,17 @@ def _certificates(folder: Path) -> None:
     )
 
 
+def _in_cluster_names(host: str) -> list[x509.GeneralName]:
+    service = next(ipaddress.ip_network(SERVICE_CIDR).hosts())
+    names: list[x509.GeneralName] = [
+        x509.IPAddress(ipaddress.ip_address(host)),
+        x509.IPAddress(service),
+    ]
+    for name in ("kubernetes", "kubernetes.default", "kubernetes.default.svc.cluster.local"):
+        names.append(x509.DNSName(name))
+    return names
+
+
 @dataclass
 class ControlPlane:
     """The folder of one control plane, and what runs in it."""
@@ -169,6 +192,9 @@ class ControlPlane:
     pids: dict[str, int] = field(default_factory=dict)
     token: str = ""
     bins: dict[str, str] = field(default_factory=dict)
+    # a real node (tests/live/node.py) in place of kwok's
+    node: bool = False
+    worker: Node | None = None
     # the processes this one started (a loaded plane knows their pids only)
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
 
@@ -177,8 +203,65 @@ class ControlPlane:
         return self.folder / "kubeconfig"
 
     @property
+    def address(self) -> str:
+        """Where the API server listens: loopback, or with a real node the host's end of
+        the node's veth, which pods reach."""
+        return self.worker.address if self.worker else "127.0.0.1"
+
+    @property
     def server(self) -> str:
-        return f"https://127.0.0.1:{self.ports['apiserver']}"
+        return f"https://{self.address}:{self.ports['apiserver']}"
+
+    # -- the real node (node=True) --------------------------------------------------------
+
+    @property
+    def real_node(self) -> Node:
+        if self.worker is None:
+            raise ControlPlaneError(f"the plane in {self.folder} has no real node")
+        return self.worker
+
+    @property
+    def node_name(self) -> str:
+        return self.real_node.name
+
+    @property
+    def node_ip(self) -> str:
+        return self.real_node.ip
+
+    @property
+    def registry(self) -> str:
+        """The plane's registry as the host reaches it (``host:80``); pods and
+        containerd know it as ``registry:80``, and as docker.io's and quay.io's mirror."""
+        return self.real_node.registry
+
+    @property
+    def images(self) -> dict[str, Any]:
+        """What ``images.push_node_images`` pushed to the registry at start."""
+        return self.real_node.images
+
+    def in_node(self, argv: list[str]) -> list[str]:
+        """``argv`` prefixed to run as the node's programs run: in its network namespace
+        and its mount namespace (containerd's socket is its ``/run/containerd/``)."""
+        return self.real_node.in_node(argv)
+
+    def in_netns(self, argv: list[str]) -> list[str]:
+        """``argv`` prefixed to run in the node's network namespace only, with the host's
+        files: a host program that must reach pod IPs, Service IPs and names as the
+        node does (its resolver is CoreDNS at ``node_ip``)."""
+        return self.real_node.in_netns(argv)
+
+    def expose(self, namespace: str, name: str, port: int, target_port: int) -> None:
+        """A host service to pods by name: the Service ``name`` in ``namespace`` (made if
+        missing), port ``port``, whose one endpoint is the host's end of the veth, port
+        ``target_port`` (the service must listen there, or on every address)."""
+        self.kubectl("create", "namespace", namespace, check=False)
+        self.kubectl(
+            "apply",
+            "--server-side",
+            "-f",
+            "-",
+            stdin=yaml.safe_dump_all(_exposed(namespace, name, port, target_port, self.address)),
+        )
 
     @property
     def state_file(self) -> Path:
@@ -187,9 +270,10 @@ class ControlPlane:
     # -- state: what `make down` and a second `make up` read ------------------------------
 
     def save(self) -> None:
-        self.state_file.write_text(
-            json.dumps({"ports": self.ports, "pids": self.pids, "bins": self.bins}, indent=1)
-        )
+        state: dict[str, Any] = {"ports": self.ports, "pids": self.pids, "bins": self.bins}
+        if self.node:
+            state["node"] = self.worker.state() if self.worker else None
+        self.state_file.write_text(json.dumps(state, indent=1))
 
     @classmethod
     def load(cls, folder: Path) -> ControlPlane | None:
@@ -198,7 +282,13 @@ class ControlPlane:
             token = (folder / "admin.token").read_text().strip()
         except (OSError, ValueError):
             return None
-        return cls(folder, state["ports"], state["pids"], token, state.get("bins", {}))
+        plane = cls(folder, state["ports"], state["pids"], token, state.get("bins", {}))
+        if "node" in state:
+            from .node import Node
+
+            plane.node = True
+            plane.worker = Node.from_state(folder, state["node"]) if state["node"] else None
+        return plane
 
     def alive(self) -> bool:
         """Every process runs and the API server is ready."""
@@ -227,20 +317,52 @@ class ControlPlane:
             self.ports[name] = free_port()
         for name in ("argo-metrics", "argo-telemetry", "kwok"):
             self.ports[name] = free_port()
-        _certificates(self.folder)
-        self._write_credentials(secrets.token_hex(16))
         try:
+            if self.node:
+                self._claim_node()
+            _certificates(self.folder, self.worker.address if self.worker else None)
+            self._write_credentials(secrets.token_hex(16))
             self._start_etcd()
             self._start_apiserver()
             self._start_controllers()
             self._install()
+            if self.worker:
+                self._start_node(self.worker)
             self._start_argo()
-            self._start_kwok()
+            if not self.node:
+                self._start_kwok()
         except BaseException:
             self.stop()
             raise
         self.save()
         return self
+
+    def _claim_node(self) -> None:
+        """The node's index, network namespace and veth: first, since the API server
+        listens on the veth's host end and its certificate names it."""
+        from .node import Node
+
+        self.worker = Node.claim(self.folder)
+        self.save()  # from here on, a stop (after a crash too) knows what to remove
+        self.worker.network()
+
+    def _start_node(self, node: Node) -> None:
+        started = time.monotonic()
+        node.start_registry(self)
+        node.push_images()
+        self.save()
+        pushed = time.monotonic()
+        node.hold_mounts(self)
+        node.cgroups()
+        node.start_containerd(self)
+        node.start_kubelet(self)
+        node.start_kube_proxy(self)
+        node.start_coredns(self)
+        print(
+            f"# node {node.name}: its images in {pushed - started:.0f} s, then Ready with "
+            f"its Services and DNS in {time.monotonic() - pushed:.0f} s",
+            file=sys.stderr,
+        )
 
     def _write_credentials(self, token: str) -> None:
         """The admin's token (``system:masters``), in the API server's token file and in
@@ -344,13 +466,21 @@ class ControlPlane:
 
     def _start_apiserver(self) -> None:
         f = self.folder
+        if self.worker:
+            # the default endpoint reconciler, so the `kubernetes` Service leads pods to
+            # the host's end of the veth; the kubelet reached at the node's InternalIP,
+            # not its name, which nothing on the host resolves
+            node = ["--kubelet-preferred-address-types=InternalIP"]
+        else:
+            # the `kubernetes` Service's endpoint would be 127.0.0.1, which endpoints refuse
+            node = ["--endpoint-reconciler-type=none"]
         self._spawn(
             "apiserver",
             [
                 self.bins["kube-apiserver"],
                 f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                f"--bind-address={self.address}",
+                f"--advertise-address={self.address}",
                 f"--secure-port={self.ports['apiserver']}",
                 f"--tls-cert-file={f / 'apiserver.crt'}",
                 f"--tls-private-key-file={f / 'apiserver.key'}",
@@ -360,12 +490,11 @@ class ControlPlane:
                 # the default admission plugins, PodSecurity and ValidatingAdmissionPolicy
                 # among them: none is turned off
                 "--allow-privileged=true",
-                "--service-cluster-ip-range=10.0.0.0/24",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={f / 'sa.pub'}",
                 f"--service-account-signing-key-file={f / 'sa.key'}",
-                # the `kubernetes` Service's endpoint would be 127.0.0.1, which endpoints refuse
-                "--endpoint-reconciler-type=none",
+                *node,
                 "--profiling=false",
                 "--v=0",
             ],
@@ -467,8 +596,17 @@ class ControlPlane:
             self.kubectl("create", "namespace", namespace, check=False)
         # a default StorageClass and local volumes on both nodes, as a provisioner would
         # make them: the workspace PVC of fabrique-build binds to one
-        self.kubectl("apply", "--server-side", "-f", "-", stdin=_storage_yaml(40))
-        self.kubectl("apply", "--server-side", "-f", "-", stdin=_nodes_yaml())
+        if self.worker:
+            # on the real node, each a folder of the plane's
+            volumes = self.worker.dir / "volumes"
+            for index in range(40):
+                (volumes / f"local-{index}").mkdir(parents=True, exist_ok=True)
+            storage = _storage_yaml(40, (self.worker.name, volumes))
+        else:
+            storage = _storage_yaml(40)
+        self.kubectl("apply", "--server-side", "-f", "-", stdin=storage)
+        if not self.node:
+            self.kubectl("apply", "--server-side", "-f", "-", stdin=_nodes_yaml())
 
     def _established(self, count: int) -> bool:
         """All ``count`` CRDs are Established (`kubectl wait` errs on one that has no
@@ -530,9 +668,10 @@ class ControlPlane:
             ],
             env={
                 "LEADER_ELECTION_DISABLE": "true",
-                # no executor runs to report a step's outputs unless a test plays it: a
-                # step without a report is taken as done after this, not after 10 minutes
-                "TASK_RESULT_TIMEOUT_DURATION": "3s",
+                # on kwok's nodes no executor runs to report a step's outputs unless a
+                # test plays it: a step without a report is taken as done after this, not
+                # after 10 minutes (a real node's executor reports)
+                **({} if self.node else {"TASK_RESULT_TIMEOUT_DURATION": "3s"}),
                 # a Workflow is looked at again 2 s after a change, not 10 (rate_limiters.go:
                 # "some users may wish to have this as low as 2s"): a step takes seconds here
                 "DEFAULT_REQUEUE_TIME": "2s",
@@ -584,11 +723,20 @@ class ControlPlane:
         self.save()
 
     def stop(self) -> None:
-        _terminate(list(reversed(self.pids.values())))
+        """Stop every process; with a real node, then what is left of it (its pods'
+        processes, cgroups, namespaces: ``Node.teardown``). Again after a crash, from
+        ``state.json``: what is already gone is skipped."""
+        # the kubelet first: it would start again what containerd loses
+        first = [self.pids[name] for name in ("kubelet",) if name in self.pids]
+        _terminate(first)
+        _terminate([pid for pid in reversed(self.pids.values()) if pid not in first])
         for process in self.processes.values():
             process.wait(timeout=10)
         self.processes.clear()
         self.pids.clear()
+        if self.worker:
+            self.worker.teardown()
+            self.worker = None
         if self.state_file.exists():
             self.state_file.unlink()
 
@@ -689,10 +837,11 @@ def _nodes_yaml() -> str:
     return yaml.safe_dump_all(nodes)
 
 
-def _storage_yaml(volumes: int) -> str:
+def _storage_yaml(volumes: int, real: tuple[str, Path] | None = None) -> str:
     """A default WaitForFirstConsumer class and local volumes on every node, the
     control plane's too: where a claim binds is the scheduler's choice, as on a cluster
-    whose control-plane node takes workloads."""
+    whose control-plane node takes workloads. With ``real`` (a node's name and a folder),
+    every volume is on that node, a folder in that folder."""
     docs: list[dict[str, Any]] = [
         {
             "apiVersion": "storage.k8s.io/v1",
@@ -707,6 +856,9 @@ def _storage_yaml(volumes: int) -> str:
     ]
     for index in range(volumes):
         node = WORKER if index % 2 == 0 else CONTROL_PLANE
+        path = f"/mnt/local-{index}"
+        if real:
+            node, path = real[0], str(real[1] / f"local-{index}")
         docs.append(
             {
                 "apiVersion": "v1",
@@ -717,7 +869,7 @@ def _storage_yaml(volumes: int) -> str:
                     "accessModes": ["ReadWriteOnce"],
                     "persistentVolumeReclaimPolicy": "Delete",
                     "storageClassName": "local",
-                    "local": {"path": f"/mnt/local-{index}"},
+                    "local": {"path": path},
                     "nodeAffinity": {
                         "required": {
                             "nodeSelectorTerms": [
@@ -737,6 +889,36 @@ def _storage_yaml(volumes: int) -> str:
             }
         )
     return yaml.safe_dump_all(docs)
+
+
+def _exposed(
+    namespace: str, name: str, port: int, target_port: int, host: str
+) -> list[dict[str, Any]]:
+    """A Service with no selector and its EndpointSlice: ``host:target_port``."""
+    meta = {"name": name, "namespace": namespace}
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": meta,
+            "spec": {"ports": [{"name": "main", "port": port, "targetPort": target_port}]},
+        },
+        {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": f"{name}-host",
+                "namespace": namespace,
+                "labels": {
+                    "kubernetes.io/service-name": name,
+                    "endpointslice.kubernetes.io/managed-by": "fabrique-live",
+                },
+            },
+            "addressType": "IPv4",
+            "ports": [{"name": "main", "port": target_port, "protocol": "TCP"}],
+            "endpoints": [{"addresses": [host], "conditions": {"ready": True}}],
+        },
+    ]
 
 
 def binaries(names: tuple[str, ...] = PLANE_PEERS) -> dict[str, Path]:
