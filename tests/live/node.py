@@ -286,7 +286,10 @@ class Node:
         # imported here: the images are another module's, built on demand
         from . import images
 
-        self.images = dict(images.push_node_images(self.registry, tools=False))
+        try:
+            self.images = dict(images.push_node_images(self.registry, tools=False))
+        except images.ImageError as failed:
+            raise ControlPlaneError(f"node {self.name}'s images: {failed}") from None
 
     def start_containerd(self, plane: ControlPlane) -> None:
         bins = plane.bins
