@@ -29,6 +29,7 @@ from .live.fixtures import (  # noqa: F401  (the live tier's)
     cluster,
     control_plane,
     kubectl,
+    node_plane,
     real_gitea,
 )
 from .servers import GitDaemon

@@ -67,6 +67,37 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[controlp
         plane.stop()
 
 
+def need_root() -> None:
+    """A real node needs root (network and mount namespaces, cgroups); without it the
+    test skips, saying why (and fails in CI)."""
+    if os.geteuid() != 0:
+        reason = (
+            "a real node needs root: it makes a network and a mount namespace and cgroups "
+            "(tests/live/node.py)"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(f"CI never skips the live tier: {reason}", pytrace=False)
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def node_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[controlplane.ControlPlane]:
+    """A plane of its own with a real node (``ControlPlane(..., node=True)``) in place of
+    kwok's: its tests share one xdist worker (``xdist_group("real-node")``)."""
+    need_go()
+    need_root()
+    try:
+        bins = controlplane.binaries(controlplane.NODE_PEERS)
+        folder = tmp_path_factory.mktemp("node")
+        plane = controlplane.ControlPlane(folder, node=True).start(bins)
+    except (controlplane.ControlPlaneError, controlplane.peers.PeerError) as failed:
+        pytest.fail(str(failed), pytrace=False)
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
 @pytest.fixture(scope="session")
 def cluster(control_plane: controlplane.ControlPlane) -> Iterator[Cluster]:
     client = Cluster(control_plane)
