@@ -42,10 +42,22 @@ def stage(name: str) -> list[str]:
 
 def copies(stage_name: str) -> list[tuple[list[str], str]]:
     """The stage's ``COPY`` instructions from the build context: (sources, destination)."""
+    return _context_copies(stage(stage_name))
+
+
+def context_sources() -> list[str]:
+    """What every stage copies from the build context, in the Dockerfile's order."""
+    lines = re.sub(r"\\\n", " ", DOCKERFILE.read_text()).splitlines()
+    return [source for sources, _ in _context_copies(lines) for source in sources]
+
+
+def _context_copies(lines: list[str]) -> list[tuple[list[str], str]]:
     found = []
-    for line in stage(stage_name):
+    for line in map(str.strip, lines):
+        if not line.upper().startswith("COPY "):
+            continue
         words = shlex.split(line)
-        if words[0].upper() == "COPY" and not any(w.startswith("--from") for w in words):
+        if not any(w.startswith("--from") for w in words):
             found.append((words[1:-1], words[-1]))
     return found
 
