@@ -133,34 +133,46 @@ class Builder:
             retried.append(build)
         return Build(build.returncode, build.output, build.metadata, tuple(retried))
 
-    def _attempt(self, site: Site, revision: str, inputs: dict[str, str], workspace: Path) -> Build:
-        container = rendered_step(site, "build")
+    def environment(self, buildkitd_toml: str) -> dict[str, str]:
+        """What ``buildctl-daemonless.sh`` runs with: a fresh home holding
+        ``buildkitd.toml`` where the pod mounts it, a fresh runtime folder, the peers'
+        binaries first on PATH, and as root (no build user) ``buildkitd-root`` for its
+        daemon."""
         home = self.folder("home")  # the pod's /home/user, with the ConfigMap mounted
         config = home / BUILDKIT_CONFIG_DIR.removeprefix("/home/user/")
         config.mkdir(parents=True)
-        (config / "buildkitd.toml").write_text(buildkitd_toml(site))
-        for path in (home / ".config", config, home / ".config/buildkit/buildkitd.toml"):
+        (config / "buildkitd.toml").write_text(buildkitd_toml)
+        for path in (home / ".config", config, config / "buildkitd.toml"):
             self._own(path)
-        out = self.folder("out")
-        runtime = self.folder("run")
-        env = step_env(container, revision, inputs) | {
+        env = {
             "PATH": f"{self.bin}:{SYSTEM_PATH}",
             "HOME": str(home),
             "USER": self.user.pw_name if self.user else "root",
-            "XDG_RUNTIME_DIR": str(runtime),
-            "WORKSPACE": str(workspace),
-            "METADATA_FILE": str(out / "build-metadata.json"),
+            "XDG_RUNTIME_DIR": str(self.folder("run")),
         }
-        command = list(container["command"])
         if self.user is None:
             env["BUILDKITD"] = str(self.bin / "buildkitd-root")
-        elif os.geteuid() == 0:
+        return env
+
+    def command(self, command: list[str]) -> list[str]:
+        """``command`` as the build user runs it (through setpriv when the tests are root)."""
+        if self.user is not None and os.geteuid() == 0:
             uid, gid = str(self.user.pw_uid), str(self.user.pw_gid)
-            command = ["setpriv", "--reuid", uid, "--regid", gid, "--clear-groups", *command]
+            return ["setpriv", "--reuid", uid, "--regid", gid, "--clear-groups", *command]
+        return command
+
+    def _attempt(self, site: Site, revision: str, inputs: dict[str, str], workspace: Path) -> Build:
+        container = rendered_step(site, "build")
+        out = self.folder("out")
+        env = (
+            step_env(container, revision, inputs)
+            | self.environment(buildkitd_toml(site))
+            | {"WORKSPACE": str(workspace), "METADATA_FILE": str(out / "build-metadata.json")}
+        )
         done = subprocess.run(
-            command,
+            self.command(list(container["command"])),
             env=env,
-            cwd=home,
+            cwd=env["HOME"],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
