@@ -59,6 +59,7 @@ ENV_RESERVED: Mapping[str, str] = MappingProxyType(
         "FABRIQUE_SPECS": "the upstream specs directory (--specs)",
         "FABRIQUE_LIVE_DIR": "the live tier's state folder (make up, tests/live)",
         "FABRIQUE_PEERS_CACHE": "where the Go peers are built (tests/peers)",
+        "FABRIQUE_IMAGES_CACHE": "where the real node's images are made (tests/live/images.py)",
         "FABRIQUE_WEBHOOK_SECRET": "retired: webhook #2 has no HMAC secret; an old export "
         "must not stop a command",
     }
