@@ -1,7 +1,11 @@
 """The real node's images for real (``images.py``): made from Debian's packages and the
 peers, the tools image built by the buildkit peer from the Dockerfile, pushed to a
 loopback registry under the names the node's mirrors look up, and read back from it.
-The pause and base images are run too, as PID 1 of a new PID namespace."""
+The pause and base images are run too, as PID 1 of a new PID namespace.
+
+Cold (the peers built, nothing in ``$FABRIQUE_IMAGES_CACHE``) it takes about two minutes,
+most of it mmdebstrap and the tools image's pip and apt-get (PyPI and Debian's mirror
+reached from the host); warm, seconds."""
 
 from __future__ import annotations
 
@@ -128,7 +132,8 @@ def test_the_buildkit_image_maps_ids_with_file_capabilities_not_setuid(
 
 def test_the_capability_written_is_what_setcap_writes(tmp_path: Path) -> None:
     setcap = shutil.which("setcap") or "/usr/sbin/setcap"
-    for spec, capability in (("cap_setuid+ep", images.CAP_SETUID), ("cap_setgid+ep", 6)):
+    pairs = (("cap_setuid+ep", images.CAP_SETUID), ("cap_setgid+ep", images.CAP_SETGID))
+    for spec, capability in pairs:
         program = tmp_path / spec
         program.write_bytes(b"")
         subprocess.run([setcap, spec, str(program)], check=True, capture_output=True)
