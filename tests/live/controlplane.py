@@ -239,15 +239,18 @@ class ControlPlane:
         """What ``images.push_node_images`` pushed to the registry at start."""
         return self.real_node.images
 
-    def in_node(self, argv: list[str]) -> list[str]:
+    def in_node(self, argv: list[str], cwd: Path | None = None) -> list[str]:
         """``argv`` prefixed to run as the node's programs run: in its network namespace
-        and its mount namespace (containerd's socket is its ``/run/containerd/``)."""
-        return self.real_node.in_node(argv)
+        (pod and Service IPs reachable) and its mount namespace, whose resolver is
+        CoreDNS (``gitea-http.gitea.svc.cluster.local`` resolves) and whose ``/run`` is
+        the node's (containerd's socket, ``/run/containerd/containerd.sock``). It starts
+        in ``cwd``, else ``/``."""
+        return self.real_node.in_node(argv, cwd)
 
     def in_netns(self, argv: list[str]) -> list[str]:
-        """``argv`` prefixed to run in the node's network namespace only, with the host's
-        files: a host program that must reach pod IPs, Service IPs and names as the
-        node does (its resolver is CoreDNS at ``node_ip``)."""
+        """``argv`` prefixed to run in the node's network namespace only, with the
+        host's files and mounts: pod and Service IPs are reachable, but not the host's
+        resolver."""
         return self.real_node.in_netns(argv)
 
     def expose(self, namespace: str, name: str, port: int, target_port: int) -> None:

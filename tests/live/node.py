@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from .controlplane import ControlPlaneError, _http_ok
+from .controlplane import SERVICE_CIDR, ControlPlaneError, _http_ok
 
 if TYPE_CHECKING:
     from .controlplane import ControlPlane
@@ -146,19 +146,24 @@ class Node:
     # -- running a program on the node --------------------------------------------------------
 
     def in_netns(self, argv: list[str]) -> list[str]:
-        """``argv`` run in the node's network namespace only (the host's files and
-        mounts): a host program that must reach pods and Services as the node does."""
+        """``argv`` run in the node's network namespace only, with the host's files and
+        mounts (and its resolver, which the namespace cannot reach): a host program that
+        must reach pod and Service IPs as the node does."""
         return ["nsenter", f"--net={NETNS_DIR / self.netns}", "--", *argv]
 
-    def in_node(self, argv: list[str]) -> list[str]:
-        """``argv`` run as the node's own programs run: its network namespace and its
-        mount namespace (the plane's ``/run``, containerd's socket among it)."""
+    def in_node(self, argv: list[str], cwd: Path | None = None) -> list[str]:
+        """``argv`` run as the node's own programs run: in its network namespace and its
+        mount namespace, where ``/etc/resolv.conf`` names CoreDNS (Service names
+        resolve) and ``/run`` is the node's (containerd's socket among it). Entering a
+        mount namespace starts in its ``/``: the working directory is ``cwd``, else
+        ``/``."""
         if not self.holder:
             raise ControlPlaneError(f"node {self.name}: its mount namespace is not held")
         return [
             "nsenter",
             f"--mount=/proc/{self.holder}/ns/mnt",
             f"--net={NETNS_DIR / self.netns}",
+            *([f"--wdns={cwd}"] if cwd else []),
             "--",
             *argv,
         ]
@@ -211,6 +216,11 @@ class Node:
         _ip("-n", netns, "link", "set", "node0", "up")
         # nothing beyond the host's end: an address outside is unreachable at once
         _ip("-n", netns, "route", "add", "unreachable", "default")
+        # Service IPs need a route for the node's own programs: their packets meet
+        # kube-proxy's DNAT after the route lookup, which the unreachable default fails
+        # (a pod's meet it before). What no endpoint takes goes to the host, which
+        # forwards nothing
+        _ip("-n", netns, "route", "add", SERVICE_CIDR, "dev", "node0")
         # the pods' traffic leaves the bridge through node0: the namespace's own setting
         _sysctl_in(netns, "net.ipv4.ip_forward", "1")
 
@@ -253,6 +263,13 @@ class Node:
             cover = masks / path.strip("/").replace("/", ".")
             cover.write_text(real.read_text())
             lines.append(f"mount --bind {shlex.quote(str(cover))} {path}")
+        # the node's resolver for what runs in the namespace: CoreDNS, Service names
+        # first (the host's resolver is out of the namespace's reach)
+        resolv = self.dir / "node-resolv.conf"
+        resolv.write_text(
+            f"nameserver {self.ip}\nsearch svc.{CLUSTER_DOMAIN} {CLUSTER_DOMAIN}\noptions ndots:5\n"
+        )
+        lines.append(f"mount --bind {shlex.quote(str(resolv))} /etc/resolv.conf")
         self.run(["sh", "-c", "\n".join(lines)])
 
     def cgroups(self) -> None:
