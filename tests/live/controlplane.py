@@ -539,6 +539,9 @@ class ControlPlane:
                 "--controllers=*",
                 f"--service-account-private-key-file={f / 'sa.key'}",
                 f"--root-ca-file={f / 'ca.crt'}",
+                # its FlexVolume prober makes this folder: the plane's, not
+                # /usr/libexec/kubernetes/kubelet-plugins/volume/exec on the machine
+                f"--flex-volume-plugin-dir={f / 'flexvolume'}",
             ],
         )
         self._spawn(
