@@ -645,7 +645,10 @@ def _sysctl_in(netns: str, key: str, value: str) -> None:
 
 
 def _hierarchies() -> list[Path]:
-    """Every cgroup hierarchy mounted (v1 controllers, named ones, the v2 one)."""
+    """Every cgroup hierarchy mounted: the unified one alone (cgroup v2), or each v1
+    controller's, the named ones and the unified one beside them (hybrid)."""
+    if (CGROUPS / "cgroup.controllers").exists():
+        return [CGROUPS]
     return sorted(p for p in CGROUPS.iterdir() if p.is_dir() and (p / "cgroup.procs").exists())
 
 

@@ -26,6 +26,7 @@ import pytest
 from . import controlplane, images
 from .cluster import Cluster
 from .controlplane import ControlPlane, _exited
+from .node import _hierarchies
 
 pytestmark = pytest.mark.xdist_group("real-node")
 
@@ -328,8 +329,9 @@ def _node_processes(plane: ControlPlane) -> list[int]:
                     found.add(int(entry.name))
             except OSError:
                 continue
-    for procs in Path("/sys/fs/cgroup/pids").glob(f"{node.cgroup.strip('/')}/**/cgroup.procs"):
-        found.update(int(p) for p in procs.read_text().split())
+    for hierarchy in _hierarchies():
+        for procs in hierarchy.glob(f"{node.cgroup.strip('/')}/**/cgroup.procs"):
+            found.update(int(p) for p in procs.read_text().split())
     return sorted(found)
 
 
@@ -357,8 +359,7 @@ def _machine() -> dict[str, Any]:
     )
     cgroups = {
         str(hierarchy): sorted(p.name for p in hierarchy.iterdir() if p.is_dir())
-        for hierarchy in Path("/sys/fs/cgroup").iterdir()
-        if (hierarchy / "cgroup.procs").exists()
+        for hierarchy in _hierarchies()
     }
     listed = subprocess.run(["sysctl", "-a"], capture_output=True, text=True, check=False)
     settings = dict(
