@@ -603,10 +603,12 @@ class ControlPlane:
         # a default StorageClass and local volumes on both nodes, as a provisioner would
         # make them: the workspace PVC of fabrique-build binds to one
         if self.worker:
-            # on the real node, each a folder of the plane's
+            # on the real node, each a folder of the plane's, writable by every user as
+            # local-path-provisioner makes them (the build's steps run as non-root)
             volumes = self.worker.dir / "volumes"
             for index in range(40):
                 (volumes / f"local-{index}").mkdir(parents=True, exist_ok=True)
+                (volumes / f"local-{index}").chmod(0o777)
             storage = _storage_yaml(40, (self.worker.name, volumes))
         else:
             storage = _storage_yaml(40)

@@ -72,8 +72,15 @@ def app_base(plane: ControlPlane) -> str:
     return "registry:80/" + pushed.split("/", 1)[1]
 
 
-def run_pod(cluster: Cluster, name: str, image: str) -> dict[str, Any]:
-    """A pod that sleeps, once Ready."""
+def run_pod(cluster: Cluster, name: str, image: str, **spec: Any) -> dict[str, Any]:
+    """A pod that sleeps (its container given ``spec``'s ``container`` fields, the pod
+    the rest), once Ready."""
+    container = {
+        "name": "main",
+        "image": image,
+        "command": ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"],
+        **spec.pop("container", {}),
+    }
     cluster.kubectl(
         "apply",
         "-f",
@@ -83,16 +90,7 @@ def run_pod(cluster: Cluster, name: str, image: str) -> dict[str, Any]:
                 "apiVersion": "v1",
                 "kind": "Pod",
                 "metadata": {"name": name, "namespace": "default"},
-                "spec": {
-                    "terminationGracePeriodSeconds": 1,
-                    "containers": [
-                        {
-                            "name": "main",
-                            "image": image,
-                            "command": ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"],
-                        }
-                    ],
-                },
+                "spec": {"terminationGracePeriodSeconds": 1, "containers": [container], **spec},
             }
         ),
     )
@@ -170,6 +168,41 @@ def test_a_pods_volumes_reach_its_container(
     container's: the two share the node's mount namespace."""
     said = in_probe(node_cluster, "cat /var/run/secrets/kubernetes.io/serviceaccount/namespace")
     assert said == "defaultexit=0\n"
+
+
+def test_a_claim_binds_on_the_node_and_a_non_root_pod_writes_to_it(
+    node_plane: ControlPlane, node_cluster: Cluster
+) -> None:
+    """The build's workspace: a claim of the default class binds, once its pod is
+    scheduled, to a local volume of the node, a folder of the plane's, which a pod
+    running as uid 1000 (as the build's steps do) writes to."""
+    claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "workspace", "namespace": "default"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+    node_cluster.kubectl("apply", "-f", "-", stdin=json.dumps(claim))
+    run_pod(
+        node_cluster,
+        "writer",
+        app_base(node_plane),
+        securityContext={"runAsUser": 1000, "runAsGroup": 1000},
+        volumes=[{"name": "work", "persistentVolumeClaim": {"claimName": "workspace"}}],
+        container={
+            "command": ["sh", "-c", "echo written > /work/file && sleep 3600"],
+            "volumeMounts": [{"name": "work", "mountPath": "/work"}],
+        },
+    )
+    bound = node_cluster.get("/api/v1/namespaces/default/persistentvolumeclaims/workspace")
+    volume = node_cluster.get(f"/api/v1/persistentvolumes/{bound['spec']['volumeName']}")
+    folder = Path(volume["spec"]["local"]["path"])
+    assert node_plane.folder in folder.parents
+    deadline = time.monotonic() + 30
+    while not (folder / "file").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert (folder / "file").read_text() == "written\n"
+    assert (folder / "file").stat().st_uid == 1000
 
 
 def test_a_pod_resolves_and_reaches_the_planes_names(
