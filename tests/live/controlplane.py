@@ -7,10 +7,12 @@ No kubelet runs: kwok plays the nodes and moves pods through the phases of
 the API server, its admission (Pod Security, ValidatingAdmissionPolicy, ServiceAccount),
 RBAC, the scheduler and the Argo controller decide is decided by the real programs.
 
-``ControlPlane(folder, node=True)`` has a real node instead of kwok's
+``ControlPlane(folder, node=True)`` has a real node instead of kwok's two
 (``tests/live/node.py``): containerd, the kubelet, kube-proxy, CoreDNS and a registry,
 in a network namespace of the plane's own; the API server then listens on the host's end
 of the node's veth (``address``), which pods reach through the ``kubernetes`` Service.
+kwok keeps one node there, tainted, for the event path's pods alone: the tests run
+their containers on the host (``events.py``), so nothing there is pulled or run.
 
 The pytest session fixture (``tests/live/conftest.py``) starts one and stops it at the
 end; ``make up`` starts the same for a person and leaves it running (``python -m
@@ -65,9 +67,15 @@ EVENTS_MODULE = "github.com/argoproj/argo-events"
 PLANE_PEERS = ("etcd", "kubernetes", "argo-workflows", "kwok")
 WORKER = "kwok-worker-0"
 CONTROL_PLANE = "kwok-control-plane-0"
+# Beside a real node, one kwok node for the event path's pods, whose containers the
+# tests run on the host (events.py): tainted, so that nothing else lands there, the
+# build's and the app's pods least of all
+EVENTS_NODE = "kwok-events-0"
+EVENTS_TAINT = {"key": "fabrique.test/kwok", "value": "event-path", "effect": "NoSchedule"}
+EVENTS_VOLUMES = 4
 ARGO_NAMESPACE = "argo"
 # the peers a plane with a real node runs: its node's programs instead of kwok
-NODE_PEERS = ("etcd", "kubernetes", "argo-workflows", "containerd", "coredns")
+NODE_PEERS = ("etcd", "kubernetes", "argo-workflows", "kwok", "containerd", "coredns")
 SERVICE_CIDR = "10.0.0.0/24"
 # namespaces a cluster running fabrique already has: Argo's, Argo Events', the site's Gitea
 SITE_NAMESPACES = (ARGO_NAMESPACE, "argo-events", "gitea")
@@ -332,8 +340,7 @@ class ControlPlane:
             if self.worker:
                 self._start_node(self.worker)
             self._start_argo()
-            if not self.node:
-                self._start_kwok()
+            self._start_kwok()
         except BaseException:
             self.stop()
             raise
@@ -613,8 +620,7 @@ class ControlPlane:
         else:
             storage = _storage_yaml(40)
         self.kubectl("apply", "--server-side", "-f", "-", stdin=storage)
-        if not self.node:
-            self.kubectl("apply", "--server-side", "-f", "-", stdin=_nodes_yaml())
+        self.kubectl("apply", "--server-side", "-f", "-", stdin=_nodes_yaml(events_only=self.node))
 
     def _established(self, count: int) -> bool:
         """All ``count`` CRDs are Established (`kubectl wait` errs on one that has no
@@ -709,6 +715,7 @@ class ControlPlane:
         self._wait("kwok", self._nodes_ready, 60)
 
     def _nodes_ready(self) -> bool:
+        """Both nodes Ready: kwok's two, or the real node and kwok's event-path node."""
         out = self.kubectl(
             "get",
             "nodes",
@@ -821,27 +828,30 @@ def module_dir(module: str, version: str) -> Path:
     return Path(peers.download(go, module, version)["Dir"])
 
 
-def _nodes_yaml() -> str:
+def _nodes_yaml(events_only: bool = False) -> str:
     """A worker and a control-plane node, labelled as kubeadm labels them; kwok plays
     both (the annotation). The control plane is left untainted, as on a small cluster
     whose control-plane node takes workloads: only the builder's own node affinity keeps
-    it (and every pod of its workspace) off there."""
+    it (and every pod of its workspace) off there. ``events_only``: beside a real node,
+    the one tainted kwok node of the event path's pods instead."""
     nodes = []
-    for name, control_plane in ((WORKER, False), (CONTROL_PLANE, True)):
+    chosen = ((EVENTS_NODE, False),) if events_only else ((WORKER, False), (CONTROL_PLANE, True))
+    for name, control_plane in chosen:
         labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "type": "kwok"}
         if control_plane:
             labels["node-role.kubernetes.io/control-plane"] = ""
-        nodes.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {
-                    "name": name,
-                    "labels": labels,
-                    "annotations": {"kwok.x-k8s.io/node": "fake"},
-                },
-            }
-        )
+        node: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "labels": labels,
+                "annotations": {"kwok.x-k8s.io/node": "fake"},
+            },
+        }
+        if events_only:
+            node["spec"] = {"taints": [EVENTS_TAINT]}
+        nodes.append(node)
     return yaml.safe_dump_all(nodes)
 
 
@@ -849,7 +859,8 @@ def _storage_yaml(volumes: int, real: tuple[str, Path] | None = None) -> str:
     """A default WaitForFirstConsumer class and local volumes on every node, the
     control plane's too: where a claim binds is the scheduler's choice, as on a cluster
     whose control-plane node takes workloads. With ``real`` (a node's name and a folder),
-    every volume is on that node, a folder in that folder."""
+    every volume is on that node, a folder in that folder, but a few on the event path's
+    kwok node, for its bus's claim."""
     docs: list[dict[str, Any]] = [
         {
             "apiVersion": "storage.k8s.io/v1",
@@ -862,11 +873,13 @@ def _storage_yaml(volumes: int, real: tuple[str, Path] | None = None) -> str:
             "volumeBindingMode": "WaitForFirstConsumer",
         }
     ]
-    for index in range(volumes):
+    for index in range(volumes + (EVENTS_VOLUMES if real else 0)):
         node = WORKER if index % 2 == 0 else CONTROL_PLANE
         path = f"/mnt/local-{index}"
         if real:
-            node, path = real[0], str(real[1] / f"local-{index}")
+            node = real[0] if index < volumes else EVENTS_NODE
+            if index < volumes:
+                path = str(real[1] / f"local-{index}")
         docs.append(
             {
                 "apiVersion": "v1",
@@ -967,8 +980,10 @@ def _start_argo_events(plane: ControlPlane) -> None:
     shutil.rmtree(plane.folder / "argo-events", ignore_errors=True)
     events = ArgoEvents(cluster, plane.folder / "argo-events")
     try:
-        events.start_controller()
+        # the tree first: beside a real node, the controller places the event path's
+        # pods on kwok's node from its first deployment (events.keep_off_the_node)
         apply_site(cluster, ROOT / "manifests")
+        events.start_controller()
         bearer, token = plane.folder / "webhook.bearer", secrets.token_urlsafe(32)
         write_secret(bearer, token)
         start_event_path(cluster, events, load_site(env={}), token)

@@ -53,7 +53,14 @@ from fabrique.site.config import Site
 from ..doubles.http import QuietServer
 from . import controlplane
 from .cluster import Cluster
-from .controlplane import EVENTS_MODULE, ControlPlaneError, free_port, module_dir
+from .controlplane import (
+    EVENTS_MODULE,
+    EVENTS_NODE,
+    EVENTS_TAINT,
+    ControlPlaneError,
+    free_port,
+    module_dir,
+)
 from .pods import Image, Overrides, PodProcess, running_pod
 
 T = TypeVar("T")
@@ -69,6 +76,11 @@ SELECTORS = {
     "sensor": (CONTROL, f"controller=sensor-controller,sensor-name={SENSOR}"),
 }
 EVENTS = "/apis/argoproj.io/v1alpha1/namespaces/" + CONTROL
+# beside a real node: where the event path's pods go (controlplane.EVENTS_NODE)
+PLACEMENT: dict[str, Any] = {
+    "nodeSelector": {"kubernetes.io/hostname": EVENTS_NODE},
+    "tolerations": [{**EVENTS_TAINT, "operator": "Equal"}],
+}
 # each object the controller deploys, and the conditions it sets once it has
 OBJECTS = {
     "eventbus": ("eventbus", BUS, {"Configured", "Deployed"}),
@@ -191,13 +203,22 @@ class ArgoEvents:
     # -- the controller -----------------------------------------------------------------
 
     def start_controller(self) -> None:
+        """The upstream bundle applied and its controller running. Beside a real node,
+        the controller's pod and the event path's are kept on kwok's event-path node
+        first (the objects the controller deploys, where they are applied already)."""
+        documents = install_documents()
+        if self.cluster.plane.node:
+            for document in documents:
+                if document["kind"] == "Deployment":
+                    document["spec"]["template"]["spec"].update(PLACEMENT)
+            self.keep_off_the_node()
         self.cluster.kubectl(
             "apply",
             "--server-side",
             "--field-manager=argo-events-install",
             "-f",
             "-",
-            stdin=yaml.safe_dump_all(install_documents()),
+            stdin=yaml.safe_dump_all(documents),
         )
         self.ports["controller-metrics"] = free_port()
         self.ports["controller-health"] = free_port()
@@ -212,6 +233,29 @@ class ArgoEvents:
             ),
             ready=lambda: _http_ok(f"http://127.0.0.1:{self.ports['controller-health']}/readyz"),
         )
+
+    def keep_off_the_node(self) -> None:
+        """The rendered EventBus, EventSource and Sensor placed on kwok's event-path node
+        (their pods' nodeSelector and toleration), by a field manager of the tests' own:
+        a later apply of the tree by ``fabrique`` keeps them. Their containers run on
+        the host; a real node would pull images nobody made."""
+        for kind, path in (
+            ("eventbus", ("spec", "jetstream")),
+            ("eventsources", ("spec", "template")),
+            ("sensors", ("spec", "template")),
+        ):
+            name = {"eventbus": BUS, "eventsources": SOURCE, "sensors": SENSOR}[kind]
+            patch: dict[str, Any] = dict(PLACEMENT)
+            for key in reversed(path):
+                patch = {key: patch}
+            answer = self.cluster.request(
+                "PATCH",
+                f"{EVENTS}/{kind}/{name}?fieldManager=fabrique-live-placement",
+                patch,
+                content_type="application/merge-patch+json",
+            )
+            if answer.status != 200:
+                raise ControlPlaneError(f"{kind}/{name} on kwok's node: {answer.message}")
 
     # -- the event path's pods ----------------------------------------------------------
 

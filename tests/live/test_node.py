@@ -25,7 +25,7 @@ import pytest
 
 from . import controlplane, images
 from .cluster import Cluster
-from .controlplane import ControlPlane, _exited
+from .controlplane import EVENTS_NODE, EVENTS_TAINT, ControlPlane, _exited
 from .node import _hierarchies
 
 pytestmark = pytest.mark.xdist_group("real-node")
@@ -139,8 +139,11 @@ def connect(cluster: Cluster, host: str, port: int) -> str:
 
 
 def test_the_node_is_ready_as_a_worker(node_plane: ControlPlane, node_cluster: Cluster) -> None:
-    (node,) = node_cluster.items("/api/v1/nodes")  # no kwok node beside it
-    assert node["metadata"]["name"] == node_plane.node_name
+    nodes = {n["metadata"]["name"]: n for n in node_cluster.items("/api/v1/nodes")}
+    # beside it only kwok's event-path node, which its taint keeps every other pod off
+    assert set(nodes) == {node_plane.node_name, EVENTS_NODE}
+    assert nodes[EVENTS_NODE]["spec"]["taints"] == [EVENTS_TAINT]
+    node = nodes[node_plane.node_name]
     labels = node["metadata"]["labels"]
     assert "node-role.kubernetes.io/worker" in labels
     assert "node-role.kubernetes.io/control-plane" not in labels
