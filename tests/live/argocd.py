@@ -135,6 +135,9 @@ class ArgoCD:
     # (``{"timeout.reconciliation": "10s"}``), applied at every start
     config: dict[str, str] = field(default_factory=dict)
     params: dict[str, str] = field(default_factory=dict)
+    # names the repo server resolves as a cluster's DNS would answer them in its pod
+    # (``{"gitea-http.gitea.svc.cluster.local": "10.255.1.1"}``): a hosts file of its own
+    hosts: dict[str, str] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
     pids: dict[str, int] = field(default_factory=dict)
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
@@ -458,6 +461,7 @@ class ArgoCD:
         self._spawn(
             "repo-server",
             [
+                *self._resolving(),
                 self._bin(REPO_SERVER),
                 f"--port={self.ports['repo-server']}",
                 f"--metrics-port={metrics}",
@@ -475,6 +479,32 @@ class ArgoCD:
             lambda: _http_ok(f"http://127.0.0.1:{metrics}/healthz?full=true"),
             60,
         )
+
+    def _resolving(self) -> list[str]:
+        """The prefix that runs a command with ``hosts`` in its /etc/hosts, bound over the
+        machine's in a private mount namespace of its own (the machine's is not touched);
+        none without ``hosts``."""
+        if not self.hosts:
+            return []
+        hosts = self.folder / "hosts"
+        machine = Path("/etc/hosts").read_text() if Path("/etc/hosts").exists() else ""
+        hosts.write_text(
+            machine.rstrip("\n")
+            + "\n"
+            + "".join(f"{address} {name}\n" for name, address in self.hosts.items())
+        )
+        bind = 'mount --bind -o ro "$1" /etc/hosts && shift && exec "$@"'
+        return [
+            "unshare",
+            "--mount",
+            "--propagation=private",
+            "--",
+            "sh",
+            "-c",
+            bind,
+            "sh",
+            str(hosts),
+        ]
 
     def _start_controller(self, install: list[dict[str, Any]]) -> None:
         home = self.folder / "controller"
