@@ -188,7 +188,11 @@ def test_timings_reads_each_stage_from_the_objects_own_times() -> None:
         "status": {
             "finishedAt": "2026-12-04T10:00:40Z",
             "nodes": {
-                "a": {"displayName": "build", "finishedAt": "2026-12-04T10:00:30Z"},
+                "a": {
+                    "displayName": "build",
+                    "startedAt": "2026-12-04T10:00:12Z",
+                    "finishedAt": "2026-12-04T10:00:30Z",
+                },
                 "b": {"displayName": "write-back", "finishedAt": "2026-12-04T10:00:39Z"},
             },
         },
@@ -202,6 +206,7 @@ def test_timings_reads_each_stage_from_the_objects_own_times() -> None:
         {"type": "Ready", "status": "True", "lastTransitionTime": "2026-12-04T10:00:55Z"}]}}]}  # fmt: skip
     assert timings.stages(pushed, workflow, commit, application, pods) == {
         "workflow_created": 1.5,
+        "build_started": 12.5,
         "build_done": 30.5,
         "workflow_done": 40.5,
         "digest_in_git": 38.5,

@@ -120,8 +120,9 @@ sys.exit(not pods or any(sys.argv[2] not in c["image"] for p in pods for c in p[
       "$scratch/pods.json" "$1"
 }
 
-refresh() {  # what Argo CD's Git webhook does: look at the repository now, not at the next poll
-  k -n "$argocd_ns" annotate application "$app" --overwrite argocd.argoproj.io/refresh=normal >/dev/null 2>&1 || true
+refresh() {  # what a Git webhook to Argo CD does: every Application looks at Git now,
+  # not at its next poll (timeout.reconciliation, 3 min by default)
+  k -n "$argocd_ns" annotate applications --all --overwrite argocd.argoproj.io/refresh=normal >/dev/null 2>&1 || true
 }
 
 # ---- flow ----------------------------------------------------------------------------
@@ -135,6 +136,7 @@ echo "2. seed webhook #2, so that a push reaches the EventSource"
 echo "3. push a toy commit to $context_dir: the first build of the app"
 started=$SECONDS
 first="$(push_toy_commit first)"
+echo "   pushed $first"
 first_digest="$(built "$first")"
 echo "   built $first_digest"
 
@@ -143,6 +145,7 @@ echo "4. fabrique seed: the Application, the derived Secrets, webhook #2, the di
 
 echo "5. Argo CD deploys it"
 started=$SECONDS
+refresh
 wait_for "Application $app" k -n "$argocd_ns" get application "$app"
 refresh
 wait_for "Application $app Synced and Healthy, its pods Ready on $first_digest" deployed "$first_digest"
@@ -151,6 +154,7 @@ echo "6. push again: the chain's own time, from the push to the pod"
 started=$SECONDS
 pushed_at="$(date +%s.%N)"
 revision="$(push_toy_commit second)"
+echo "   pushed $revision"
 digest="$(built "$revision")"
 echo "   built $digest"
 refresh

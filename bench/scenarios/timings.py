@@ -28,8 +28,8 @@ def stages(
     application: dict[str, Any],
     pods: dict[str, Any],
 ) -> dict[str, float]:
-    """Seconds from the push: the Workflow created, its build step done, the Workflow
-    done, the digest's commit in Git, the Application's sync done, the last pod Ready."""
+    """Seconds from the push: the Workflow created, its build step's pod started and
+    done, the Workflow done, the digest's commit in Git, the Application's sync done, the last pod Ready."""
     nodes = (workflow.get("status") or {}).get("nodes") or {}
     build = [n for n in nodes.values() if n.get("displayName") == "build" and n.get("finishedAt")]
     ready = [
@@ -40,6 +40,7 @@ def stages(
     ]
     found = {
         "workflow_created": workflow["metadata"]["creationTimestamp"],
+        "build_started": min(n["startedAt"] for n in build) if build else None,
         "build_done": max(n["finishedAt"] for n in build) if build else None,
         "workflow_done": (workflow.get("status") or {}).get("finishedAt"),
         # Gitea's git commit: its top-level "committer" is a user, the date is inside

@@ -1,0 +1,324 @@
+"""Scenario 34 for real: ``bench/scenarios/build-gitops-digest.sh`` with ``STRICT=1``,
+run as the README tells a platform team to run it on their bench, against the live
+tier's plane with a real node.
+
+The bench is what a platform team's would be, made of the real programs: the plane's
+API server, controllers and Argo Workflows controller; a real node (containerd, the
+kubelet, kube-proxy, CoreDNS) that runs the build's pods and the app's; the images of
+its pods made from Debian packages and the peers, in the plane's registry; the default
+site's tree, rendered and applied, with its Secrets; the event path (Argo Events'
+controller, JetStream, the EventSource and the Sensor); a real Gitea holding the code
+repository (the app's build context and its kustomize overlay) and the apps
+repository; Argo CD v3.6.2, whose root Application deploys the apps repository's
+Applications. Then the script: webhook #2, a push, the Workflow's pods for real (plan,
+checkout, rootless BuildKit, verify-digest, write-back, the onExit status), ``fabrique
+seed``, Argo CD syncing the written-back digest, a second push timed from the push to
+the pod, and its five gates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+from fabrique.site.config import load_site
+
+from ..conftest import ROOT
+from . import images
+from .argocd import ArgoCD
+from .buildkit import builder
+from .cluster import Cluster
+from .controlplane import ControlPlane
+from .events import CONTROL, SOURCE, ArgoEvents, ServiceProxy, start_event_path
+from .fixtures import apply_site
+from .forge import SERVICE_HOST
+from .gitea import USER, Gitea
+from .gitea import binary as gitea_binary
+
+pytestmark = pytest.mark.xdist_group("real-node")
+
+SCRIPT = ROOT / "bench" / "scenarios" / "build-gitops-digest.sh"
+APP = "citation"
+CODE_REPO, APPS_REPO, BRANCH = "atlas/atlas", "cluster/apps", "main"
+CONTEXT = "dataops/citation-dagster"
+GITEA_PORT = 3000  # the default site's Gitea URL's port, on the plane's address
+# what a platform team's own secret tooling made, which seed derives the app's from
+SOURCE_SECRET = ("postgres", "pg-role-pgvector")
+DERIVED = ("dagster", "pgvector-pg-auth")
+
+DEPLOYMENT = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: citation-dagster
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: citation-dagster}
+  template:
+    metadata:
+      labels: {app: citation-dagster}
+    spec:
+      containers:
+        - name: webserver
+          image: citation-dagster
+          ports: [{containerPort: 8080}]
+          readinessProbe:
+            httpGet: {path: /, port: 8080}
+            periodSeconds: 1
+"""
+OVERLAY = """\
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - ../../base
+"""
+
+
+@dataclass
+class Bench:
+    plane: ControlPlane
+    gitea: Gitea
+    values: Path
+    bearer: str
+    hosts: Path
+    folder: Path
+
+
+def resolving(hosts: Path, argv: list[str]) -> list[str]:
+    """``argv`` run with ``hosts`` as its /etc/hosts: what a platform team's workstation
+    resolves (the registry, Gitea's URL), bound over the machine's in a private mount
+    namespace, which the machine never sees."""
+    bind = 'mount --bind -o ro "$1" /etc/hosts && shift && exec "$@"'
+    return [
+        "unshare",
+        "--mount",
+        "--propagation=private",
+        "--",
+        "sh",
+        "-c",
+        bind,
+        "sh",
+        str(hosts),
+        *argv,
+    ]
+
+
+@pytest.fixture(scope="module")
+def bench(node_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bench]:
+    plane = node_plane
+    folder = tmp_path_factory.mktemp("scenario")
+    cluster = Cluster(plane)
+    site = load_site(env={})
+    # the default site's names, as the plane's pods resolve them (CoreDNS) and as the
+    # bench's workstation and Argo CD resolve them here (a hosts file)
+    gitea_host = urlsplit(site.gitea.url).hostname or ""
+    names = {gitea_host: plane.address, site.registry.host.split(":")[0]: plane.address}
+    hosts = folder / "hosts"
+    hosts.write_text(
+        Path("/etc/hosts").read_text().rstrip("\n")
+        + "\n"
+        + "".join(f"{address} {name}\n" for name, address in names.items())
+    )
+    pushed = images.push_node_images(plane.registry)
+    base = images.APP_BASE.rsplit(":", 1)[0] + "@" + pushed[images.APP_BASE].split("@")[1]
+
+    proxy = ServiceProxy().start()
+    gitea = Gitea(
+        folder / "gitea",
+        gitea_binary(),
+        allowed_hosts=f"external, {SERVICE_HOST}",
+        webhook={"PROXY_URL": proxy.url, "PROXY_HOSTS": "*.svc.cluster.local:*"},
+        host=plane.address,
+        fixed_port=urlsplit(site.gitea.url).port,
+    ).start()
+    events = ArgoEvents(cluster, folder / "argo-events")
+    argocd: ArgoCD | None = None
+    try:
+        plane.expose(site.namespaces.gitea, gitea_host.split(".")[0], gitea.port, gitea.port)
+        # the registry's Service where a pod's bare `registry` resolves, as seed checks
+        for namespace in (site.namespaces.build, site.namespaces.control):
+            plane.expose(namespace, "registry", 80, 80)
+        for repo in (CODE_REPO, APPS_REPO):
+            gitea.repository(repo, BRANCH)
+        gitea.commit(
+            CODE_REPO,
+            BRANCH,
+            {
+                f"{CONTEXT}/Dockerfile": (
+                    f"FROM {base}\n"
+                    "COPY app.txt /www/index.html\n"
+                    'CMD ["httpd", "-f", "-p", "8080", "-h", "/www"]\n'
+                ),
+                f"{CONTEXT}/app.txt": f"{APP}\n",
+                f"{CONTEXT}/deploy/base/deployment.yaml": DEPLOYMENT,
+                f"{CONTEXT}/deploy/base/kustomization.yaml": "resources:\n  - deployment.yaml\n",
+                f"{CONTEXT}/deploy/overlays/prod/kustomization.yaml": OVERLAY,
+            },
+            f"{APP}: its build context and its deployment",
+        )
+        gitea.commit(
+            APPS_REPO, BRANCH, {"apps/README.md": "Argo CD Applications\n"}, "the apps repository"
+        )
+        values = folder / "site.yaml"
+        values.write_text(
+            yaml.safe_dump(
+                {
+                    "targets": {"prod": {"context": "fabrique-live"}},
+                    "derivedSecrets": [
+                        {
+                            "app": APP,
+                            "from": "/".join(SOURCE_SECRET),
+                            "to": "/".join(DERIVED),
+                            "keys": {"username": "username"},
+                        }
+                    ],
+                }
+            )
+        )
+        tree = folder / "manifests"
+        subprocess.run(
+            [ROOT / ".venv" / "bin" / "fabrique", "--values", values, "render", "--out", tree],
+            check=True,
+            capture_output=True,
+        )
+        apply_site(cluster, tree)
+        # the Secrets the README's install asks of the site's secret tooling: fabrique's
+        # Gitea token, where the build's steps and the reconcile pass read it
+        for namespace, name in (
+            ("fabrique-build", "fabrique-gitea"),
+            ("fabrique", "fabrique-gitea"),
+        ):
+            answer = cluster.request(
+                "PATCH",
+                f"/api/v1/namespaces/{namespace}/secrets/{name}",
+                {"stringData": {"token": gitea.token}},
+                content_type="application/merge-patch+json",
+            )
+            assert answer.status == 200, answer.message
+        bearer = secrets.token_urlsafe(32)
+        events.start_controller()
+        start_event_path(cluster, events, site, bearer)
+        proxy.route(cluster, CONTROL, f"{SOURCE}-eventsource-svc", events.webhook_port)
+        for namespace in (SOURCE_SECRET[0], DERIVED[0]):
+            cluster.kubectl("create", "namespace", namespace, check=False)
+        cluster.kubectl(
+            "create", "secret", "generic", SOURCE_SECRET[1], "-n", SOURCE_SECRET[0],
+            "--from-literal=username=pgvector", "--from-literal=password=unused",
+        )  # fmt: skip
+        argocd = ArgoCD(folder / "argocd", plane, hosts=names).start()
+        argocd.repository(site.gitea.url, USER, gitea.token)
+        argocd.root_application(f"{site.gitea.url}/{APPS_REPO}.git", BRANCH, "apps")
+        yield Bench(plane, gitea, values, bearer, hosts, folder)
+    finally:
+        if argocd is not None:
+            argocd.stop()
+        events.stop()
+        gitea.stop()
+        proxy.stop()
+        cluster.http.close()
+
+
+def test_scenario_34_passes_every_gate_on_the_real_node(bench: Bench, kubectl: Path) -> None:
+    timings = bench.folder / "timings.json"
+    env = {
+        "PATH": f"{kubectl.parent}:{os.environ['PATH']}",
+        "HOME": str(bench.folder),
+        "KUBECONFIG": str(bench.plane.kubeconfig),
+        "KUBE_CONTEXT": "fabrique-live",
+        "FABRIQUE_VALUES": str(bench.values),
+        "GITEA_URL": load_site(env={}).gitea.url,
+        "FABRIQUE_GITEA_TOKEN": bench.gitea.token,
+        "FABRIQUE_WEBHOOK_TOKEN": bench.bearer,
+        "STRICT": "1",
+        # the EventSource here is the plane's process, not a Deployment to scale to zero
+        "SAFETY_NET": "0",
+        "POLL": "1",
+        "TIMEOUT": "600",
+        "TIMINGS": str(timings),
+    }
+    started = time.monotonic()
+    ran = subprocess.run(
+        resolving(bench.hosts, ["bash", str(SCRIPT)]),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        check=False,
+    )
+    said = ran.stdout + ran.stderr
+    print(said)
+    print(f"scenario 34: {time.monotonic() - started:.0f} s")
+    assert ran.returncode == 0, said[-4000:]
+    assert ran.stdout.rstrip().endswith("PASS: build-gitops-digest"), said[-2000:]
+    for gate in (
+        "deployed-by-digest",
+        "application-synced-healthy",
+        "pods-ready-by-digest",
+        "seed-replay-unchanged",
+        "status-success",
+    ):
+        assert f"PASS {gate}" in said, gate
+    stages = json.loads(timings.read_text())
+    assert list(stages) == [
+        "workflow_created", "build_started", "build_done", "workflow_done", "digest_in_git",
+        "synced", "pod_ready",
+    ]  # fmt: skip
+    # beside it, the same build bare: buildctl on the host, the same context, BuildKit's
+    # state fresh as the build pod's is, the image pushed to the same registry
+    bare = bare_build(bench, said)
+    print(
+        f"scenario 34, push to pod by digest: {stages['pod_ready']:.0f} s ({json.dumps(stages)}); "
+        f"the same build by buildctl alone: {bare:.1f} s; "
+        f"push to pod / bare build: {stages['pod_ready'] / bare:.1f}"
+    )
+
+
+def bare_build(bench: Bench, said: str) -> float:
+    """Seconds of ``buildctl-daemonless.sh build`` of the second push's context, as the
+    build step runs it but with nothing of the factory around it."""
+    revision = re.findall(r"^   pushed ([0-9a-f]{40})$", said, re.M)
+    checkout = bench.folder / "bare"
+    subprocess.run(
+        ["git", "clone", "-q", f"{bench.gitea.url}/{CODE_REPO}.git", str(checkout)],
+        check=True,
+        env={**os.environ, "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "http.extraHeader",
+             "GIT_CONFIG_VALUE_0": f"Authorization: token {bench.gitea.token}"},
+    )  # fmt: skip
+    assert revision, said[-2000:]
+    subprocess.run(["git", "-C", str(checkout), "checkout", "-q", revision[-1]], check=True)
+    with builder() as running:
+        context = running.folder("context")
+        shutil.copytree(checkout / CONTEXT, context, dirs_exist_ok=True)
+        for path in [context, *context.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        registry = bench.plane.registry
+        toml = f'[registry."registry:80"]\n  mirrors = ["{registry}"]\n[registry."{registry}"]\n  http = true\n'
+        env = running.environment(toml) | {"BUILDKITD_FLAGS": "--oci-worker-no-process-sandbox"}
+        command = [
+            *("buildctl-daemonless.sh", "build", "--frontend", "dockerfile.v0"),
+            *("--local", f"context={context}", "--local", f"dockerfile={context}"),
+            "--output",
+            f"type=image,name={registry}/citation-dagster-bare:{revision[-1][:12]},push=true",
+        ]
+        started = time.monotonic()
+        done = subprocess.run(
+            running.command(command), env=env, cwd=env["HOME"], capture_output=True,
+            text=True, timeout=600, check=False,
+        )  # fmt: skip
+        seconds = time.monotonic() - started
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    print(f"the bare build ({running.mode}), its last lines:\n{done.stderr[-1500:]}")
+    return seconds
