@@ -34,7 +34,7 @@ APPS_REPO = "argocd-live/apps"
 BASE = "dataops/citation-dagster/deploy/base"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def argocd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ArgoCD]:
     """A control plane of its own, and Argo CD for it."""
     need_go()
