@@ -44,6 +44,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import httpx
 import yaml
@@ -1073,50 +1074,151 @@ def _code_repository(gitea: Gitea, folder: Path) -> list[str]:
     ]
 
 
+def site_names(plane: ControlPlane) -> dict[str, str]:
+    """The default site's host names (its Gitea's, its registry's) and the address that
+    serves them on a plane with a real node: what a platform team's DNS answers, which
+    the node's CoreDNS answers its pods, and a hosts file answers the bench's programs
+    outside the cluster (the scenario's script, Argo CD's repo server)."""
+    from fabrique.site.config import load_site
+
+    site = load_site(env={})
+    gitea = urlsplit(site.gitea.url).hostname or ""
+    return {gitea: plane.address, site.registry.host.split(":")[0]: plane.address}
+
+
+def hosts_file(path: Path, names: dict[str, str]) -> Path:
+    """The machine's /etc/hosts and ``names``, in ``path``: bound over /etc/hosts in a
+    private mount namespace (``resolving``), never written to the machine's."""
+    machine = Path("/etc/hosts").read_text() if Path("/etc/hosts").exists() else ""
+    path.write_text(
+        machine.rstrip("\n")
+        + "\n"
+        + "".join(f"{address} {name}\n" for name, address in names.items())
+    )
+    return path
+
+
+def resolving(hosts: Path, argv: list[str]) -> list[str]:
+    """``argv`` run with ``hosts`` as its /etc/hosts, in a mount namespace of its own."""
+    bind = 'mount --bind -o ro "$1" /etc/hosts && shift && exec "$@"'
+    return [
+        "unshare",
+        "--mount",
+        "--propagation=private",
+        "--",
+        "sh",
+        "-c",
+        bind,
+        "sh",
+        str(hosts),
+        *argv,
+    ]
+
+
+def serve_site(plane: ControlPlane, gitea: Gitea) -> None:
+    """What the default site needs of a cluster beyond fabrique's tree, on a plane with
+    a real node: Gitea's Service at the site's URL, the ``registry`` Services that seed
+    checks, and the Secrets the README's install asks of the site's secret tooling
+    holding fabrique's real Gitea token (``apply_site`` made them with a stand-in)."""
+    from fabrique.site.config import load_site
+
+    site = load_site(env={})
+    gitea_host = urlsplit(site.gitea.url).hostname or ""
+    plane.expose(site.namespaces.gitea, gitea_host.split(".")[0], gitea.port, gitea.port)
+    for namespace in (site.namespaces.build, site.namespaces.control):
+        plane.expose(namespace, "registry", 80, 80)
+        plane.kubectl(
+            "patch", "secret", site.gitea.token_secret.name, "-n", namespace, "--type=merge",
+            "-p", json.dumps({"stringData": {site.gitea.token_secret.key: gitea.token}}),
+        )  # fmt: skip
+
+
 def default_folder() -> Path:
     return Path(os.environ.get("FABRIQUE_LIVE_DIR") or Path.home() / ".cache" / "fabrique" / "live")
 
 
 def _up(folder: Path) -> list[str]:
-    """Start what does not run (the plane and its event path, Gitea), see to the code
-    repository; the lines to print. A ControlPlaneError or a PeerError if it fails."""
-    # imported here: tests.live.gitea builds on this module
+    """Start what does not run (the plane with its real node and its event path, Gitea,
+    Argo CD), see to the code repository; the lines to print. A ControlPlaneError or a
+    PeerError if it fails."""
+    # imported here: these build on this module
+    from fabrique.site.config import load_site
+
+    from . import images
+    from .argocd import ArgoCD
+    from .argocd import version as argocd_version
     from .gitea import ADMIN, SCOPES, USER, Gitea
     from .gitea import binary as gitea_binary
     from .gitea import version as gitea_version
 
+    site = load_site(env={})
     running = ControlPlane.load(folder)
     gitea = Gitea.load(folder / "gitea")
-    if running is not None and running.alive():
+    argocd = ArgoCD.load(folder / "argocd", running) if running is not None else None
+    fresh = running is None or not running.alive()
+    if not fresh:
         print(f"# the control plane in {folder} is already up", file=sys.stderr)
     else:
-        if running is not None:
-            running.stop()
-        running = ControlPlane(folder)
+        for stale in (argocd, gitea, running):
+            if stale is not None:
+                stale.stop()
+        running = ControlPlane(folder, node=True)
         try:
-            running.start(binaries())
+            running.start(binaries(NODE_PEERS))
             _start_argo_events(running)
         except BaseException:
             running.stop()
             raise
-    if gitea is not None and gitea.alive():
+    assert running is not None
+    if not fresh and gitea is not None and gitea.alive():
         print(f"# Gitea in {gitea.folder} is already up", file=sys.stderr)
     else:
         if gitea is not None:
             gitea.stop()
-        gitea = Gitea(folder / "gitea", gitea_binary()).start()
+        # at the site's URL's port, where the node's pods reach it (gitea-http.gitea)
+        port = urlsplit(site.gitea.url).port
+        gitea = Gitea(
+            folder / "gitea", gitea_binary(), host=running.address, fixed_port=port
+        ).start()
     try:
         pushing = _code_repository(gitea, folder)
+        if gitea.repository(site.gitea.apps_repo, site.gitea.branch):
+            gitea.commit(
+                site.gitea.apps_repo, site.gitea.branch,
+                {"apps/README.md": "The Argo CD Applications fabrique seed writes\n"},
+                "the apps repository",
+            )  # fmt: skip
     except httpx.HTTPError as failed:
-        raise ControlPlaneError(f"Gitea's code repository: {failed}") from None
+        raise ControlPlaneError(f"Gitea's repositories: {failed}") from None
+    names = site_names(running)
+    hosts = hosts_file(folder / "hosts", names)
+    if not fresh and argocd is not None and argocd.alive():
+        print(f"# Argo CD in {argocd.folder} is already up", file=sys.stderr)
+    else:
+        if argocd is not None:
+            argocd.stop()
+        # the tools image the Workflow's steps run, built by the real BuildKit
+        images.push_node_images(running.registry)
+        serve_site(running, gitea)
+        argocd = ArgoCD(folder / "argocd", running, hosts=names).start()
+        argocd.repository(site.gitea.url, USER, gitea.token)
+        argocd.root_application(
+            f"{site.gitea.url}/{site.gitea.apps_repo}.git", site.gitea.branch, "apps"
+        )
     return [
         f"export KUBECONFIG={running.kubeconfig}",
+        f"# a real node, {running.node_name} ({running.node_ip}), runs the Workflows' pods "
+        f"and the apps'; its images are in the plane's registry {running.registry} "
+        f"(registry:80 to the node)",
         f"# the Argo Events controller {running.events_version()} judges what is applied "
         "there; the default site is applied",
         *_event_path_lines(folder),
-        f"# Gitea {gitea_version()} at {gitea.url}: its admin {ADMIN} (the password in "
-        f"{gitea.password_file}); fabrique's user {USER} (no site admin; "
-        f"{', '.join(SCOPES)}), its token in {gitea.token_file}",
+        f"# Gitea {gitea_version()} at {gitea.url} ({site.gitea.url} to the node's pods): "
+        f"its admin {ADMIN} (the password in {gitea.password_file}); fabrique's user "
+        f"{USER} (no site admin; {', '.join(SCOPES)}), its token in {gitea.token_file}",
+        f"# Argo CD {argocd_version()} deploys the Applications of "
+        f"{site.gitea.apps_repo}/apps (its root Application); the default site's names "
+        f"resolve outside the cluster through {hosts}",
         *pushing,
     ]
 
@@ -1141,7 +1243,13 @@ def main(argv: list[str]) -> int:
     running = ControlPlane.load(folder)
     gitea = Gitea.load(folder / "gitea")
     if command == "down":
+        from .argocd import ArgoCD
+
         try:
+            argocd = ArgoCD.load(folder / "argocd", running) if running is not None else None
+            if argocd is not None:
+                argocd.stop()
+                print(f"# stopped Argo CD in {argocd.folder}", file=sys.stderr)
             if gitea is not None:
                 gitea.stop()
                 print(f"# stopped Gitea in {gitea.folder}", file=sys.stderr)

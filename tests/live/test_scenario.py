@@ -40,7 +40,7 @@ from . import images
 from .argocd import ArgoCD
 from .buildkit import builder
 from .cluster import Cluster
-from .controlplane import ControlPlane
+from .controlplane import ControlPlane, hosts_file, resolving, serve_site, site_names
 from .events import CONTROL, SOURCE, ArgoEvents, ServiceProxy, start_event_path
 from .fixtures import apply_site
 from .forge import SERVICE_HOST
@@ -97,25 +97,6 @@ class Bench:
     folder: Path
 
 
-def resolving(hosts: Path, argv: list[str]) -> list[str]:
-    """``argv`` run with ``hosts`` as its /etc/hosts: what a platform team's workstation
-    resolves (the registry, Gitea's URL), bound over the machine's in a private mount
-    namespace, which the machine never sees."""
-    bind = 'mount --bind -o ro "$1" /etc/hosts && shift && exec "$@"'
-    return [
-        "unshare",
-        "--mount",
-        "--propagation=private",
-        "--",
-        "sh",
-        "-c",
-        bind,
-        "sh",
-        str(hosts),
-        *argv,
-    ]
-
-
 @pytest.fixture(scope="module")
 def bench(node_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bench]:
     plane = node_plane
@@ -124,14 +105,8 @@ def bench(node_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) ->
     site = load_site(env={})
     # the default site's names, as the plane's pods resolve them (CoreDNS) and as the
     # bench's workstation and Argo CD resolve them here (a hosts file)
-    gitea_host = urlsplit(site.gitea.url).hostname or ""
-    names = {gitea_host: plane.address, site.registry.host.split(":")[0]: plane.address}
-    hosts = folder / "hosts"
-    hosts.write_text(
-        Path("/etc/hosts").read_text().rstrip("\n")
-        + "\n"
-        + "".join(f"{address} {name}\n" for name, address in names.items())
-    )
+    names = site_names(plane)
+    hosts = hosts_file(folder / "hosts", names)
     pushed = images.push_node_images(plane.registry)
     base = images.APP_BASE.rsplit(":", 1)[0] + "@" + pushed[images.APP_BASE].split("@")[1]
 
@@ -147,10 +122,6 @@ def bench(node_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) ->
     events = ArgoEvents(cluster, folder / "argo-events")
     argocd: ArgoCD | None = None
     try:
-        plane.expose(site.namespaces.gitea, gitea_host.split(".")[0], gitea.port, gitea.port)
-        # the registry's Service where a pod's bare `registry` resolves, as seed checks
-        for namespace in (site.namespaces.build, site.namespaces.control):
-            plane.expose(namespace, "registry", 80, 80)
         for repo in (CODE_REPO, APPS_REPO):
             gitea.repository(repo, BRANCH)
         gitea.commit(
@@ -195,19 +166,7 @@ def bench(node_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) ->
             capture_output=True,
         )
         apply_site(cluster, tree)
-        # the Secrets the README's install asks of the site's secret tooling: fabrique's
-        # Gitea token, where the build's steps and the reconcile pass read it
-        for namespace, name in (
-            ("fabrique-build", "fabrique-gitea"),
-            ("fabrique", "fabrique-gitea"),
-        ):
-            answer = cluster.request(
-                "PATCH",
-                f"/api/v1/namespaces/{namespace}/secrets/{name}",
-                {"stringData": {"token": gitea.token}},
-                content_type="application/merge-patch+json",
-            )
-            assert answer.status == 200, answer.message
+        serve_site(plane, gitea)
         bearer = secrets.token_urlsafe(32)
         events.start_controller()
         start_event_path(cluster, events, site, bearer)

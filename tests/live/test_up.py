@@ -22,7 +22,7 @@ from fabrique.site.config import load_site
 from . import controlplane
 from .cluster import ARGO, Cluster
 from .controlplane import ROOT, ControlPlane, ControlPlaneError, _exited
-from .fixtures import need_go
+from .fixtures import need_go, need_root
 from .gitea import ADMIN, Gitea
 
 # every secret file of the plane and of its Gitea: keys, tokens, a password, kubeconfigs
@@ -95,6 +95,7 @@ def _hooks(gitea: Gitea) -> list[tuple[int, str]]:
 
 def test_make_up_brings_up_the_event_path_and_make_down_stops_it(tmp_path: Path) -> None:
     need_go()
+    need_root()  # the real node: its network and mount namespaces, its cgroups
     folder = tmp_path / "live"
     # an earlier plane's secret files, readable by all: tightened, not kept so
     (folder / "gitea").mkdir(parents=True)
