@@ -60,6 +60,7 @@ server's scratch space and ``state.json`` (ports and pids) for ``load``.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import secrets
@@ -68,6 +69,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -438,6 +440,12 @@ class ArgoCD:
             (home / sub).mkdir(parents=True)
         socket_path = home / "askpass.sock"
         if len(str(socket_path)) > SOCKET_PATH_MAX:
+            # a deep folder (pytest's, under xdist): the socket in a short one of its own,
+            # named after this folder, removed at stop
+            short = Path(tempfile.gettempdir()) / f"fabrique-argocd-{_short(self.folder)}"
+            short.mkdir(mode=0o700, exist_ok=True)
+            socket_path = short / "askpass.sock"
+        if len(str(socket_path)) > SOCKET_PATH_MAX:
             raise ControlPlaneError(
                 f"{socket_path}: too long for a unix socket; use a shorter folder"
             )
@@ -700,6 +708,14 @@ class ArgoCD:
             self._client = None
         if self.state_file.exists():
             self.state_file.unlink()
+        shutil.rmtree(
+            Path(tempfile.gettempdir()) / f"fabrique-argocd-{_short(self.folder)}",
+            ignore_errors=True,
+        )
+
+
+def _short(folder: Path) -> str:
+    return hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:12]
 
 
 def synced_at(app: dict[str, Any] | None, revision: str) -> bool:

@@ -1018,7 +1018,7 @@ def _event_path_lines(folder: Path) -> list[str]:
     ]
 
 
-def _code_repository(gitea: Gitea, folder: Path) -> list[str]:
+def _code_repository(gitea: Gitea, folder: Path, base: str) -> list[str]:
     """The default site's code repository in ``gitea``, for a person to push to: made
     with its app's build context when missing; its webhook the one ``fabrique
     seed-webhook`` makes, but to the EventSource this plane runs (the loopback URL of
@@ -1034,11 +1034,7 @@ def _code_repository(gitea: Gitea, folder: Path) -> list[str]:
     site = load_site(env={})
     repo, branch, app = site.gitea.code_repo, site.gitea.branch, site.apps[0]
     if gitea.repository(repo, branch):
-        context = {
-            f"{app.context}/{app.dockerfile}": "FROM scratch\nCOPY app.txt /\n",
-            f"{app.context}/app.txt": f"{app.name}\n",
-        }
-        gitea.commit(repo, branch, context, f"{app.name}: its build context")
+        gitea.commit(repo, branch, app_files(base), f"{app.name}: its build context and deployment")
     event_path = json.loads((folder / "event-path.json").read_text())
     url = event_path["webhook"]
     want = desired(site, Credentials(Path(event_path["bearer_file"]).read_text().strip()))
@@ -1072,6 +1068,55 @@ def _code_repository(gitea: Gitea, folder: Path) -> list[str]:
         f"# the Sensor then creates the Workflow fabrique-{app.name}-<the commit's first 12 "
         f"hex digits>: kubectl get workflows -n {site.namespaces.build}",
     ]
+
+
+APP_DEPLOYMENT = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: citation-dagster
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: citation-dagster}
+  template:
+    metadata:
+      labels: {app: citation-dagster}
+    spec:
+      containers:
+        - name: webserver
+          image: citation-dagster
+          ports: [{containerPort: 8080}]
+          readinessProbe:
+            httpGet: {path: /, port: 8080}
+            periodSeconds: 1
+"""
+
+
+def app_files(base: str) -> dict[str, str]:
+    """The default site's app in its code repository: a build context whose image runs
+    (busybox's httpd over its one file, from ``base``, the node's busybox base by
+    digest) and its kustomize deployment, the overlay its write-back pins."""
+    from fabrique.site.config import load_site
+
+    app = load_site(env={}).apps[0]
+    assert app.writeback is not None
+    overlay = app.writeback.path
+    base_dir = f"{app.context}/deploy/base"
+    return {
+        f"{app.context}/{app.dockerfile}": (
+            f"FROM {base}\n"
+            "COPY app.txt /www/index.html\n"
+            'CMD ["httpd", "-f", "-p", "8080", "-h", "/www"]\n'
+        ),
+        f"{app.context}/app.txt": f"{app.name}\n",
+        f"{base_dir}/deployment.yaml": APP_DEPLOYMENT,
+        f"{base_dir}/kustomization.yaml": "resources:\n  - deployment.yaml\n",
+        overlay: (
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+            f"resources:\n  - {os.path.relpath(base_dir, os.path.dirname(overlay))}\n"
+        ),
+    }
 
 
 def site_names(plane: ControlPlane) -> dict[str, str]:
@@ -1181,7 +1226,10 @@ def _up(folder: Path) -> list[str]:
             folder / "gitea", gitea_binary(), host=running.address, fixed_port=port
         ).start()
     try:
-        pushing = _code_repository(gitea, folder)
+        base = running.images[images.APP_BASE]
+        pushing = _code_repository(
+            gitea, folder, images.APP_BASE.rsplit(":", 1)[0] + "@" + base.split("@")[1]
+        )
         if gitea.repository(site.gitea.apps_repo, site.gitea.branch):
             gitea.commit(
                 site.gitea.apps_repo, site.gitea.branch,
@@ -1267,4 +1315,8 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    # the module as the others import it, not as __main__: the ControlPlaneError that
+    # argocd.py and gitea.py raise is then the one main catches
+    from tests.live.controlplane import main as imported_main
+
+    sys.exit(imported_main(sys.argv[1:]))

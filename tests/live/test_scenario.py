@@ -40,7 +40,14 @@ from . import images
 from .argocd import ArgoCD
 from .buildkit import builder
 from .cluster import Cluster
-from .controlplane import ControlPlane, hosts_file, resolving, serve_site, site_names
+from .controlplane import (
+    ControlPlane,
+    app_files,
+    hosts_file,
+    resolving,
+    serve_site,
+    site_names,
+)
 from .events import CONTROL, SOURCE, ArgoEvents, ServiceProxy, start_event_path
 from .fixtures import apply_site
 from .forge import SERVICE_HOST
@@ -57,34 +64,6 @@ GITEA_PORT = 3000  # the default site's Gitea URL's port, on the plane's address
 # what a platform team's own secret tooling made, which seed derives the app's from
 SOURCE_SECRET = ("postgres", "pg-role-pgvector")
 DERIVED = ("dagster", "pgvector-pg-auth")
-
-DEPLOYMENT = """\
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: citation-dagster
-spec:
-  replicas: 1
-  selector:
-    matchLabels: {app: citation-dagster}
-  template:
-    metadata:
-      labels: {app: citation-dagster}
-    spec:
-      containers:
-        - name: webserver
-          image: citation-dagster
-          ports: [{containerPort: 8080}]
-          readinessProbe:
-            httpGet: {path: /, port: 8080}
-            periodSeconds: 1
-"""
-OVERLAY = """\
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - ../../base
-"""
 
 
 @dataclass
@@ -124,22 +103,7 @@ def bench(node_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) ->
     try:
         for repo in (CODE_REPO, APPS_REPO):
             gitea.repository(repo, BRANCH)
-        gitea.commit(
-            CODE_REPO,
-            BRANCH,
-            {
-                f"{CONTEXT}/Dockerfile": (
-                    f"FROM {base}\n"
-                    "COPY app.txt /www/index.html\n"
-                    'CMD ["httpd", "-f", "-p", "8080", "-h", "/www"]\n'
-                ),
-                f"{CONTEXT}/app.txt": f"{APP}\n",
-                f"{CONTEXT}/deploy/base/deployment.yaml": DEPLOYMENT,
-                f"{CONTEXT}/deploy/base/kustomization.yaml": "resources:\n  - deployment.yaml\n",
-                f"{CONTEXT}/deploy/overlays/prod/kustomization.yaml": OVERLAY,
-            },
-            f"{APP}: its build context and its deployment",
-        )
+        gitea.commit(CODE_REPO, BRANCH, app_files(base), f"{APP}: its build context and deployment")
         gitea.commit(
             APPS_REPO, BRANCH, {"apps/README.md": "Argo CD Applications\n"}, "the apps repository"
         )
