@@ -8,6 +8,7 @@
 #                 Gitea's URL, admin and token file, and how to clone and push the code
 #                 repository, whose webhook feeds the EventSource); again: no change
 #   make down     stop them
+#   make scenario run scenario 34 against them, STRICT
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -19,7 +20,7 @@ SYSTEM_PACKAGES := docker-registry skopeo umoci git runc uidmap busybox-static c
 BUILD_USER := fabrique-builder
 BUILD_SUBIDS := 524288-589823
 
-.PHONY: render test system-deps lint peers up down
+.PHONY: render test system-deps lint peers up down scenario
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -75,6 +76,10 @@ up: $(VENV)/.test
 
 down: $(VENV)/.test
 	$(BIN)/python -m tests.live.controlplane down
+
+# scenario 34 (bench/scenarios/build-gitops-digest.sh, STRICT) against make up's plane
+scenario: $(VENV)/.test
+	$(BIN)/python -m tests.live.controlplane scenario
 
 test: system-deps lint peers
 	$(BIN)/python -m pytest -n 2 --dist loadgroup

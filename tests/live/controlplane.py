@@ -996,15 +996,42 @@ def _start_argo_events(plane: ControlPlane) -> None:
                 plane.pids[f"argo-events-{role}"] = pod.process.pid
         plane.save()
         cluster.http.close()
+    # what kube-proxy and the cluster's DNS would give Gitea, which runs outside the
+    # cluster: the EventSource's Service, for the hook `fabrique seed-webhook` makes
+    from fabrique.site.names import webhook_service_url
+
+    service = urlsplit(webhook_service_url(load_site(env={}).namespaces.control)).netloc
+    proxy = free_port()
+    plane._spawn(
+        "webhook-proxy",
+        [
+            sys.executable,
+            "-m",
+            "tests.live.events",
+            "proxy",
+            str(proxy),
+            f"{service}=127.0.0.1:{events.webhook_port}",
+        ],
+        env={"PYTHONPATH": str(ROOT)},
+    )
+    plane._wait("webhook-proxy", lambda: _port_open(proxy), 30)
     (plane.folder / "event-path.json").write_text(
         json.dumps(
             {
                 "webhook": f"http://127.0.0.1:{events.webhook_port}/push",
                 "bearer_file": str(bearer),
                 "nats": events.nats_url,
+                "proxy": f"http://127.0.0.1:{proxy}",
+                "service": service,
             }
         )
     )
+
+
+def _port_open(port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+        return True
+    return False
 
 
 def _event_path_lines(folder: Path) -> list[str]:
@@ -1222,8 +1249,16 @@ def _up(folder: Path) -> list[str]:
             gitea.stop()
         # at the site's URL's port, where the node's pods reach it (gitea-http.gitea)
         port = urlsplit(site.gitea.url).port
+        path = json.loads((folder / "event-path.json").read_text())
         gitea = Gitea(
-            folder / "gitea", gitea_binary(), host=running.address, fixed_port=port
+            folder / "gitea",
+            gitea_binary(),
+            # the make-up hook to the EventSource's loopback port, and the one seed-webhook
+            # makes, to its Service, through the plane's proxy
+            allowed_hosts=f"loopback, {path['service'].split(':')[0]}",
+            webhook={"PROXY_URL": path["proxy"], "PROXY_HOSTS": "*.svc.cluster.local:*"},
+            host=running.address,
+            fixed_port=port,
         ).start()
     try:
         base = running.images[images.APP_BASE]
@@ -1268,7 +1303,45 @@ def _up(folder: Path) -> list[str]:
         f"{site.gitea.apps_repo}/apps (its root Application); the default site's names "
         f"resolve outside the cluster through {hosts}",
         *pushing,
+        "# scenario 34 against it, STRICT: make scenario",
     ]
+
+
+def _scenario(folder: Path) -> int:
+    """``bench/scenarios/build-gitops-digest.sh``, STRICT, against the plane of ``make
+    up``, as a platform team runs it on their bench (``make scenario``): its exit
+    status."""
+    from fabrique.site.config import load_site
+
+    from .gitea import Gitea
+
+    running = ControlPlane.load(folder)
+    gitea = Gitea.load(folder / "gitea")
+    event_path = folder / "event-path.json"
+    if running is None or gitea is None or not running.alive() or not event_path.exists():
+        print(f"error: no plane up in {folder}: make up first", file=sys.stderr)
+        return 1
+    kubectl = Path(running.bins["kubectl"])
+    bearer = Path(json.loads(event_path.read_text())["bearer_file"]).read_text().strip()
+    values = folder / "scenario-site.yaml"  # seed's target: this plane's kube context
+    values.write_text(yaml.safe_dump({"targets": {"prod": {"context": "fabrique-live"}}}))
+    env = {
+        **os.environ,
+        "PATH": f"{kubectl.parent}:{os.environ.get('PATH', '')}",
+        "KUBECONFIG": str(running.kubeconfig),
+        "KUBE_CONTEXT": "fabrique-live",
+        "FABRIQUE_VALUES": str(values),
+        "GITEA_URL": load_site(env={}).gitea.url,
+        "FABRIQUE_GITEA_TOKEN": gitea.token,
+        "FABRIQUE_WEBHOOK_TOKEN": bearer,
+        "STRICT": "1",
+        # the EventSource is the plane's process, not a Deployment to scale to zero
+        "SAFETY_NET": "0",
+        "POLL": os.environ.get("POLL", "1"),
+    }
+    script = ROOT / "bench" / "scenarios" / "build-gitops-digest.sh"
+    argv = resolving(folder / "hosts", ["bash", str(script)])
+    return subprocess.run(argv, env=env, check=False).returncode
 
 
 def main(argv: list[str]) -> int:
@@ -1288,6 +1361,8 @@ def main(argv: list[str]) -> int:
         for line in said:
             print(line)
         return 0
+    if command == "scenario":
+        return _scenario(folder)
     running = ControlPlane.load(folder)
     gitea = Gitea.load(folder / "gitea")
     if command == "down":
@@ -1310,7 +1385,7 @@ def main(argv: list[str]) -> int:
             return 1
         print(f"# stopped the control plane in {folder}", file=sys.stderr)
         return 0
-    print(f"error: unknown command {command!r} (up or down)", file=sys.stderr)
+    print(f"error: unknown command {command!r} (up, down or scenario)", file=sys.stderr)
     return 2
 
 

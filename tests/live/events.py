@@ -32,7 +32,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import signal
 import ssl
+import sys
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -514,7 +516,7 @@ class ServiceProxy:
     ``refuse`` plays a network that loses a request on the way: a request whose body it
     says yes to is answered 502 and never forwarded."""
 
-    def __init__(self, refuse: Callable[[bytes], bool] | None = None) -> None:
+    def __init__(self, refuse: Callable[[bytes], bool] | None = None, port: int = 0) -> None:
         self.endpoints: dict[str, str] = {}
         self.refuse = refuse
         # every request taken, in order
@@ -566,7 +568,7 @@ class ServiceProxy:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self._server = QuietServer(("127.0.0.1", 0), _Handler)
+        self._server = QuietServer(("127.0.0.1", port), _Handler)
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
@@ -590,3 +592,26 @@ class ServiceProxy:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def serve_proxy(argv: list[str]) -> int:
+    """``python -m tests.live.events proxy PORT HOST:PORT=ENDPOINT…``: a ServiceProxy as
+    a process of its own, for ``make up``'s Gitea, which outlives the command that
+    started it; until SIGTERM."""
+    if len(argv) < 2 or argv[0] != "proxy" or not argv[1].isdigit():
+        print("usage: python -m tests.live.events proxy PORT HOST:PORT=ENDPOINT…", file=sys.stderr)
+        return 2
+    proxy = ServiceProxy(port=int(argv[1]))
+    for route in argv[2:]:
+        host, _, endpoint = route.partition("=")
+        proxy.endpoints[host] = endpoint
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    proxy.start()
+    stopped.wait()
+    proxy.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(serve_proxy(sys.argv[1:]))
