@@ -494,25 +494,9 @@ class ArgoCD:
         none without ``hosts``."""
         if not self.hosts:
             return []
-        hosts = self.folder / "hosts"
-        machine = Path("/etc/hosts").read_text() if Path("/etc/hosts").exists() else ""
-        hosts.write_text(
-            machine.rstrip("\n")
-            + "\n"
-            + "".join(f"{address} {name}\n" for name, address in self.hosts.items())
+        return controlplane.resolving(
+            controlplane.hosts_file(self.folder / "hosts", self.hosts), []
         )
-        bind = 'mount --bind -o ro "$1" /etc/hosts && shift && exec "$@"'
-        return [
-            "unshare",
-            "--mount",
-            "--propagation=private",
-            "--",
-            "sh",
-            "-c",
-            bind,
-            "sh",
-            str(hosts),
-        ]
 
     def _start_controller(self, install: list[dict[str, Any]]) -> None:
         home = self.folder / "controller"

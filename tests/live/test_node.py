@@ -201,9 +201,9 @@ def test_a_claim_binds_on_the_node_and_a_non_root_pod_writes_to_it(
     volume = node_cluster.get(f"/api/v1/persistentvolumes/{bound['spec']['volumeName']}")
     folder = Path(volume["spec"]["local"]["path"])
     assert node_plane.folder in folder.parents
-    deadline = time.monotonic() + 30
-    while not (folder / "file").exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
+    node_cluster.wait(
+        "the pod's file in the local volume's folder", lambda: (folder / "file").exists(), 30
+    )
     assert (folder / "file").read_text() == "written\n"
     assert (folder / "file").stat().st_uid == 1000
 
