@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -63,8 +64,8 @@ def test_the_binaries_are_named_as_go_build_names_them() -> None:
     }
     assert names["coredns"] == {"coredns": "coredns"}
     assert names["argoexec"] == {"argoexec": "argoexec"}
-    # Argo CD's main package is its module's cmd folder
-    assert names["argo-cd"] == {"cmd": "argocd"}
+    # Argo CD's and CoreDNS's are their wrappers' own (main.go), with what runs here only
+    assert names["argo-cd"] == {"argo-cd": "argocd"}
     # Gitea's main package is its module's root, gitea.dev
     assert names["gitea"] == {"gitea.dev": "gitea"}
     # the build step's own tools
@@ -449,3 +450,39 @@ def test_a_peer_with_a_toolchain_links_files_and_symlinks_is_built_as_they_say(
     assert (where / "wrapper.sh").stat().st_mode & 0o111
     assert json.loads((where / "built.json").read_text())["go"] == "go1.27.3"
     assert where.name == f"fake-{build.key(peer, 'go1.26.0')}"
+
+
+def test_the_modules_are_fetched_beside_the_builds_and_the_fetch_ends_with_them(
+    tmp_path: Path,
+) -> None:
+    """Each peer to build has its modules downloaded in its own folder, under its own
+    toolchain, one after the other; once the builds are over, a download still running
+    is ended, not left behind."""
+    calls = tmp_path / "calls"
+    go = tmp_path / "go"
+    go.write_text(
+        "#!/bin/sh\n"
+        f'echo "$GOTOOLCHAIN $(basename $PWD) $*" >> {calls}\n'
+        '[ "$(basename $PWD)" = slow ] && exec sleep 60\n'
+        "exit 0\n"
+    )
+    go.chmod(0o755)
+    peers = []
+    for name, toolchain in (("fast", ""), ("slow", "toolchain go1.27.3\n")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "go.mod").write_text(f"module fabrique.test/peers/{name}\n{toolchain}")
+        peers.append(build.Peer(name, tmp_path / name))
+    fetching = build.Prefetch(str(go), peers)
+    deadline = time.monotonic() + 20
+    while len(calls.read_text().splitlines() if calls.exists() else []) < 2:
+        assert time.monotonic() < deadline, "the second peer's download never started"
+        time.sleep(0.05)
+    running = fetching.running
+    assert running is not None and running.poll() is None
+    fetching.stop()
+    assert running.wait(timeout=10) != 0  # ended, not finished
+    assert not fetching.thread.is_alive()
+    assert calls.read_text().splitlines() == [
+        "local fast mod download",
+        "go1.27.3 slow mod download",
+    ]

@@ -43,6 +43,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +54,7 @@ MIN_GO = (1, 26)
 RENAMED = {
     "go.etcd.io/etcd/server/v3": "etcd",
     "gitea.dev": "gitea",
-    "github.com/argoproj/argo-cd/v3/cmd": "argocd",
+    "fabrique.test/peers/argo-cd": "argocd",
 }
 # further names of a binary, as symlinks beside it: the Argo CD command dispatches on the
 # name it is called by, as its image's links do
@@ -402,6 +403,48 @@ def _go_build(peer: Peer, go: str, module: Path, toolchain: str, partial: Path) 
         raise PeerError(f"peer {peer.name}: `{' '.join(command)}` exited {result.returncode}")
 
 
+class Prefetch:
+    """Downloads the modules of the peers to build, one peer after the other, in a thread
+    beside the builds: a cold build otherwise waits for each peer's downloads (Gitea's
+    1.4 GB, Argo Events' 2.7 GB) before it compiles, with both cores idle. The go command
+    locks the module cache, so a build that reaches a module being fetched waits for it.
+    A failure here is left for that peer's build to report; ``stop`` ends what is left."""
+
+    def __init__(self, go: str, unbuilt: list[Peer]) -> None:
+        self.go, self.unbuilt = go, unbuilt
+        self.lock = threading.Lock()
+        self.stopped = False
+        self.running: subprocess.Popen[bytes] | None = None
+        self.thread = threading.Thread(target=self._fetch, daemon=True)
+        if len(unbuilt) > 1:
+            print(f"peers: fetching the modules of {len(unbuilt)} peers beside the builds")
+            self.thread.start()
+
+    def _fetch(self) -> None:
+        for peer in self.unbuilt:
+            toolchain = peer.toolchain() or "local"
+            env = {**os.environ, "GOFLAGS": "-mod=readonly", "GOTOOLCHAIN": toolchain}
+            with self.lock:
+                if self.stopped:
+                    return
+                self.running = subprocess.Popen(
+                    [self.go, "mod", "download"],
+                    cwd=peer.module,
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            self.running.wait()
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopped = True
+            if self.running is not None and self.running.poll() is None:
+                self.running.terminate()
+        if self.thread.is_alive():
+            self.thread.join(timeout=10)
+
+
 def main(argv: list[str]) -> int:
     check = "--check" in argv
     names = [a for a in argv if not a.startswith("-")]
@@ -436,12 +479,15 @@ def main(argv: list[str]) -> int:
         print("\n".join(f"peer {n}: not built" for n in stale) or "all peers built")
         return 1 if stale else 0
     started = time.monotonic()
+    fetching = Prefetch(go, [p for p in chosen if not is_built(folder(p, go_version(go)), p)])
     try:
         for peer in chosen:
             build(peer, go)
     except PeerError as failed:
         print(f"error: {failed}", file=sys.stderr)
         return 1
+    finally:
+        fetching.stop()
     print(f"peers: {len(chosen)} ready in {time.monotonic() - started:.0f} s", flush=True)
     return 0
 
