@@ -69,8 +69,11 @@ lint: $(VENV)/.test
 peers:
 	$(PYTHON) tests/peers/build.py --if-go
 
-# stdout is what a shell may eval (export KUBECONFIG=..., comments): the rest to stderr
-up: $(VENV)/.test
+# stdout is what a shell may eval (export KUBECONFIG=..., comments): the rest to stderr,
+# the venv's making too (a prerequisite's recipe lines would go to stdout, and be run
+# again by the shell's eval)
+up:
+	@$(MAKE) --no-print-directory -s $(VENV)/.test >&2
 	@$(PYTHON) tests/peers/build.py >&2
 	@$(BIN)/python -m tests.live.controlplane up
 
