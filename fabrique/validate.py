@@ -11,6 +11,10 @@
   (here or through ``templateRef``), a DAG dependency on no task, a
   ``serviceAccountName`` that is no ServiceAccount of the tree, a RoleBinding to a Role
   the tree lacks. Objects that live outside the tree are declared ``external``.
+- Every object small enough for a default cluster to store: etcd refuses a request over
+  its ``--max-request-bytes``, 1.5 MiB by default, and the API server answers the apply
+  with that refusal. An object is sized as its compact JSON, what the API server stores
+  for a custom resource; a server-side apply's ``managedFields`` come on top.
 - The whole tree through ``kubectl kustomize`` when kubectl is installed.
 
 Each problem is reported as ``file: document N (Kind/name): json.path: message``.
@@ -55,6 +59,9 @@ WORKFLOW_KINDS = frozenset(
 )
 EVENTS_KINDS = frozenset({"EventSource", "Sensor", "EventBus"})
 LABEL_NAMED_KINDS = frozenset({"Namespace", "Service"})
+# etcd's default --max-request-bytes (embed.DefaultMaxRequestBytes): the largest write a
+# default cluster's etcd takes, its key and the request's framing included
+ETCD_REQUEST_LIMIT = 1536 * 1024
 
 
 @dataclass(frozen=True)
@@ -248,6 +255,7 @@ def check_document(doc: Any, schemas: Schemas, k8s_version: str) -> Iterator[tup
         yield "", "apiVersion and kind are required"
         return
     yield from _check_name(doc, kind)
+    yield from _check_size(doc)
     validator = schemas.validator(api_version, kind)
     if validator is not None:
         for error in sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path)):
@@ -277,6 +285,18 @@ def _check_name(doc: dict[str, Any], kind: str) -> Iterator[tuple[str, str]]:
     )
     if len(name) > limit or not pattern.fullmatch(name):
         yield "metadata.name", f"{name!r} is not a valid {what}"
+
+
+def _check_size(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    size = len(json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > ETCD_REQUEST_LIMIT:
+        yield (
+            "",
+            (
+                f"{size} bytes as JSON, over etcd's default request limit of {ETCD_REQUEST_LIMIT} "
+                "bytes (1.5 MiB): a default cluster refuses to store it"
+            ),
+        )
 
 
 def json_path(path: Iterable[Any]) -> str:

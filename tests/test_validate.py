@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -142,3 +143,28 @@ def test_close_schema_closes_objects_but_respects_preserve_unknown() -> None:
     assert "additionalProperties" not in closed["properties"]["free"]
     assert closed["properties"]["labels"]["additionalProperties"] == {"type": "string"}
     assert "additionalProperties" not in schema, "the input schema must not be modified"
+
+
+def test_an_object_over_etcds_default_request_limit_is_refused_by_name_and_size(
+    tmp_path: Path, specs: Path
+) -> None:
+    """A default cluster's etcd takes no write over 1.5 MiB: the object is named with its
+    size; one just under the limit passes."""
+    from fabrique.validate import ETCD_REQUEST_LIMIT
+
+    def config_map(name: str, size: int) -> dict[str, object]:
+        doc = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}
+        framing = len(json.dumps({**doc, "data": {"blob": ""}}, separators=(",", ":")))
+        return {**doc, "data": {"blob": "x" * (size - framing)}}
+
+    (tmp_path / "objects.yaml").write_text(
+        yaml.safe_dump_all(
+            [config_map("fits", ETCD_REQUEST_LIMIT), config_map("too-big", ETCD_REQUEST_LIMIT + 1)]
+        )
+    )
+    problems = [str(p) for p in validate_tree(tmp_path, specs)]
+    assert problems == [
+        f"objects.yaml: document 1 (ConfigMap/too-big): {ETCD_REQUEST_LIMIT + 1} bytes as JSON, "
+        f"over etcd's default request limit of {ETCD_REQUEST_LIMIT} bytes (1.5 MiB): a default "
+        "cluster refuses to store it"
+    ]
