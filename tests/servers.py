@@ -13,7 +13,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,6 +20,8 @@ from pathlib import Path
 
 import httpx
 import yaml
+
+from .waits import until
 
 
 class MissingServer(RuntimeError):
@@ -45,25 +46,21 @@ def free_port() -> int:
 
 
 def wait_port(port: int, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def listens() -> bool:
         with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
+            return sock.connect_ex(("127.0.0.1", port)) == 0
+
+    until(f"a listener on 127.0.0.1:{port}", listens, timeout, every=0.05, error=RuntimeError)
 
 
 def wait_http(url: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def answers() -> bool:
         try:
-            if httpx.get(url, timeout=1).status_code < 500:
-                return
+            return httpx.get(url, timeout=1).status_code < 500
         except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} did not come up within {timeout}s")
+            return False
+
+    until(f"{url} to answer", answers, timeout, every=0.1, error=RuntimeError)
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:

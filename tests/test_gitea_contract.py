@@ -22,7 +22,6 @@ import base64
 import os
 import re
 import subprocess
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -50,6 +49,7 @@ from .doubles.swagger import Swagger
 from .gitrepo import make_commit
 from .live.gitea import USER, Gitea
 from .oci import push_image
+from .waits import until
 
 ORG = "atlas"
 AUTHOR = Identity("fabrique", "fabrique@example.invalid")
@@ -252,11 +252,13 @@ class RealServer:
         """Wait until Gitea has taken in the first push. Its hook records the branch
         at once, but the repository stays marked empty a moment longer, and an API call in
         between finds the branch with no git repository opened: Gitea 1.27.3 panics (500)."""
-        deadline = time.monotonic() + 30
         with self.gitea.admin() as admin:
-            while admin.get(f"/repos/{slug}").json().get("empty") is not False:
-                assert time.monotonic() < deadline, f"{slug}: still empty 30 s after a push"
-                time.sleep(0.02)
+            until(
+                f"{slug} to be no longer empty after a push",
+                lambda: admin.get(f"/repos/{slug}").json().get("empty") is False,
+                30,
+                every=0.02,
+            )
 
     def token_with(self, *scopes: str) -> str:
         return self._token(USER, scopes)

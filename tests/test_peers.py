@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import yaml
 from .conftest import ROOT
 from .live.fixtures import need_go
 from .peers import build
+from .waits import until
 
 PEERS = ROOT / "tests" / "peers"
 
@@ -473,10 +473,12 @@ def test_the_modules_are_fetched_beside_the_builds_and_the_fetch_ends_with_them(
         (tmp_path / name / "go.mod").write_text(f"module fabrique.test/peers/{name}\n{toolchain}")
         peers.append(build.Peer(name, tmp_path / name))
     fetching = build.Prefetch(str(go), peers)
-    deadline = time.monotonic() + 20
-    while len(calls.read_text().splitlines() if calls.exists() else []) < 2:
-        assert time.monotonic() < deadline, "the second peer's download never started"
-        time.sleep(0.05)
+    until(
+        "the second peer's download to start",
+        lambda: calls.exists() and len(calls.read_text().splitlines()) == 2,
+        20,
+        every=0.05,
+    )
     running = fetching.running
     assert running is not None and running.poll() is None
     fetching.stop()

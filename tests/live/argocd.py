@@ -80,6 +80,7 @@ from urllib.parse import urlsplit
 import httpx
 import yaml
 
+from ..waits import until
 from . import controlplane
 from .controlplane import ControlPlane, ControlPlaneError, write_secret
 
@@ -236,36 +237,19 @@ class ArgoCD:
         self.save()
 
     def _spawn(self, name: str, argv: Iterable[str | Path], env: dict[str, str]) -> None:
-        log = (self.folder / f"{name}.log").open("ab")
-        process = subprocess.Popen(
-            [str(part) for part in argv],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=self.folder,
-            env=env,  # a pod's environment: nothing of the caller's (its KUBECONFIG)
-            start_new_session=True,  # `make up` leaves it running after this process ends
-        )
-        log.close()
+        # a pod's environment: nothing of the caller's (its KUBECONFIG)
+        process = controlplane.spawn(self.folder, name, argv, env)
         self.processes[name] = process
         self.pids[name] = process.pid
         self.save()
 
     def _wait(self, name: str, what: str, ready: Any, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if ready():
-                return
-            died = controlplane._exited(self.pids[name])
-            if died:
-                raise ControlPlaneError(f"{name} {died}: {self.tail(name)}")
-            time.sleep(0.2)
-        raise ControlPlaneError(f"{name}: {what} not after {timeout:.0f} s: {self.tail(name)}")
+        controlplane.wait_on(
+            self.pids[name], name, f"{name}: {what}", ready, timeout, lambda: self.tail(name)
+        )
 
     def tail(self, name: str, lines: int = 15) -> str:
-        log = self.folder / f"{name}.log"
-        text = log.read_text(errors="replace").splitlines() if log.exists() else []
-        return f"log {log}:\n" + "\n".join(text[-lines:])
+        return controlplane.log_tail(self.folder, name, lines)
 
     def _start_redis(self, password: str) -> None:
         """Debian's redis-server as argocd-redis runs it: no persistence, a password
@@ -353,13 +337,12 @@ class ArgoCD:
             conditions = (answer.json().get("status") or {}).get("conditions") or []
             return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
-        deadline = time.monotonic() + timeout
-        while not all(established(name) for name in crds):
-            if time.monotonic() > deadline:
-                raise ControlPlaneError(
-                    f"Argo CD's CRDs {', '.join(crds)} not Established after {timeout:.0f} s"
-                )
-            time.sleep(0.2)
+        until(
+            f"Argo CD's CRDs {', '.join(crds)} to be Established",
+            lambda: all(established(name) for name in crds),
+            timeout,
+            error=ControlPlaneError,
+        )
 
     def _service_account(self) -> None:
         """The files the kubelet projects into the controller's pod: a token of its
@@ -631,25 +614,31 @@ class ArgoCD:
         what = f"Application {NAMESPACE}/{name} Synced and Healthy at {revision[:12]}"
         print(f"# argo-cd: waiting up to {timeout:.0f} s for {what}", file=sys.stderr)
         started = time.monotonic()
-        app = None
-        while time.monotonic() - started < timeout:
-            app = self.application(name)
-            if synced_at(app, revision):
-                print(
-                    f"# argo-cd: {what} after {time.monotonic() - started:.1f} s", file=sys.stderr
-                )
-                assert app is not None
-                return app
+        last: dict[str, Any] = {}
+
+        def synced() -> dict[str, Any] | None:
+            last["app"] = self.application(name)
+            return last["app"] if synced_at(last["app"], revision) else None
+
+        def alive() -> None:
             for process, pid in self.pids.items():
                 died = controlplane._exited(pid)
                 if died:
                     raise ControlPlaneError(
                         f"{process} {died} while waiting for {what}: {self.tail(process)}"
                     )
-            time.sleep(0.5)
-        raise ControlPlaneError(
-            f"{what}: not after {timeout:.0f} s ({describe(app)}); {self.tail('controller')}"
+
+        app = until(
+            what,
+            synced,
+            timeout,
+            every=0.5,
+            error=ControlPlaneError,
+            alive=alive,
+            detail=lambda: f"{describe(last.get('app'))}; {self.tail('controller')}",
         )
+        print(f"# argo-cd: {what} after {time.monotonic() - started:.1f} s", file=sys.stderr)
+        return app
 
     # -- the API ----------------------------------------------------------------------------
 

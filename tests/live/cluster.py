@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import re
 import ssl
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
+from ..waits import until
 from .controlplane import ARGO_NAMESPACE, ControlPlane
 
 if TYPE_CHECKING:
@@ -202,14 +202,7 @@ class Cluster:
     # -- waiting --------------------------------------------------------------------------
 
     def wait(self, what: str, probe: Callable[[], T | None], timeout: float = 60) -> T:
-        deadline = time.monotonic() + timeout
-        while True:
-            found = probe()
-            if found:
-                return found
-            if time.monotonic() > deadline:
-                raise AssertionError(f"after {timeout:.0f} s, still waiting for {what}")
-            time.sleep(0.3)
+        return until(what, probe, timeout, every=0.3)
 
     def wait_templates_seen(self, timeout: float = 60) -> None:
         """Back once the Argo controller holds every WorkflowTemplate written before the

@@ -40,7 +40,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,6 +54,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
 from ..peers import build as peers
+from ..waits import until
 
 if TYPE_CHECKING:
     from .gitea import Gitea
@@ -420,17 +421,7 @@ class ControlPlane:
         )
 
     def _spawn(self, name: str, argv: Iterable[str], env: dict[str, str] | None = None) -> None:
-        log = (self.folder / f"{name}.log").open("ab")
-        process = subprocess.Popen(
-            list(argv),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=self.folder,
-            env={**os.environ, **(env or {})},
-            start_new_session=True,  # `make up` leaves it running after this process ends
-        )
-        log.close()
+        process = spawn(self.folder, name, argv, {**os.environ, **(env or {})})
         self.processes[name] = process
         self.pids[name] = process.pid
         self.save()
@@ -439,20 +430,12 @@ class ControlPlane:
         return _exited(self.pids[name])
 
     def _wait(self, name: str, ready: Any, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if ready():
-                return
-            died = self._died(name)
-            if died:
-                raise ControlPlaneError(f"{name} {died}: {self.tail(name)}")
-            time.sleep(0.2)
-        raise ControlPlaneError(f"{name} not ready after {timeout:.0f} s: {self.tail(name)}")
+        wait_on(
+            self.pids[name], name, f"{name} to be ready", ready, timeout, lambda: self.tail(name)
+        )
 
     def tail(self, name: str, lines: int = 15) -> str:
-        log = self.folder / f"{name}.log"
-        text = log.read_text(errors="replace").splitlines() if log.exists() else []
-        return f"log {log}:\n" + "\n".join(text[-lines:])
+        return log_tail(self.folder, name, lines)
 
     def _start_etcd(self) -> None:
         client, peer = self.ports["etcd"], self.ports["etcd-peer"]
@@ -794,6 +777,46 @@ def _terminate(pids: list[int], grace: float = 3, reaped: float = 10) -> None:
         raise ControlPlaneError(
             f"process {', '.join(map(str, left))} still runs {reaped:g} s after SIGKILL"
         )
+
+
+def spawn(
+    folder: Path, name: str, argv: Iterable[str | Path], env: dict[str, str]
+) -> subprocess.Popen[bytes]:
+    """Process ``name`` of a plane, started in ``folder`` with ``env`` and nothing else,
+    its output in ``<folder>/<name>.log``; in a session of its own, so that ``make up``
+    leaves it running after the command ends."""
+    with (folder / f"{name}.log").open("ab") as log:
+        return subprocess.Popen(
+            [str(part) for part in argv],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=folder,
+            env=env,
+            start_new_session=True,
+        )
+
+
+def log_tail(folder: Path, name: str, lines: int = 15) -> str:
+    """The last ``lines`` of process ``name``'s log, as errors quote it."""
+    log = folder / f"{name}.log"
+    text = log.read_text(errors="replace").splitlines() if log.exists() else []
+    return f"log {log}:\n" + "\n".join(text[-lines:])
+
+
+def wait_on(
+    pid: int, name: str, what: str, ready: Any, timeout: float, tail: Callable[[], str]
+) -> None:
+    """Back once ``ready()`` is true. Process ``pid`` (``name``), which ``ready`` hangs
+    on, dead first, or ``timeout`` seconds passed: a ControlPlaneError with ``tail()``,
+    its log's last lines."""
+
+    def alive() -> None:
+        died = _exited(pid)
+        if died:
+            raise ControlPlaneError(f"{name} {died} while waiting for {what}: {tail()}")
+
+    until(what, ready, timeout, error=ControlPlaneError, alive=alive, detail=tail)
 
 
 def _running(pids: list[int], seconds: float) -> list[int]:

@@ -253,16 +253,18 @@ class Gitea:
         log.close()
         self.pid = self.process.pid
         self.save()
-        deadline = time.monotonic() + 60
-        while self._version() is None:
-            died = controlplane._exited(self.pid)
-            if died:
-                self.stop()
-                raise ControlPlaneError(f"gitea web {died}: {self.tail()}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise ControlPlaneError(f"gitea web not ready after 60 s: {self.tail()}")
-            time.sleep(0.1)
+        try:
+            controlplane.wait_on(
+                self.pid,
+                "gitea web",
+                "gitea web to answer",
+                lambda: self._version() is not None,
+                60,
+                self.tail,
+            )
+        except ControlPlaneError:
+            self.stop()
+            raise
 
     def _write_app_ini(self) -> None:
         f = self.folder

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from ..waits import until
 from .controlplane import SERVICE_CIDR, ControlPlaneError, _http_ok
 
 if TYPE_CHECKING:
@@ -578,11 +579,13 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
                 raise ControlPlaneError(f"ip netns delete {self.netns}: {deleted.stderr.strip()}")
         _unmount_netns_dir()
         # the veth goes with the namespace, once its last process is gone
-        deadline = time.monotonic() + 10
-        while Path(f"/sys/class/net/{self.veth}").exists():
-            if time.monotonic() > deadline:
-                raise ControlPlaneError(f"node {self.name}: the veth {self.veth} outlives it")
-            time.sleep(0.1)
+        until(
+            f"node {self.name}'s veth {self.veth} to go with it",
+            lambda: not Path(f"/sys/class/net/{self.veth}").exists(),
+            10,
+            every=0.1,
+            error=ControlPlaneError,
+        )
         self.holder, self.mount_ns = 0, ""
 
     def _processes(self, net: str) -> set[int]:

@@ -22,6 +22,7 @@ import yaml
 from fabrique.gestures.seed import application_document
 from fabrique.site.config import Site, default_values, parse_site
 
+from ..waits import until
 from . import controlplane
 from .argocd import ArgoCD, describe
 from .cluster import Cluster
@@ -157,16 +158,19 @@ def _image(cluster: Cluster, namespace: str) -> str:
 
 
 def _wait_condition(argocd: ArgoCD, name: str, text: str, timeout: float = 60) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        app = argocd.application(name)
+    last: dict[str, Any] = {}
+
+    def said() -> dict[str, Any] | None:
+        app = last["app"] = argocd.application(name)
         conditions = ((app or {}).get("status") or {}).get("conditions") or []
-        if any(text in str(c.get("message")) for c in conditions):
-            assert app is not None
-            return app
-        time.sleep(0.5)
-    raise AssertionError(
-        f"Application {name}: no condition saying {text!r} after {timeout} s: {describe(app)}"
+        return app if any(text in str(c.get("message")) for c in conditions) else None
+
+    return until(
+        f"a condition of Application {name} saying {text!r}",
+        said,
+        timeout,
+        every=0.5,
+        detail=lambda: describe(last.get("app")),
     )
 
 

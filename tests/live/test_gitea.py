@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +28,7 @@ from fabrique.validate import GITEA_SWAGGER, find_specs
 
 from ..conftest import ROOT, run_cli, write_values
 from ..doubles.http import LoopbackServer, Request
+from ..waits import until
 from .gitea import Gitea
 
 ORG = "atlas"
@@ -131,12 +131,11 @@ def test_a_push_reaches_webhook_2_with_its_bearer_token(repo: str, client: Gitea
         hook["config"]["url"] = f"{receiver.url}/push"
         client.create_hook(repo, hook)
         pushed = client.create_file(repo, TARGET, "main", "images: []\n", "add", AUTHOR)
-        deadline = time.monotonic() + 20
-        while not delivered and time.monotonic() < deadline:
-            time.sleep(0.05)
+        until(
+            "Gitea's delivery of the push to the loopback hook", lambda: delivered, 20, every=0.05
+        )
     finally:
         receiver.stop()
-    assert delivered, "Gitea delivered no push to the loopback hook within 20 s"
     (push,) = delivered
     assert push.headers["authorization"] == "Bearer bearer-live-5e1d"
     assert push.headers["x-gitea-event"] == "push"

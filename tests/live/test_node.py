@@ -15,7 +15,6 @@ import socketserver
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from ..waits import until
 from . import controlplane, images
 from .cluster import Cluster
 from .controlplane import EVENTS_NODE, EVENTS_TAINT, ControlPlane, _exited
@@ -324,10 +324,14 @@ def test_a_node_plane_stopped_after_a_crash_leaves_the_machine_as_found(
             process.wait(timeout=10)
     assert ControlPlane.load(folder) is None
     loaded.stop()  # again: nothing left to stop
-    deadline = time.monotonic() + 10  # the killed shims' zombies, until init reaps them
-    while [pid for pid in running if _exited(pid) is None] and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert [pid for pid in running if _exited(pid) is None] == []
+    # the killed shims' zombies, until init reaps them
+    until(
+        f"processes {running} to be gone",
+        lambda: all(_exited(pid) is not None for pid in running),
+        10,
+        every=0.1,
+        detail=lambda: f"left: {[pid for pid in running if _exited(pid) is None]}",
+    )
     after = _machine()
     for part in before:
         assert after[part] == before[part], part
