@@ -161,6 +161,34 @@ class Builder:
             return ["setpriv", "--reuid", uid, "--regid", gid, "--clear-groups", *command]
         return command
 
+    def buildctl(
+        self, context: Path, registry: str, options: list[str], timeout: float
+    ) -> subprocess.CompletedProcess[str]:
+        """``buildctl-daemonless.sh build`` of the Dockerfile of ``context``, with
+        ``options`` after it (outputs, caches, build args), ``registry:80`` mirrored to
+        ``registry`` over plain HTTP, as the node's containerd has it; its stdout and
+        stderr together."""
+        toml = (
+            f'[registry."registry:80"]\n  mirrors = ["{registry}"]\n'
+            f'[registry."{registry}"]\n  http = true\n'
+        )
+        env = self.environment(toml) | {"BUILDKITD_FLAGS": "--oci-worker-no-process-sandbox"}
+        command = [
+            *("buildctl-daemonless.sh", "build", "--frontend", "dockerfile.v0"),
+            *("--local", f"context={context}", "--local", f"dockerfile={context}"),
+            *options,
+        ]
+        return subprocess.run(
+            self.command(command),
+            env=env,
+            cwd=env["HOME"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
     def _attempt(self, site: Site, revision: str, inputs: dict[str, str], workspace: Path) -> Build:
         container = rendered_step(site, "build")
         out = self.folder("out")

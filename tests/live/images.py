@@ -771,16 +771,7 @@ def _buildkit_build(
         if saved.exists():
             shutil.copytree(saved, layer_cache, dirs_exist_ok=True)
             _own(layer_cache, builder)
-        toml = (
-            '[registry."registry:80"]\n'
-            f'  mirrors = ["{registry}"]\n'
-            f'[registry."{registry}"]\n'
-            "  http = true\n"
-        )
-        env = builder.environment(toml) | {"BUILDKITD_FLAGS": "--oci-worker-no-process-sandbox"}
-        command = [
-            *("buildctl-daemonless.sh", "build", "--frontend", "dockerfile.v0"),
-            *("--local", f"context={context}", "--local", f"dockerfile={context}"),
+        options = [
             *(
                 arg
                 for name, value in args.items()
@@ -792,20 +783,11 @@ def _buildkit_build(
             f"type=local,dest={out}/cache,mode=max",
             *(("--import-cache", f"type=local,src={layer_cache}") if saved.exists() else ()),
         ]
-        done = subprocess.run(
-            builder.command(command),
-            env=env,
-            cwd=env["HOME"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            timeout=1800,
-            check=False,
-        )
+        done = builder.buildctl(context, registry, options, timeout=1800)
         if done.returncode != 0:
             raise ImageError(
                 f"BuildKit ({builder.mode}) could not build {TOOLS} from the Dockerfile: "
-                f"`{' '.join(command)}` exited {done.returncode}:\n{done.stdout[-5000:]}"
+                f"`{' '.join(done.args)}` exited {done.returncode}:\n{done.stdout[-5000:]}"
             )
         with tarfile.open(out / "image.tar") as tar:
             tar.extractall(folder, filter="data")

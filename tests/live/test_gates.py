@@ -21,28 +21,15 @@ from ..doubles.gitea import GiteaDouble
 from ..oci import push_image
 from ..servers import Registry
 from .cluster import Cluster
+from .controlplane import APP_DEPLOYMENT
 
 sys.path.insert(0, str(ROOT / "bench" / "scenarios"))
 import gates
 
 BASE = "dataops/citation-dagster/deploy/base"
-DEPLOYMENT = """\
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: citation-dagster
-spec:
-  replicas: 2
-  selector:
-    matchLabels: {app: citation-dagster}
-  template:
-    metadata:
-      labels: {app: citation-dagster}
-    spec:
-      containers:
-        - name: webserver
-          image: citation-dagster
-"""
+# the scenario's app (its readiness probe is kwok's to fake here), with two pods: a gate
+# judges every pod of the Deployment
+DEPLOYMENT = APP_DEPLOYMENT.replace("replicas: 1", "replicas: 2")
 
 
 def test_the_scenarios_gates_pass_on_what_a_write_back_deploys(
