@@ -450,8 +450,6 @@ class ControlPlane:
                 f"--listen-peer-urls=http://127.0.0.1:{peer}",
                 f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
                 f"--initial-cluster=live=http://127.0.0.1:{peer}",
-                # Argo's full Workflow CRD is larger than etcd's default 1.5 MiB request
-                "--max-request-bytes=10485760",
                 "--unsafe-no-fsync",  # a test store: speed over durability, as envtest does
                 "--log-level=warn",
             ],

@@ -3,6 +3,7 @@ and the CronWorkflows and the admission policy are what the server takes them fo
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from .cluster import ARGO, Cluster
@@ -50,3 +51,36 @@ def test_each_cronworkflow_is_accepted(cluster: Cluster, applied: Path) -> None:
     for name in ("fabrique-reconcile", "gitea-mirror-sync"):
         cron = cluster.get(f"{ARGO}/namespaces/fabrique/cronworkflows/{name}")
         assert cron["spec"]["workflowSpec"]["serviceAccountName"]
+
+
+def test_the_planes_etcd_refuses_what_validate_refuses(cluster: Cluster, applied: Path) -> None:
+    """The plane's etcd runs with its default request limit, as a platform team's does,
+    and it is the limit ``fabrique validate`` sizes objects against: a custom resource
+    (stored as its JSON) under it by a margin (the key, the server's own metadata) is
+    stored, one over it is refused by the API server with etcd's answer."""
+    from fabrique.validate import ETCD_REQUEST_LIMIT
+
+    namespace = "size-check"
+    path = f"{ARGO}/namespaces/{namespace}/workflowtemplates"
+
+    def template(name: str, size: int) -> dict[str, object]:
+        def doc(source: str) -> dict[str, object]:
+            script = {"image": "registry:80/base/busybox:1.35", "source": source}
+            spec = {"entrypoint": "main", "templates": [{"name": "main", "script": script}]}
+            meta = {"name": name, "namespace": namespace}
+            return {"apiVersion": "argoproj.io/v1alpha1", "kind": "WorkflowTemplate",
+                    "metadata": meta, "spec": spec}  # fmt: skip
+
+        framing = len(json.dumps(doc(""), separators=(",", ":")))
+        return doc("x" * (size - framing))
+
+    created = cluster.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
+    assert created.status == 201, created.message
+    try:
+        stored = cluster.create(path, template("under", ETCD_REQUEST_LIMIT - 16 * 1024))
+        assert stored.status == 201, stored.message
+        refused = cluster.create(path, template("over", ETCD_REQUEST_LIMIT + 1))
+        assert refused.status >= 400 and "request is too large" in refused.message, refused
+        assert not cluster.exists(f"{path}/over")
+    finally:
+        cluster.request("DELETE", f"/api/v1/namespaces/{namespace}")
