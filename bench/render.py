@@ -19,6 +19,11 @@ from fabrique.site.config import default_values, parse_site
 
 
 def site_with(apps: int) -> Any:
+    return parse_site(values_with(apps))
+
+
+def values_with(apps: int) -> dict[str, Any]:
+    """The default site's values with ``apps`` apps, each its own context and overlay."""
     values = default_values()
     template = values["apps"][0]
     values["apps"] = [
@@ -34,7 +39,7 @@ def site_with(apps: int) -> Any:
         }
         for index in range(apps)
     ]
-    return parse_site(values)
+    return values
 
 
 def measure(apps: int, repeat: int) -> tuple[float, int]:
