@@ -45,12 +45,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_port(port: int, timeout: float = 15.0) -> None:
-    def listens() -> bool:
-        with socket.socket() as sock:
-            return sock.connect_ex(("127.0.0.1", port)) == 0
+def listens(port: int) -> bool:
+    """Something accepts connections on loopback ``port``."""
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
 
-    until(f"a listener on 127.0.0.1:{port}", listens, timeout, every=0.05, error=RuntimeError)
+
+def wait_port(port: int, timeout: float = 15.0) -> None:
+    until(
+        f"a listener on 127.0.0.1:{port}",
+        lambda: listens(port),
+        timeout,
+        every=0.05,
+        error=RuntimeError,
+    )
 
 
 def wait_http(url: str, timeout: float = 20.0) -> None:

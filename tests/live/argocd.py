@@ -504,17 +504,9 @@ class ArgoCD:
         self._spawn(
             "controller",
             [
-                "unshare",
-                "--mount",
-                "--propagation=private",
-                "--",
-                "sh",
-                "-c",
-                mount,
-                "sh",
-                run,
-                SERVICE_ACCOUNT_PATH,
-                self.folder / "serviceaccount",
+                *controlplane.private_mounts(
+                    mount, run, SERVICE_ACCOUNT_PATH, self.folder / "serviceaccount"
+                ),
                 self._bin(CONTROLLER),
                 f"--metrics-port={metrics}",
             ],

@@ -40,7 +40,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,9 +54,12 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
 from ..peers import build as peers
+from ..servers import listens
 from ..waits import until
 
 if TYPE_CHECKING:
+    from fabrique.site.config import Site
+
     from .gitea import Gitea
     from .node import Node
 
@@ -996,6 +999,7 @@ def _start_argo_events(plane: ControlPlane) -> None:
     from .events import ArgoEvents, start_event_path
     from .fixtures import apply_site
 
+    site = load_site(env={})
     cluster = Cluster(plane)
     # a new cluster's pods: the volumes an earlier plane's left (its Secrets, the bus's
     # store) would be taken for theirs, and the bus would refuse its new client auth
@@ -1008,7 +1012,7 @@ def _start_argo_events(plane: ControlPlane) -> None:
         events.start_controller()
         bearer, token = plane.folder / "webhook.bearer", secrets.token_urlsafe(32)
         write_secret(bearer, token)
-        start_event_path(cluster, events, load_site(env={}), token)
+        start_event_path(cluster, events, site, token)
     except AssertionError as late:  # a wait that ran out
         raise ControlPlaneError(f"the event path: {late}") from None
     finally:
@@ -1021,7 +1025,7 @@ def _start_argo_events(plane: ControlPlane) -> None:
     # cluster: the EventSource's Service, for the hook `fabrique seed-webhook` makes
     from fabrique.site.names import webhook_service_url
 
-    service = urlsplit(webhook_service_url(load_site(env={}).namespaces.control)).netloc
+    service = urlsplit(webhook_service_url(site.namespaces.control)).netloc
     proxy = free_port()
     plane._spawn(
         "webhook-proxy",
@@ -1035,7 +1039,7 @@ def _start_argo_events(plane: ControlPlane) -> None:
         ],
         env={"PYTHONPATH": str(ROOT)},
     )
-    plane._wait("webhook-proxy", lambda: _port_open(proxy), 30)
+    plane._wait("webhook-proxy", lambda: listens(proxy), 30)
     (plane.folder / "event-path.json").write_text(
         json.dumps(
             {
@@ -1049,12 +1053,6 @@ def _start_argo_events(plane: ControlPlane) -> None:
     )
 
 
-def _port_open(port: int) -> bool:
-    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-        return True
-    return False
-
-
 def _event_path_lines(folder: Path) -> list[str]:
     try:
         found = json.loads((folder / "event-path.json").read_text())
@@ -1066,7 +1064,7 @@ def _event_path_lines(folder: Path) -> list[str]:
     ]
 
 
-def _code_repository(gitea: Gitea, folder: Path, base: str) -> list[str]:
+def _code_repository(site: Site, gitea: Gitea, folder: Path, base: str) -> list[str]:
     """The default site's code repository in ``gitea``, for a person to push to: made
     with its app's build context when missing; its webhook the one ``fabrique
     seed-webhook`` makes, but to the EventSource this plane runs (the loopback URL of
@@ -1075,14 +1073,14 @@ def _code_repository(gitea: Gitea, folder: Path, base: str) -> list[str]:
     bearer token, and left alone otherwise. The lines that say how to push."""
     # imported here: these build on this module
     from fabrique.gestures.webhook import HOOK_NAME, Credentials, desired, differences
-    from fabrique.site.config import load_site
 
     from .gitea import ADMIN
 
-    site = load_site(env={})
     repo, branch, app = site.gitea.code_repo, site.gitea.branch, site.apps[0]
     if gitea.repository(repo, branch):
-        gitea.commit(repo, branch, app_files(base), f"{app.name}: its build context and deployment")
+        gitea.commit(
+            repo, branch, app_files(site, base), f"{app.name}: its build context and deployment"
+        )
     event_path = json.loads((folder / "event-path.json").read_text())
     url = event_path["webhook"]
     want = desired(site, Credentials(Path(event_path["bearer_file"]).read_text().strip()))
@@ -1141,13 +1139,11 @@ spec:
 """
 
 
-def app_files(base: str) -> dict[str, str]:
-    """The default site's app in its code repository: a build context whose image runs
+def app_files(site: Site, base: str) -> dict[str, str]:
+    """The site's first app in its code repository: a build context whose image runs
     (busybox's httpd over its one file, from ``base``, the node's busybox base by
     digest) and its kustomize deployment, the overlay its write-back pins."""
-    from fabrique.site.config import load_site
-
-    app = load_site(env={}).apps[0]
+    app = site.apps[0]
     assert app.writeback is not None
     overlay = app.writeback.path
     base_dir = f"{app.context}/deploy/base"
@@ -1167,14 +1163,11 @@ def app_files(base: str) -> dict[str, str]:
     }
 
 
-def site_names(plane: ControlPlane) -> dict[str, str]:
-    """The default site's host names (its Gitea's, its registry's) and the address that
-    serves them on a plane with a real node: what a platform team's DNS answers, which
-    the node's CoreDNS answers its pods, and a hosts file answers the bench's programs
+def site_names(site: Site, plane: ControlPlane) -> dict[str, str]:
+    """The site's host names (its Gitea's, its registry's) and the address that serves
+    them on a plane with a real node: what a platform team's DNS answers, which the
+    node's CoreDNS answers its pods, and a hosts file answers the bench's programs
     outside the cluster (the scenario's script, Argo CD's repo server)."""
-    from fabrique.site.config import load_site
-
-    site = load_site(env={})
     gitea = urlsplit(site.gitea.url).hostname or ""
     return {gitea: plane.address, site.registry.host.split(":")[0]: plane.address}
 
@@ -1191,31 +1184,25 @@ def hosts_file(path: Path, names: dict[str, str]) -> Path:
     return path
 
 
+def private_mounts(script: str, *args: str | Path) -> list[str]:
+    """The prefix that runs ``script`` (sh, its mounts, then ``exec "$@"``) with
+    ``args`` as $1… in a mount namespace of its own, whose mounts die with it and never
+    reach the machine's; what follows the prefix is the command it execs."""
+    return ["unshare", "--mount", "--propagation=private", "--", "sh", "-c", script, "sh",
+            *(str(arg) for arg in args)]  # fmt: skip
+
+
 def resolving(hosts: Path, argv: list[str]) -> list[str]:
     """``argv`` run with ``hosts`` as its /etc/hosts, in a mount namespace of its own."""
     bind = 'mount --bind -o ro "$1" /etc/hosts && shift && exec "$@"'
-    return [
-        "unshare",
-        "--mount",
-        "--propagation=private",
-        "--",
-        "sh",
-        "-c",
-        bind,
-        "sh",
-        str(hosts),
-        *argv,
-    ]
+    return [*private_mounts(bind, hosts), *argv]
 
 
-def serve_site(plane: ControlPlane, gitea: Gitea) -> None:
-    """What the default site needs of a cluster beyond fabrique's tree, on a plane with
-    a real node: Gitea's Service at the site's URL, the ``registry`` Services that seed
-    checks, and the Secrets the README's install asks of the site's secret tooling
-    holding fabrique's real Gitea token (``apply_site`` made them with a stand-in)."""
-    from fabrique.site.config import load_site
-
-    site = load_site(env={})
+def serve_site(site: Site, plane: ControlPlane, gitea: Gitea) -> None:
+    """What the site needs of a cluster beyond fabrique's tree, on a plane with a real
+    node: Gitea's Service at the site's URL, the ``registry`` Services that seed checks,
+    and the Secrets the README's install asks of the site's secret tooling holding
+    fabrique's real Gitea token (``apply_site`` made them with a stand-in)."""
     gitea_host = urlsplit(site.gitea.url).hostname or ""
     plane.expose(site.namespaces.gitea, gitea_host.split(".")[0], gitea.port, gitea.port)
     for namespace in (site.namespaces.build, site.namespaces.control):
@@ -1282,10 +1269,8 @@ def _up(folder: Path) -> list[str]:
             fixed_port=port,
         ).start()
     try:
-        base = running.images[images.APP_BASE]
-        pushing = _code_repository(
-            gitea, folder, images.APP_BASE.rsplit(":", 1)[0] + "@" + base.split("@")[1]
-        )
+        base = images.pinned(images.APP_BASE, running.images)
+        pushing = _code_repository(site, gitea, folder, base)
         if gitea.repository(site.gitea.apps_repo, site.gitea.branch):
             gitea.commit(
                 site.gitea.apps_repo, site.gitea.branch,
@@ -1294,7 +1279,7 @@ def _up(folder: Path) -> list[str]:
             )  # fmt: skip
     except httpx.HTTPError as failed:
         raise ControlPlaneError(f"Gitea's repositories: {failed}") from None
-    names = site_names(running)
+    names = site_names(site, running)
     hosts = hosts_file(folder / "hosts", names)
     if not fresh and argocd is not None and argocd.alive():
         print(f"# Argo CD in {argocd.folder} is already up", file=sys.stderr)
@@ -1303,7 +1288,7 @@ def _up(folder: Path) -> list[str]:
             argocd.stop()
         # the tools image the Workflow's steps run, built by the real BuildKit
         images.push_node_images(running.registry)
-        serve_site(running, gitea)
+        serve_site(site, running, gitea)
         argocd = ArgoCD(folder / "argocd", running, hosts=names).start()
         argocd.repository(site.gitea.url, USER, gitea.token)
         argocd.root_application(
@@ -1342,27 +1327,47 @@ def _scenario(folder: Path) -> int:
     if running is None or gitea is None or not running.alive() or not event_path.exists():
         print(f"error: no plane up in {folder}: make up first", file=sys.stderr)
         return 1
-    kubectl = Path(running.bins["kubectl"])
     bearer = Path(json.loads(event_path.read_text())["bearer_file"]).read_text().strip()
     values = folder / "scenario-site.yaml"  # seed's target: this plane's kube context
     values.write_text(yaml.safe_dump({"targets": {"prod": {"context": "fabrique-live"}}}))
+    argv, env = scenario(
+        load_site(env={}), running, folder / "hosts", values, gitea.token, bearer, os.environ
+    )
+    return subprocess.run(argv, env=env, check=False).returncode
+
+
+SCENARIO = ROOT / "bench" / "scenarios" / "build-gitops-digest.sh"
+
+
+def scenario(
+    site: Site,
+    plane: ControlPlane,
+    hosts: Path,
+    values: Path,
+    gitea_token: str,
+    bearer: str,
+    base: Mapping[str, str],
+) -> tuple[list[str], dict[str, str]]:
+    """The command and environment that run scenario 34 STRICT against ``plane``, as a
+    platform team runs it on their bench: its kubectl first on ``PATH``, the site's names
+    through ``hosts``, seed's values file, the tokens; over ``base`` (the caller's
+    environment, or what a test sets: its ``HOME``, ``TIMINGS``)."""
+    kubectl = Path(plane.bins["kubectl"])
     env = {
-        **os.environ,
-        "PATH": f"{kubectl.parent}:{os.environ.get('PATH', '')}",
-        "KUBECONFIG": str(running.kubeconfig),
+        "POLL": "1",
+        **base,
+        "PATH": f"{kubectl.parent}:{base.get('PATH', os.environ.get('PATH', ''))}",
+        "KUBECONFIG": str(plane.kubeconfig),
         "KUBE_CONTEXT": "fabrique-live",
         "FABRIQUE_VALUES": str(values),
-        "GITEA_URL": load_site(env={}).gitea.url,
-        "FABRIQUE_GITEA_TOKEN": gitea.token,
+        "GITEA_URL": site.gitea.url,
+        "FABRIQUE_GITEA_TOKEN": gitea_token,
         "FABRIQUE_WEBHOOK_TOKEN": bearer,
         "STRICT": "1",
         # the EventSource is the plane's process, not a Deployment to scale to zero
         "SAFETY_NET": "0",
-        "POLL": os.environ.get("POLL", "1"),
     }
-    script = ROOT / "bench" / "scenarios" / "build-gitops-digest.sh"
-    argv = resolving(folder / "hosts", ["bash", str(script)])
-    return subprocess.run(argv, env=env, check=False).returncode
+    return resolving(hosts, ["bash", str(SCENARIO)]), env
 
 
 def main(argv: list[str]) -> int:

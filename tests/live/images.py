@@ -859,6 +859,12 @@ def push(made: Made, registry: str) -> str:
     return pushed
 
 
+def pinned(name: str, pushed: dict[str, str]) -> str:
+    """``name`` (``registry:80/base/busybox:1.35``) by the digest ``push_node_images``
+    pushed it at, as the node pulls it: ``registry:80/base/busybox@sha256:…``."""
+    return f"{name.rsplit(':', 1)[0]}@{pushed[name].split('@', 1)[1]}"
+
+
 def push_node_images(registry: str, *, tools: bool = True) -> dict[str, str]:
     """Make (or find in the cache) every image the node runs and push each to
     ``registry`` (host:port, plain HTTP) under its mirrored name; return {upstream name:

@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 from ..conftest import GITEA_TOKEN, KUSTOMIZATION, ROOT, Repo, run_cli, write_values
 from ..doubles.gitea import GiteaDouble
 from ..oci import push_image
@@ -29,7 +31,10 @@ import gates
 BASE = "dataops/citation-dagster/deploy/base"
 # the scenario's app (its readiness probe is kwok's to fake here), with two pods: a gate
 # judges every pod of the Deployment
-DEPLOYMENT = APP_DEPLOYMENT.replace("replicas: 1", "replicas: 2")
+DEPLOYMENT = yaml.safe_dump(
+    (deployment := yaml.safe_load(APP_DEPLOYMENT)) | {"spec": deployment["spec"] | {"replicas": 2}},
+    sort_keys=False,
+)
 
 
 def test_the_scenarios_gates_pass_on_what_a_write_back_deploys(

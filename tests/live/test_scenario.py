@@ -44,7 +44,7 @@ from .controlplane import (
     ControlPlane,
     app_files,
     hosts_file,
-    resolving,
+    scenario,
     serve_site,
     site_names,
 )
@@ -56,7 +56,6 @@ from .gitea import binary as gitea_binary
 
 pytestmark = pytest.mark.xdist_group("real-node")
 
-SCRIPT = ROOT / "bench" / "scenarios" / "build-gitops-digest.sh"
 APP = "citation"
 CODE_REPO, APPS_REPO, BRANCH = "atlas/atlas", "cluster/apps", "main"
 CONTEXT = "dataops/citation-dagster"
@@ -84,10 +83,10 @@ def bench(node_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) ->
     site = load_site(env={})
     # the default site's names, as the plane's pods resolve them (CoreDNS) and as the
     # bench's workstation and Argo CD resolve them here (a hosts file)
-    names = site_names(plane)
+    names = site_names(site, plane)
     hosts = hosts_file(folder / "hosts", names)
     pushed = images.push_node_images(plane.registry)
-    base = images.APP_BASE.rsplit(":", 1)[0] + "@" + pushed[images.APP_BASE].split("@")[1]
+    base = images.pinned(images.APP_BASE, pushed)
 
     proxy = ServiceProxy().start()
     gitea = Gitea(
@@ -103,7 +102,9 @@ def bench(node_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) ->
     try:
         for repo in (CODE_REPO, APPS_REPO):
             gitea.repository(repo, BRANCH)
-        gitea.commit(CODE_REPO, BRANCH, app_files(base), f"{APP}: its build context and deployment")
+        gitea.commit(
+            CODE_REPO, BRANCH, app_files(site, base), f"{APP}: its build context and deployment"
+        )
         gitea.commit(
             APPS_REPO, BRANCH, {"apps/README.md": "Argo CD Applications\n"}, "the apps repository"
         )
@@ -130,7 +131,7 @@ def bench(node_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) ->
             capture_output=True,
         )
         apply_site(cluster, tree)
-        serve_site(plane, gitea)
+        serve_site(site, plane, gitea)
         bearer = secrets.token_urlsafe(32)
         events.start_controller()
         start_event_path(cluster, events, site, bearer)
@@ -154,27 +155,17 @@ def bench(node_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) ->
         cluster.http.close()
 
 
-def test_scenario_34_passes_every_gate_on_the_real_node(bench: Bench, kubectl: Path) -> None:
+def test_scenario_34_passes_every_gate_on_the_real_node(bench: Bench) -> None:
     timings = bench.folder / "timings.json"
-    env = {
-        "PATH": f"{kubectl.parent}:{os.environ['PATH']}",
-        "HOME": str(bench.folder),
-        "KUBECONFIG": str(bench.plane.kubeconfig),
-        "KUBE_CONTEXT": "fabrique-live",
-        "FABRIQUE_VALUES": str(bench.values),
-        "GITEA_URL": load_site(env={}).gitea.url,
-        "FABRIQUE_GITEA_TOKEN": bench.gitea.token,
-        "FABRIQUE_WEBHOOK_TOKEN": bench.bearer,
-        "STRICT": "1",
-        # the EventSource here is the plane's process, not a Deployment to scale to zero
-        "SAFETY_NET": "0",
-        "POLL": "1",
-        "TIMEOUT": "600",
-        "TIMINGS": str(timings),
-    }
+    argv, env = scenario(
+        load_site(env={}), bench.plane, bench.hosts, bench.values, bench.gitea.token,
+        bench.bearer,
+        {"PATH": os.environ["PATH"], "HOME": str(bench.folder), "TIMEOUT": "600",
+         "TIMINGS": str(timings)},
+    )  # fmt: skip
     started = time.monotonic()
     ran = subprocess.run(
-        resolving(bench.hosts, ["bash", str(SCRIPT)]),
+        argv,
         env=env,
         capture_output=True,
         text=True,

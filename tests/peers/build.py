@@ -417,7 +417,10 @@ class Prefetch:
         self.running: subprocess.Popen[bytes] | None = None
         self.thread = threading.Thread(target=self._fetch, daemon=True)
         if len(unbuilt) > 1:
-            print(f"peers: fetching the modules of {len(unbuilt)} peers beside the builds")
+            print(
+                f"peers: fetching the modules of {len(unbuilt)} peers beside the builds",
+                flush=True,
+            )
             self.thread.start()
 
     def _fetch(self) -> None:
