@@ -192,12 +192,12 @@ def jetstream_version(site: Site, vendor: Path | None = None) -> str:
 def events_unit(site: Site) -> Tree:
     from eventsources.eventbus import event_bus
     from eventsources.gitea import event_source
-    from eventsources.sensor import sensor, sensor_rbac
+    from eventsources.sensor import sensor_rbac, sensors
 
     return {
         "events/eventbus.yaml": [event_bus(site, jetstream_version(site))],
         "events/eventsource.yaml": [event_source(site)],
-        "events/sensor.yaml": [sensor(site)],
+        "events/sensor.yaml": sensors(site),
         "events/rbac.yaml": sensor_rbac(site),
     }
 

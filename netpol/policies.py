@@ -8,7 +8,14 @@ from typing import Any
 from fabrique.site.allowlist import too_wide
 from fabrique.site.config import PeerSelector, Site
 from fabrique.site.errors import RenderError
-from fabrique.site.names import EVENT_BUS, EVENT_SOURCE, LABEL_PART_OF, SENSOR, WEBHOOK_PORT
+from fabrique.site.names import (
+    EVENT_BUS,
+    EVENT_SOURCE,
+    LABEL_PART_OF,
+    SENSOR_ROLE,
+    SENSOR_ROLE_LABEL,
+    WEBHOOK_PORT,
+)
 from fabrique.site.objects import object_meta
 
 STEP_LABEL = "fabrique.io/step"
@@ -22,7 +29,8 @@ RECONCILER_POD = {"matchLabels": {"fabrique.io/role": "reconciler"}}
 MIRROR_SYNC_POD = {"matchLabels": {"fabrique.io/role": "mirror-sync"}}
 BUILD_POD = {"matchLabels": {STEP_LABEL: "build"}}
 EVENTSOURCE_POD = {"matchLabels": {"eventsource-name": EVENT_SOURCE}}
-SENSOR_POD = {"matchLabels": {"sensor-name": SENSOR}}
+# every Sensor of the site (render splits a large one): the label their template sets
+SENSOR_POD = {"matchLabels": {SENSOR_ROLE_LABEL: SENSOR_ROLE}}
 EVENTBUS_POD = {"matchLabels": {"eventbus-name": EVENT_BUS}}
 
 

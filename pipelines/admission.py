@@ -13,6 +13,13 @@ Workflow whose spec is anything but ``workflowTemplateRef: {name: fabrique-build
 Workflow of one commit a 409): exactly what the Sensor, the reconciler and ``fabrique
 submit`` create (``fabrique.decisions.workflow``).
 
+The Sensor's trigger is a ``patch``: Argo Events gets the Workflow of the pushed commit,
+creates it if there is none, and otherwise merge-patches it with the same body, which is
+how a redelivered push is settled at once instead of a minute of 409s. So the Sensor's
+account may get and patch Workflows; a second policy (``SENSOR_POLICY``) lets its UPDATE
+through only when it changes nothing: the same spec, labels and annotations. A
+redelivery of the Sensor's own Workflow passes; any edit by that account is refused.
+
 Argo's own ``workflowRestrictions.templateReferencing: Strict`` was not chosen: it is a
 setting of the whole controller (every team's Workflows, every namespace), it lets a
 referencing Workflow override the template's fields, and it lives in the controller's
@@ -24,10 +31,27 @@ from __future__ import annotations
 from typing import Any
 
 from fabrique.site.config import Site
-from fabrique.site.names import SHORT_SHA_LEN, TEMPLATE_NAME, WORKFLOW_PREFIX
+from fabrique.site.names import (
+    SENSOR_SERVICE_ACCOUNT,
+    SHORT_SHA_LEN,
+    TEMPLATE_NAME,
+    WORKFLOW_PREFIX,
+)
 from fabrique.site.objects import object_meta
 
 POLICY = "fabrique-build-workflows"
+SENSOR_POLICY = "fabrique-sensor-changes-nothing"
+# what the Sensor's UPDATE must leave as it found it
+SENSOR_RULE = (
+    "object.spec == oldObject.spec && "
+    + " && ".join(
+        f"has(object.metadata.{field}) == has(oldObject.metadata.{field}) "
+        f"&& (!has(object.metadata.{field}) "
+        f"|| object.metadata.{field} == oldObject.metadata.{field})"
+        for field in ("labels", "annotations")
+    ),
+    "the Sensor may find a Workflow here as it is (a redelivered push), never change it",
+)
 PARAMETERS = ("app", "revision", "force")
 
 # One expression per rule, so that a refusal names the rule it broke.
@@ -65,36 +89,13 @@ RULES = (
 )
 
 
-def workflow_admission(site: Site) -> list[dict[str, Any]]:
-    """The policy and its binding to the build namespace."""
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": object_meta(POLICY),
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": ["argoproj.io"],
-                        "apiVersions": ["*"],
-                        # only CREATE: the controller updates Workflows as they run
-                        "operations": ["CREATE"],
-                        "resources": ["workflows"],
-                    }
-                ]
-            },
-            "validations": [
-                {"expression": expression, "message": message} for expression, message in RULES
-            ],
-        },
-    }
-    binding = {
+def _binding(site: Site, name: str) -> dict[str, Any]:
+    return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": object_meta(POLICY),
+        "metadata": object_meta(name),
         "spec": {
-            "policyName": POLICY,
+            "policyName": name,
             "validationActions": ["Deny"],
             "matchResources": {
                 "namespaceSelector": {
@@ -103,4 +104,48 @@ def workflow_admission(site: Site) -> list[dict[str, Any]]:
             },
         },
     }
-    return [policy, binding]
+
+
+def _workflows(operation: str) -> dict[str, Any]:
+    return {
+        "resourceRules": [
+            {
+                "apiGroups": ["argoproj.io"],
+                "apiVersions": ["*"],
+                "operations": [operation],
+                "resources": ["workflows"],
+            }
+        ]
+    }
+
+
+def workflow_admission(site: Site) -> list[dict[str, Any]]:
+    """The policies and their bindings to the build namespace."""
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": object_meta(POLICY),
+        "spec": {
+            "failurePolicy": "Fail",
+            # only CREATE: the controller updates Workflows as they run
+            "matchConstraints": _workflows("CREATE"),
+            "validations": [
+                {"expression": expression, "message": message} for expression, message in RULES
+            ],
+        },
+    }
+    sensor = f"system:serviceaccount:{site.namespaces.control}:{SENSOR_SERVICE_ACCOUNT}"
+    sensor_policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": object_meta(SENSOR_POLICY),
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": _workflows("UPDATE"),
+            "matchConditions": [
+                {"name": "the-sensor", "expression": f"request.userInfo.username == '{sensor}'"}
+            ],
+            "validations": [{"expression": SENSOR_RULE[0], "message": SENSOR_RULE[1]}],
+        },
+    }
+    return [policy, _binding(site, POLICY), sensor_policy, _binding(site, SENSOR_POLICY)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -10,16 +11,19 @@ from typing import Any
 import pytest
 import yaml
 
+from eventsources._common import POD_ENV_LIMIT, pod_env_size
 from eventsources.eventbus import event_bus
-from eventsources.sensor import sensor
+from eventsources.sensor import SENSOR_ENV_TARGET, sensor, sensors
 from fabrique.decisions.workflow import build_workflow
 from fabrique.site.config import load_site
+from fabrique.site.names import SENSOR_ROLE, SENSOR_ROLE_LABEL
 from fabrique.validate import validate_tree
+from netpol.policies import SENSOR_POD
 
-from . import payloads
+from . import payloads, sensor_cases
 from .conftest import GITEA_TOKEN, KUSTOMIZATION, ROOT, Repo, run_cli, write_values
 from .doubles.gitea import GiteaDouble
-from .doubles.sensor import filters_pass, fire
+from .doubles.sensor import dependency_passes, filters_pass, fire
 from .doubles.swagger import Swagger
 from .manifests import documents, find, walk
 
@@ -201,7 +205,9 @@ def test_trigger_creates_the_raw_workflow_once(rendered_sensor: dict[str, Any]) 
     assert trigger["retryStrategy"]["steps"] > 1
     assert trigger["rateLimit"] == {"unit": "Second", "requestsPerUnit": 10}
     k8s = trigger["template"]["k8s"]
-    assert k8s["operation"] == "create"
+    # get, then create if there is none, else a merge patch of the same body: a
+    # redelivered push finds its Workflow and is settled at once (no minute of 409s)
+    assert k8s["operation"] == "patch"
     resource = k8s["source"]["resource"]
     assert isinstance(resource, dict) and "value" not in resource, "raw object, not base64"
     assert resource["kind"] == "Workflow"
@@ -232,7 +238,8 @@ def test_the_trigger_rides_out_a_minute_without_the_api(rendered_sensor: dict[st
 
 
 def test_sensor_names_the_workflow_as_submit_does(rendered_sensor: dict[str, Any]) -> None:
-    """Same commit, same name, same object: a redelivery meets 409 AlreadyExists."""
+    """Same commit, same name, same object: a redelivery finds it as it is (the
+    trigger patches it with this very body, which changes nothing)."""
     revision = "4e1d9c0b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e2d"
     event = payloads.push(after=revision, files=["dataops/citation-dagster/app.txt"])
     created = fire(rendered_sensor["spec"]["triggers"][0], event)
@@ -246,7 +253,6 @@ def test_the_name_and_the_revision_come_from_the_same_field(
     """A body with `after` twice: gjson (a dataKey, the filters) reads the first, the Go
     template over the decoded body the last. The Workflow must build the commit it is
     named after, whichever the Sensor reads."""
-    import json
 
     named, other = "4e1d9c0b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e2d", "9" * 40
     event = payloads.push(after=named, files=["dataops/citation-dagster/app.txt"])
@@ -272,13 +278,19 @@ def test_the_name_and_the_revision_come_from_the_same_field(
         assert "dataKey" not in parameter["src"], parameter["dest"]
 
 
-def test_sensor_rbac_allows_creating_workflows_only() -> None:
-    role = find(TREE, "Role", "fabrique-sensor-create-workflows")
+def test_sensor_rbac_allows_creating_getting_and_patching_workflows_only() -> None:
+    """Get and patch for the trigger's patch operation; what the patch may do, the build
+    namespace's admission says (nothing: tests/test_least_privilege.py)."""
+    role = find(TREE, "Role", "fabrique-sensor-workflows")
     assert role["metadata"]["namespace"] == "fabrique-build"
     assert role["rules"] == [
-        {"apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": ["create"]}
+        {
+            "apiGroups": ["argoproj.io"],
+            "resources": ["workflows"],
+            "verbs": ["create", "get", "patch"],
+        }
     ]
-    binding = find(TREE, "RoleBinding", "fabrique-sensor-create-workflows")
+    binding = find(TREE, "RoleBinding", "fabrique-sensor-workflows")
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "fabrique-sensor", "namespace": "fabrique"}
     ]
@@ -322,6 +334,58 @@ def test_one_dependency_and_trigger_per_app() -> None:
     spec = sensor(parse_site(two))["spec"]
     assert [d["name"] for d in spec["dependencies"]] == ["push-alpha", "push-beta"]
     assert [t["template"]["conditions"] for t in spec["triggers"]] == ["push-alpha", "push-beta"]
+
+
+def _apps_site(count: int) -> Any:
+    from bench.render import values_with
+    from fabrique.site.config import parse_site
+
+    return parse_site(values_with(count))
+
+
+def test_a_large_site_is_split_into_sensors_each_its_pod_can_be_handed() -> None:
+    """1 000 apps: Sensors fabrique-build-<n>, every app in exactly one with its
+    dependency and its trigger, each Sensor's pod variable under render's target (so
+    under Linux's limit with room), as few Sensors as that takes; the netpol and the
+    pods' label hold every one."""
+    site = _apps_site(1000)
+    rendered = sensors(site)
+    names = [s["metadata"]["name"] for s in rendered]
+    assert names == [f"fabrique-build-{n}" for n in range(len(names))]
+    placed = []
+    for one in rendered:
+        spec = one["spec"]
+        deps = [d["name"].removeprefix("push-") for d in spec["dependencies"]]
+        assert [t["template"]["conditions"] for t in spec["triggers"]] == [
+            f"push-{a}" for a in deps
+        ]
+        placed += deps
+        assert pod_env_size(one) <= SENSOR_ENV_TARGET < POD_ENV_LIMIT
+        assert spec["template"]["metadata"]["labels"] == {SENSOR_ROLE_LABEL: SENSOR_ROLE}
+    assert sorted(placed) == sorted(a.name for a in site.apps)
+    whole = pod_env_size(sensor(site))
+    # the CRC-32 spreads apps unevenly: some Sensors more than the bytes alone need
+    assert len(rendered) < 1.5 * whole / SENSOR_ENV_TARGET
+    assert SENSOR_POD == {"matchLabels": {SENSOR_ROLE_LABEL: SENSOR_ROLE}}
+
+
+def test_adding_an_app_changes_one_sensor_only() -> None:
+    """An app's Sensor is picked by its name, not its rank: a new app leaves the other
+    Sensors (and their pods) as they were."""
+    site = _apps_site(300)
+    before = {s["metadata"]["name"]: s for s in sensors(site)}
+    extra = site.apps[0].model_copy(update={"name": "zz-new", "image": "zz-new"})
+    grown = site.model_copy(update={"apps": [*site.apps, extra]})
+    after = {s["metadata"]["name"]: s for s in sensors(grown)}
+    assert set(after) == set(before)
+    changed = [name for name in after if after[name] != before[name]]
+    assert len(changed) == 1
+    assert "push-zz-new" in {d["name"] for d in after[changed[0]]["spec"]["dependencies"]}
+
+
+def test_a_small_site_keeps_the_one_sensor_fabrique_build() -> None:
+    assert [s["metadata"]["name"] for s in sensors(_apps_site(30))] == ["fabrique-build"]
+    assert len(sensors(_apps_site(40))) > 1
 
 
 # ------------------------------------------------------------ what a push does
@@ -467,3 +531,20 @@ def test_no_wide_nets_or_literal_secrets_in_the_event_unit() -> None:
                     and re.search(r"token|password", key, re.I)
                     and isinstance(value, str)
                 ), path
+
+
+# ------------------------------------------------------- which apps a push builds
+
+
+@pytest.mark.parametrize("case", sensor_cases.CASES, ids=[c.name for c in sensor_cases.CASES])
+def test_a_push_passes_the_dependencies_of_the_apps_it_may_have_changed(
+    case: sensor_cases.Case,
+) -> None:
+    """The contract table the real Sensor is held to (tests/live/test_events.py)."""
+    rendered = sensor(sensor_cases.site(), sensor_cases.SENSOR)
+    passed = {
+        d["name"].removeprefix("push-")
+        for d in rendered["spec"]["dependencies"]
+        if dependency_passes(case.event, d)
+    }
+    assert passed == case.apps

@@ -180,3 +180,39 @@ def test_a_sha256_revision_names_its_workflow_by_its_sha12(admission: Admission)
     workflow = build_workflow(load_site(env={}), "citation", revision, submitted_by="cli")
     assert workflow["metadata"]["name"] == f"fabrique-citation-{revision[:12]}"
     assert admission.refusals(workflow) == []
+
+
+# ------------------------------------------- the Sensor's patch: a redelivery, nothing more
+
+
+def test_the_sensor_s_update_is_admitted_only_when_it_changes_nothing() -> None:
+    """The trigger patches the Workflow of a redelivered push with the body it would
+    have created: admitted, since it changes nothing. Any change by the Sensor's
+    account (a parameter, a label, an annotation, the template) is refused."""
+    policy = find(TREE, "ValidatingAdmissionPolicy", "fabrique-sensor-changes-nothing")
+    assert policy["spec"]["matchConstraints"]["resourceRules"][0]["operations"] == ["UPDATE"]
+    assert policy["spec"]["matchConditions"] == [
+        {
+            "name": "the-sensor",
+            "expression": "request.userInfo.username == "
+            "'system:serviceaccount:fabrique:fabrique-sensor'",
+        }
+    ]
+    sensor = Admission(TREE, "fabrique-sensor-changes-nothing")
+    assert sensor.namespace == BUILD_NS
+    running = copy.deepcopy(_sensor_workflow())
+    # what the Argo controller adds as it runs, and the patch leaves alone
+    running["metadata"]["labels"]["workflows.argoproj.io/phase"] = "Running"
+    assert sensor.refusals(copy.deepcopy(running), old=running) == []
+    message = "the Sensor may find a Workflow here as it is (a redelivered push), never change it"
+    edits = [
+        lambda w: w["spec"]["arguments"]["parameters"].append({"name": "force", "value": "true"}),
+        lambda w: w["spec"].update(podSpecPatch='{"hostPID": true}'),
+        lambda w: w["metadata"]["labels"].update({"fabrique.io/submitted-by": "sensor-2"}),
+        lambda w: w["metadata"]["annotations"].update({"fabrique.io/revision": "0" * 40}),
+        lambda w: w["metadata"].pop("annotations"),
+    ]
+    for edit in edits:
+        changed = copy.deepcopy(running)
+        edit(changed)
+        assert sensor.refusals(changed, old=running) == [message]

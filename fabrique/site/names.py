@@ -130,7 +130,9 @@ EVENT_SOURCE = "gitea"
 EVENT_NAME = "push"
 WEBHOOK_PORT = 12000
 WEBHOOK_ENDPOINT = "/push"
-SENSOR = "fabrique-build"
+SENSOR = "fabrique-build"  # and fabrique-build-<n> where render splits it
+# the label every Sensor pod of the site carries (its template's), which its policy selects
+SENSOR_ROLE_LABEL, SENSOR_ROLE = "fabrique.io/role", "sensor"
 SENSOR_SERVICE_ACCOUNT = "fabrique-sensor"
 STREAM = "default"  # Argo Events' JetStream stream, subjects default.<eventsource>.<event>
 

@@ -28,9 +28,12 @@ class Admission:
             for v in self.policy["spec"]["validations"]
         ]
 
-    def refusals(self, workflow: dict[str, Any]) -> list[str]:
-        """The messages of the rules ``workflow`` breaks, in the policy's order."""
+    def refusals(self, workflow: dict[str, Any], old: dict[str, Any] | None = None) -> list[str]:
+        """The messages of the rules ``workflow`` breaks, in the policy's order (an
+        UPDATE's: ``old`` is the Workflow as it was)."""
         activation = {"object": celpy.json_to_cel(workflow)}
+        if old is not None:
+            activation["oldObject"] = celpy.json_to_cel(old)
         refused = []
         for program, message in self.rules:
             try:

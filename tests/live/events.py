@@ -49,6 +49,7 @@ from nats.aio.client import Client as NATS
 from nats.js.errors import NotFoundError
 from nats.js.manager import JetStreamManager
 
+from eventsources.sensor import sensor_names
 from fabrique.gestures.doctor import quiet_tls_eof
 from fabrique.site.config import Site
 
@@ -151,9 +152,11 @@ def all_true(cluster: Cluster, path: str, wanted: set[str]) -> dict[str, dict[st
     return None
 
 
-def deployed(cluster: Cluster, role: str) -> None:
-    """Wait until the controller has taken the object of ``role`` and deployed it."""
-    resource, name, wanted = OBJECTS[role]
+def deployed(cluster: Cluster, role: str, name: str | None = None) -> None:
+    """Wait until the controller has taken the object of ``role`` (named ``name``, if
+    not the site's one) and deployed it."""
+    resource, default, wanted = OBJECTS[role]
+    name = name or default
     path = f"{EVENTS}/{resource}/{name}"
     try:
         cluster.wait(f"{resource}/{name}'s conditions", lambda: all_true(cluster, path, wanted))
@@ -165,8 +168,10 @@ def start_event_path(cluster: Cluster, events: ArgoEvents, site: Site, bearer: s
     """The bus, the EventSource and the Sensor running, once the controller has deployed
     each; the webhook's Secret holding ``bearer``, a token of the kind a site's secret
     tooling makes, which the EventSource reads from the Secret's volume."""
+    names = sensor_names(site)
     for role in OBJECTS:
-        deployed(cluster, role)
+        for name in names if role == "sensor" else [None]:
+            deployed(cluster, role, name)
     secret = site.events.webhook_secret
     answer = cluster.request(
         "PATCH",
@@ -178,7 +183,8 @@ def start_event_path(cluster: Cluster, events: ArgoEvents, site: Site, bearer: s
         raise ControlPlaneError(f"the webhook's Secret {secret.name}: {answer.message}")
     events.start_bus()
     events.start_eventsource()
-    events.start_sensor()
+    for name in names:
+        events.start_sensor(name)
 
 
 @dataclass(frozen=True)
@@ -241,12 +247,12 @@ class ArgoEvents:
         (their pods' nodeSelector and toleration), by a field manager of the tests' own:
         a later apply of the tree by ``fabrique`` keeps them. Their containers run on
         the host; a real node would pull images nobody made."""
-        for kind, path in (
-            ("eventbus", ("spec", "jetstream")),
-            ("eventsources", ("spec", "template")),
-            ("sensors", ("spec", "template")),
+        sensors = [s["metadata"]["name"] for s in self.cluster.items(f"{EVENTS}/sensors")]
+        for kind, name, path in (
+            ("eventbus", BUS, ("spec", "jetstream")),
+            ("eventsources", SOURCE, ("spec", "template")),
+            *(("sensors", sensor, ("spec", "template")) for sensor in sensors),
         ):
-            name = {"eventbus": BUS, "eventsources": SOURCE, "sensors": SENSOR}[kind]
             patch: dict[str, Any] = dict(PLACEMENT)
             for key in reversed(path):
                 patch = {key: patch}
@@ -314,27 +320,35 @@ class ArgoEvents:
             ready=lambda: _http_ok(f"http://127.0.0.1:{self.ports['webhook']}/health"),
         )
 
-    def start_sensor(self) -> None:
-        self.ports.setdefault("sensor-metrics", free_port())
-        sensor = self.cluster.get(
-            f"/apis/argoproj.io/v1alpha1/namespaces/{CONTROL}/sensors/{SENSOR}"
-        )
-        triggers = len(sensor["spec"]["triggers"])
+    def start_sensor(self, name: str = SENSOR) -> str:
+        """The container of the Sensor ``name`` running, once it has a durable consumer
+        per trigger (they take only what comes after them: DeliverNew). Its role: "sensor"
+        for the site's, ``sensor/<name>`` for another."""
+        role = "sensor" if name == SENSOR else f"sensor/{name}"
+        self.ports.setdefault(f"{role}-metrics", free_port())
+        sensor = self.cluster.get(f"{EVENTS}/sensors/{name}")
+        wanted = len(self.consumers()) + len(sensor["spec"]["triggers"])
         self._run(
-            "sensor",
+            role,
             "main",
             Overrides(
-                env={"METRICS_ADDRESS": f"127.0.0.1:{self.ports['sensor-metrics']}"},
+                env={"METRICS_ADDRESS": f"127.0.0.1:{self.ports[f'{role}-metrics']}"},
                 edit_env={"EVENTBUS_CONFIG": edit_base64_json(self._to_loopback_bus)},
             ),
-            # the Sensor's durable consumers take only what comes after them (DeliverNew)
-            ready=lambda: len(self.consumers()) >= triggers,
+            ready=lambda: len(self.consumers()) >= wanted,
+            selector=f"controller=sensor-controller,sensor-name={name}",
         )
+        return role
 
     def _run(
-        self, role: str, container: str, overrides: Overrides, ready: Callable[[], bool]
+        self,
+        role: str,
+        container: str,
+        overrides: Overrides,
+        ready: Callable[[], bool],
+        selector: str | None = None,
     ) -> PodProcess:
-        namespace, selector = SELECTORS[role]
+        namespace, selector = SELECTORS[role] if selector is None else (CONTROL, selector)
         pod = running_pod(self.cluster, namespace, selector)
         self.pods[role] = PodProcess(
             self.cluster, pod, container, self.images, self.folder / role, overrides
@@ -423,6 +437,15 @@ class ArgoEvents:
 
         with quiet_tls_eof():  # asyncio's warning of the TLS connection the bus ends
             return asyncio.run(asked())
+
+    def delete_consumers(self, names: set[str]) -> None:
+        """Delete the durable consumers ``names`` (a Sensor deleted leaves its own)."""
+
+        async def deleted(jsm: JetStreamManager) -> None:
+            for name in names:
+                await jsm.delete_consumer(STREAM, name)
+
+        self._ask(deleted, None)
 
     def consumers(self) -> list[str]:
         """The durable consumers on the stream (the Sensor's, one per trigger)."""
@@ -521,6 +544,8 @@ class ServiceProxy:
         self.refuse = refuse
         # every request taken, in order
         self.requests: list[Delivery] = []
+        # the last request forwarded for each pushed commit: where, its headers, its body
+        self.forwarded: dict[str, tuple[str, dict[str, str], bytes]] = {}
         proxy = self
 
         class _Handler(BaseHTTPRequestHandler):
@@ -543,6 +568,7 @@ class ServiceProxy:
                         for k, v in self.headers.items()
                         if k.lower() not in ("proxy-connection", "connection", "content-length")
                     }
+                    proxy.forwarded[_after(body)] = (f"http://{endpoint}{path}", sent, body)
                     try:
                         answer = httpx.request(
                             self.command, f"http://{endpoint}{path}", headers=sent, content=body
@@ -577,6 +603,12 @@ class ServiceProxy:
     def url(self) -> str:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
+
+    def replay(self, after: str) -> int:
+        """Send the delivery of ``after``'s push again, headers and body as they were, as
+        Gitea's "Replay" of a delivery does; the status answered."""
+        url, headers, body = self.forwarded[after]
+        return httpx.post(url, headers=headers, content=body, timeout=30).status_code
 
     def route(self, cluster: Cluster, namespace: str, service: str, local_port: int) -> None:
         """Send what is addressed to the Service (every port it has) to ``local_port``."""

@@ -17,23 +17,28 @@ import httpx
 import pytest
 import yaml
 
+from eventsources._common import GO_ZERO_FIELDS, pod_env_size
+from eventsources.sensor import sensor, sensor_rbac
 from fabrique.gestures.doctor import SENSOR_SUBJECT
 from fabrique.site.config import load_site
 from fabrique.site.names import webhook_service_url
 
-from .. import payloads
+from .. import payloads, sensor_cases
 from ..conftest import KUSTOMIZATION, SEED_KUSTOMIZATION
+from ..sensor_cases import NAMESPACE
 from .cluster import ARGO, NODE_ID, Cluster
 from .controlplane import ControlPlaneError
 from .events import (
     BUS,
     CONTROL,
+    EVENTS,
     OBJECTS,
+    PLACEMENT,
     SELECTORS,
-    SENSOR,
     SOURCE,
     ArgoEvents,
     ServiceProxy,
+    all_true,
     deployed,
     start_event_path,
 )
@@ -46,6 +51,7 @@ SITE = load_site(env={})
 # the webhook's bearer token: the value the event path's fixture gives the Secret
 BEARER = f"bearer-{uuid.uuid4().hex}"
 APP_FILE = "dataops/citation-dagster/app.txt"
+SENSOR_ACCOUNT = "system:serviceaccount:fabrique:fabrique-sensor"
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +135,7 @@ def event_path(cluster: Cluster, argo_events: ArgoEvents) -> Iterator[ArgoEvents
         pytest.fail(str(failed), pytrace=False)
     yield argo_events
     for workflow in cluster.items(
-        f"{ARGO}/namespaces/{BUILD_NS}/workflows", f"events.argoproj.io/sensor={SENSOR}"
+        f"{ARGO}/namespaces/{BUILD_NS}/workflows", "fabrique.io/submitted-by=sensor"
     ):
         delete_workflow(cluster, workflow["metadata"]["name"])
 
@@ -179,11 +185,123 @@ def test_a_push_posted_to_the_eventsource_becomes_the_workflow_of_its_commit(
     assert meta["labels"]["fabrique.io/submitted-by"] == "sensor"
     assert meta["annotations"]["fabrique.io/revision"] == sha
     assert workflow["spec"]["arguments"]["parameters"][1] == {"name": "revision", "value": sha}
-    # the trigger's own marks: the real Sensor made it, and the admission policy took them
-    assert meta["labels"]["events.argoproj.io/sensor"] == SENSOR
-    assert meta["labels"]["events.argoproj.io/trigger"] == "build-citation"
+    # the trigger's patch found none and created it: the Sensor says so
+    assert event_path.said("sensor", "object not found, creating the object") >= 1
     # admitted, and run: the controller makes the first step's pod
     fail(cluster, meta["name"], ["plan"])  # it holds citation's mutex: end it
+
+
+def test_a_redelivered_push_finds_its_workflow_as_it_is_and_is_settled_at_once(
+    cluster: Cluster, event_path: ArgoEvents
+) -> None:
+    """Gitea's "Replay" sends a delivery again as it was: the trigger's patch finds the
+    Workflow and changes nothing, the Sensor acks the event within seconds (a create
+    would meet 409 for a minute of tries), and no action counts as failed. An edit by
+    the Sensor's account is refused by the build namespace's admission."""
+    sha = payloads.revision()
+    body = payloads.push(after=sha, files=[APP_FILE])["body"]
+    assert post(event_path, body).status_code == 200
+    first = sensor_workflow(cluster, sha)
+    cluster.wait("the Sensor to take and ack the push", event_path.settled)
+    patched = event_path.said("sensor", "patching the object")
+    failed = event_path.sensor_metric("argo_events_action_failed_total")
+    last = event_path.stream_last()
+    assert post(event_path, body).status_code == 200
+    cluster.wait(
+        "the Sensor to take and ack the redelivery",
+        lambda: event_path.stream_last() > last and event_path.settled(),
+        timeout=10,
+    )
+    again = cluster.workflow(BUILD_NS, first["metadata"]["name"])
+    assert again["metadata"]["uid"] == first["metadata"]["uid"]
+    assert again["spec"] == first["spec"]
+    assert event_path.said("sensor", "patching the object") == patched + 1
+    assert event_path.sensor_metric("argo_events_action_failed_total") == failed
+    path = f"{ARGO}/namespaces/{BUILD_NS}/workflows/{first['metadata']['name']}"
+    edit = {"metadata": {"labels": {"fabrique.io/submitted-by": "someone"}}}
+    answer = cluster.request(
+        "PATCH", path, edit, as_user=SENSOR_ACCOUNT, content_type="application/merge-patch+json"
+    )
+    assert answer.status == 422, answer.message  # a policy says Invalid unless told
+    assert answer.message.endswith(
+        "the Sensor may find a Workflow here as it is (a redelivered push), never change it"
+    ), answer.message
+    fail(cluster, first["metadata"]["name"], ["plan"])  # it holds citation's mutex: end it
+
+
+@pytest.fixture(scope="module")
+def contract_sensor(cluster: Cluster, event_path: ArgoEvents) -> Iterator[str]:
+    """The Sensor of the contract table's site (tests/sensor_cases.py) beside the site's,
+    deployed by the controller and run as the site's is, its Workflows created in a
+    namespace of its own where no WorkflowTemplate runs them. All of it, its durable
+    consumers too, deleted at the end."""
+    site = sensor_cases.site()
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+    rendered = sensor(site, sensor_cases.SENSOR)
+    if cluster.plane.node:
+        rendered["spec"]["template"].update(PLACEMENT)
+    rbac = [d for d in sensor_rbac(site) if d["kind"] != "ServiceAccount"]  # the site's own
+    cluster.kubectl(
+        "apply",
+        "--server-side",
+        "--field-manager=fabrique-contract",
+        "-f",
+        "-",
+        stdin=yaml.safe_dump_all([namespace, *rbac, rendered]),
+    )
+    before = set(event_path.consumers())
+    role = ""
+    try:
+        path, wanted = f"{EVENTS}/sensors/{sensor_cases.SENSOR}", OBJECTS["sensor"][2]
+        cluster.wait("the contract's Sensor deployed", lambda: all_true(cluster, path, wanted))
+        role = event_path.start_sensor(sensor_cases.SENSOR)
+        yield sensor_cases.SENSOR
+    finally:
+        if role:
+            event_path.stop_container(role)
+            del event_path.pods[role]
+        cluster.request("DELETE", f"{EVENTS}/sensors/{sensor_cases.SENSOR}")
+        cluster.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}")
+        event_path.delete_consumers(set(event_path.consumers()) - before)
+
+
+def test_the_real_sensor_passes_the_pushes_the_contract_table_says(
+    cluster: Cluster, event_path: ArgoEvents, contract_sensor: str
+) -> None:
+    """Each push of the table posted to the real EventSource; once every consumer has
+    taken and acked them all (the trigger's create is done before the ack), the
+    Workflows in the contract's namespace are exactly the table's: one per app a push
+    may have changed, none for the others."""
+    for case in sensor_cases.CASES:
+        answer = post(event_path, case.event["body"])
+        assert answer.status_code == 200, (case.name, answer.text)
+    cluster.wait("every Sensor to take and ack every push", event_path.settled, timeout=60)
+    made = {
+        w["metadata"]["name"]
+        for w in cluster.items(
+            f"{ARGO}/namespaces/{NAMESPACE}/workflows", "fabrique.io/submitted-by=sensor"
+        )
+    }
+    wanted = {
+        f"fabrique-{app}-{case.after[:12]}" for case in sensor_cases.CASES for app in case.apps
+    }
+    assert made == wanted, (sorted(made - wanted), sorted(wanted - made))
+
+
+def test_the_sensor_object_handed_to_its_pod_is_the_size_validate_reckons(
+    cluster: Cluster, contract_sensor: str
+) -> None:
+    """The controller hands the Sensor to its pod as one variable, which Linux caps at
+    128 KiB: ``pod_env_size`` (what render splits by and validate refuses over) is the
+    size of the variable in the Deployment it made, or a little more, never less."""
+    (deployment,) = cluster.items(
+        f"/apis/apps/v1/namespaces/{CONTROL}/deployments", f"sensor-name={contract_sensor}"
+    )
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    (value,) = [e["value"] for e in container["env"] if e["name"] == "SENSOR_OBJECT"]
+    real = len("SENSOR_OBJECT=") + len(value) + 1
+    reckoned = pod_env_size(cluster.get(f"{EVENTS}/sensors/{contract_sensor}"))
+    assert 0 <= reckoned - real <= 4 * GO_ZERO_FIELDS / 3, (real, reckoned)
 
 
 def test_a_delivery_without_the_bearer_is_refused_and_publishes_nothing(
@@ -288,7 +406,7 @@ def test_a_git_push_to_the_apps_context_becomes_its_workflow_and_runs(
     workflow = sensor_workflow(cluster, sha)
     name = workflow["metadata"]["name"]
     assert name == f"fabrique-citation-{sha[:12]}"
-    assert workflow["metadata"]["labels"]["events.argoproj.io/sensor"] == SENSOR
+    assert workflow["metadata"]["labels"]["fabrique.io/submitted-by"] == "sensor"
     outputs = plan(cluster, forge, name, tmp_path)
     assert outputs["build"] == "true", outputs["reason"]
     # admitted and going on: the checkout's pod is made, on a worker
@@ -297,22 +415,38 @@ def test_a_git_push_to_the_apps_context_becomes_its_workflow_and_runs(
     fail(cluster, name, ["checkout", "report-pending"])
 
 
-def test_the_write_back_and_a_push_beside_the_app_are_skipped_by_the_plan(
-    cluster: Cluster, forge: Forge, tmp_path: Path
+def no_workflow(cluster: Cluster, forge: Forge, event_path: ArgoEvents, sha: str) -> None:
+    """Gitea delivered the push of ``sha`` and the Sensor took and acked it (its
+    trigger would have created the Workflow before the ack): no Workflow of it."""
+    cluster.wait(
+        f"Gitea's delivery of {sha[:12]}",
+        lambda: any(d.after == sha and d.status == 200 for d in forge.proxy.requests),
+    )
+    cluster.wait("the Sensor to take and ack it", event_path.settled)
+    assert not cluster.items(
+        f"{ARGO}/namespaces/{BUILD_NS}/workflows", f"fabrique.io/revision={sha[:12]}"
+    )
+
+
+def test_the_write_back_and_a_push_beside_the_app_make_no_workflow(
+    cluster: Cluster, forge: Forge, event_path: ArgoEvents, tmp_path: Path
 ) -> None:
     """fabrique's own write-back commit, then a push that changes nothing under the
-    app's context: each is delivered, each gets its Workflow, whose plan skips it."""
+    app's context: Gitea delivers each, the Sensor passes neither. A push beside the app
+    whose list Gitea cut (six commits, five listed) cannot say what it changed: it gets
+    its Workflow, whose plan skips it."""
     built = forge.git("rev-parse", "HEAD").strip()
     written = forge.cli(
         "writeback", "--app", "citation", "--revision", built, "--digest", "sha256:" + "ab" * 32
     )
     assert written.startswith("changed:"), written
     forge.git("pull", "-q", "--ff-only", "origin", "main")
-    write_back = forge.git("rev-parse", "HEAD").strip()
-    reason = skipped(cluster, forge, write_back, tmp_path)
-    assert reason == f"nothing under dataops/citation-dagster changed since deployed {built[:12]}"
-    beside = forge.push({"docs/notes.md": "more notes\n"}, "docs only")
-    reason = skipped(cluster, forge, beside, tmp_path)
+    no_workflow(cluster, forge, event_path, forge.git("rev-parse", "HEAD").strip())
+    no_workflow(cluster, forge, event_path, forge.push({"docs/notes.md": "more\n"}, "docs"))
+    for n in range(6):
+        forge.commit({"docs/notes.md": f"notes {n}\n"}, f"docs {n}")
+    cut = forge.push()
+    reason = skipped(cluster, forge, cut, tmp_path)
     assert reason == f"nothing under dataops/citation-dagster changed since deployed {built[:12]}"
 
 
@@ -320,8 +454,10 @@ def test_a_push_while_the_eventsource_is_down_is_lost_and_the_next_one_builds_it
     cluster: Cluster, forge: Forge, event_path: ArgoEvents, tmp_path: Path
 ) -> None:
     """Gitea does not retry a failed delivery: a push while the EventSource is down
-    gets no Workflow, even once it is back. The next push's plan looks at everything
-    since the deployed revision, so it builds the lost change."""
+    gets no Workflow, even once it is back. The next push to the app's context gets its
+    Workflow, whose plan looks at everything since the deployed revision, so it builds
+    the lost change too. (A next push beside the app would make no Workflow: the safety
+    net's pass builds the lost change then.)"""
     event_path.stop_container("eventsource")
     tried = len(forge.proxy.requests)
     lost = forge.push({APP_FILE: "citation v2\n"}, "while the EventSource is down")
@@ -329,12 +465,13 @@ def test_a_push_while_the_eventsource_is_down_is_lost_and_the_next_one_builds_it
     (delivery,) = forge.proxy.requests[tried:]
     assert (delivery.status, delivery.after) == (503, lost)
     event_path.start_container("eventsource")
-    after = forge.push({"docs/notes.md": "back\n"}, "once it is back")
+    more = "dataops/citation-dagster/more.txt"
+    after = forge.push({more: "back\n"}, "once it is back")
     name = sensor_workflow(cluster, after)["metadata"]["name"]
     outputs = plan(cluster, forge, name, tmp_path)
     assert (outputs["build"], outputs["reason"]) == (
         "true",
-        f"1 file(s) changed under dataops/citation-dagster: {APP_FILE}",
+        f"2 file(s) changed under dataops/citation-dagster: {APP_FILE}, {more}",
     )
     fail(cluster, name, ["checkout", "report-pending"])
     assert not cluster.exists(

@@ -34,8 +34,11 @@ ALLOWED = [
     (EXECUTOR_BUILD, "create", "workflowtaskresults", BUILD, G),
     (EXECUTOR_BUILD, "patch", "workflowtaskresults", BUILD, G),
     (EXECUTOR_CONTROL, "create", "workflowtaskresults", CONTROL, G),
-    # the Sensor creates build Workflows
+    # the Sensor creates build Workflows, and finds a redelivered push's (get, a patch
+    # that admission lets through only when it changes nothing)
     (SENSOR, "create", "workflows", BUILD, G),
+    (SENSOR, "get", "workflows", BUILD, G),
+    (SENSOR, "patch", "workflows", BUILD, G),
     # the reconciler reads and creates build Workflows, and keeps its memory
     (RECONCILER, "create", "workflows", BUILD, G),
     (RECONCILER, "get", "workflows", BUILD, G),
@@ -58,7 +61,10 @@ DENIED = [
     (SENSOR, "get", "secrets", CONTROL, ""),
     (SENSOR, "get", "secrets", BUILD, ""),
     (SENSOR, "delete", "workflows", BUILD, G),
+    (SENSOR, "update", "workflows", BUILD, G),
+    (SENSOR, "list", "workflows", BUILD, G),
     (SENSOR, "create", "workflows", CONTROL, G),
+    (SENSOR, "patch", "workflows", CONTROL, G),
     # the reconciler deletes nothing and reads no secret
     *[
         (RECONCILER, "delete", resource, namespace, group)
@@ -114,8 +120,9 @@ def test_the_sensor_creates_a_build_workflow_with_its_own_token(
 ) -> None:
     """Impersonation aside: a real token of the account, through the real authenticator.
     The Workflow of its trigger (the committed Sensor's, rendered as the Sensor double
-    renders it) is created (201); with the same token it can neither read it back, list,
-    nor delete it, create one in the control namespace, or read a Secret."""
+    renders it) is created (201), and read back (its trigger's patch gets it first); with
+    the same token it can neither list nor delete it, create one in the control
+    namespace, or read a Secret."""
     token = cluster.token(CONTROL, "fabrique-sensor")
     body = sensor_workflow(applied, payloads.revision())
     workflows = f"{ARGO}/namespaces/{BUILD}/workflows"
@@ -124,8 +131,8 @@ def test_the_sensor_creates_a_build_workflow_with_its_own_token(
     try:
         assert created.status == 201, created.message
         assert created.body["metadata"]["name"] == name
+        assert cluster.request("GET", f"{workflows}/{name}", token=token).status == 200
         for method, path, sent in [
-            ("GET", f"{workflows}/{name}", None),
             ("GET", workflows, None),
             ("DELETE", f"{workflows}/{name}", None),
             ("POST", f"{ARGO}/namespaces/{CONTROL}/workflows", in_control(body)),
