@@ -38,6 +38,7 @@ import kubernetes_validate
 import yaml
 from kubernetes_validate.utils import latest_version
 
+from eventsources._common import POD_ENV, POD_ENV_LIMIT, pod_env_size
 from fabrique.site.errors import InputError
 from fabrique.site.names import DNS_LABEL_RE, DNS_SUBDOMAIN_RE
 
@@ -256,6 +257,12 @@ def check_document(doc: Any, schemas: Schemas, k8s_version: str) -> Iterator[tup
         return
     yield from _check_name(doc, kind)
     yield from _check_size(doc)
+    if (
+        api_version.startswith("argoproj.io/")
+        and kind in POD_ENV
+        and isinstance(doc.get("spec"), dict)
+    ):
+        yield from _check_pod_env(doc)
     validator = schemas.validator(api_version, kind)
     if validator is not None:
         for error in sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path)):
@@ -285,6 +292,19 @@ def _check_name(doc: dict[str, Any], kind: str) -> Iterator[tuple[str, str]]:
     )
     if len(name) > limit or not pattern.fullmatch(name):
         yield "metadata.name", f"{name!r} is not a valid {what}"
+
+
+def _check_pod_env(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    size = pod_env_size(doc)
+    if size > POD_ENV_LIMIT:
+        yield (
+            "",
+            (
+                f"{size} bytes as its pod's {POD_ENV[doc['kind']]} variable, over Linux's "
+                f"limit of {POD_ENV_LIMIT} bytes for one variable: its container would not "
+                "start (argument list too long)"
+            ),
+        )
 
 
 def _check_size(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:

@@ -168,3 +168,26 @@ def test_an_object_over_etcds_default_request_limit_is_refused_by_name_and_size(
         f"over etcd's default request limit of {ETCD_REQUEST_LIMIT} bytes (1.5 MiB): a default "
         "cluster refuses to store it"
     ]
+
+
+def test_a_sensor_its_pod_could_not_be_handed_is_refused_by_name_and_size(
+    tmp_path: Path, specs: Path
+) -> None:
+    """The Argo Events controller hands a Sensor to its pod as one environment variable,
+    which Linux caps at 128 KiB: a Sensor over it, though far under etcd's limit, is
+    named with the variable's size."""
+    from bench.render import values_with
+    from eventsources._common import POD_ENV_LIMIT, pod_env_size
+    from eventsources.sensor import sensor
+    from fabrique.site.config import parse_site
+
+    small = sensor(parse_site(values_with(3)))
+    large = sensor(parse_site(values_with(60)), "fabrique-build-large")
+    assert pod_env_size(small) < POD_ENV_LIMIT < pod_env_size(large)
+    (tmp_path / "sensors.yaml").write_text(yaml.safe_dump_all([small, large]))
+    problems = [str(p) for p in validate_tree(tmp_path, specs) if "variable" in str(p)]
+    assert problems == [
+        f"sensors.yaml: document 1 (Sensor/fabrique-build-large): {pod_env_size(large)} bytes "
+        f"as its pod's SENSOR_OBJECT variable, over Linux's limit of {POD_ENV_LIMIT} bytes "
+        "for one variable: its container would not start (argument list too long)"
+    ]
