@@ -93,6 +93,31 @@ def test_healthy_bus_reports_stream_and_consumer(nats_server: NatsServer) -> Non
     assert nats_server.token not in result.stdout + result.stderr
 
 
+def test_every_consumer_is_read_past_jetstreams_page_of_256(nats_server: NatsServer) -> None:
+    # a site of a thousand apps has a durable consumer per app's trigger; JetStream lists
+    # consumers 256 at a time
+    asyncio.run(_prepare(nats_server, consumer=True))
+
+    async def more() -> None:
+        nc = await nats.connect(nats_server.url, token=nats_server.token)
+        try:
+            js = nc.jetstream()
+            for n in range(300):
+                await js.add_consumer(
+                    "default",
+                    ConsumerConfig(durable_name=f"app-{n:03}", filter_subject="default.gitea.push"),
+                )
+        finally:
+            await nc.close()
+
+    asyncio.run(more())
+    result = _doctor(nats_server)
+    assert result.exit_code == 0, result.stderr
+    listed = [line for line in result.stdout.splitlines() if line.startswith("consumer ")]
+    assert len(listed) == 301
+    assert listed[-1].startswith("consumer fabrique-build-push-citation ")
+
+
 def test_missing_consumer_fails(nats_server: NatsServer) -> None:
     asyncio.run(_prepare(nats_server, consumer=False))
     result = _doctor(nats_server)

@@ -29,7 +29,9 @@ from cryptography.exceptions import InvalidSignature
 from nats.aio.client import Client as NATS
 from nats.errors import Error as NatsError
 from nats.errors import NoServersError
+from nats.js.api import ConsumerInfo
 from nats.js.errors import NotFoundError
+from nats.js.manager import JetStreamManager
 
 from fabrique.site.errors import InputError, RemoteError
 from fabrique.site.names import EVENT_NAME, EVENT_SOURCE, STREAM
@@ -211,10 +213,22 @@ def diagnose(stream: Stream) -> Report:
         warnings.append("no max age: the stream grows until its byte limit")
     if not any(c.filter_subject in (SENSOR_SUBJECT, "", f"{STREAM}.>") for c in stream.consumers):
         errors.append(
-            f"no consumer for {SENSOR_SUBJECT}: the Sensor fabrique-build is not listening "
-            "(is it running, on this EventBus?)"
+            f"no consumer for {SENSOR_SUBJECT}: no Sensor of fabrique is listening "
+            "(is fabrique-build running, on this EventBus?)"
         )
     return Report(stream, warnings, errors)
+
+
+async def consumers_of(jsm: JetStreamManager, stream: str) -> list[ConsumerInfo]:
+    """Every consumer of ``stream``. JetStream lists them a page at a time (256, its
+    ``JSApiListLimit``), and a site of a thousand apps has a consumer per app's trigger."""
+    found: dict[str, ConsumerInfo] = {}
+    while True:
+        page = await jsm.consumers_info(stream, offset=len(found))
+        fresh = {str(c.name): c for c in page if str(c.name) not in found}
+        if not fresh:  # the end, or a server that ignores the offset
+            return list(found.values())
+        found.update(fresh)
 
 
 async def _inspect(
@@ -279,7 +293,7 @@ async def _inspect(
                 f"EventBus at {url}: stream {STREAM!r} not found "
                 "(has an EventSource published yet?)"
             ) from None
-        consumers = await jsm.consumers_info(STREAM)
+        consumers = await consumers_of(jsm, STREAM)
     except NatsError as exc:
         raise RemoteError(
             f"EventBus at {url}: JetStream answered {exc.__class__.__name__}", transient=True

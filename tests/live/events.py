@@ -50,7 +50,7 @@ from nats.js.errors import NotFoundError
 from nats.js.manager import JetStreamManager
 
 from eventsources.sensor import sensor_names
-from fabrique.gestures.doctor import quiet_tls_eof
+from fabrique.gestures.doctor import consumers_of, quiet_tls_eof
 from fabrique.site.config import Site
 
 from ..doubles.http import QuietServer
@@ -451,7 +451,7 @@ class ArgoEvents:
         """The durable consumers on the stream (the Sensor's, one per trigger)."""
 
         async def listed(jsm: JetStreamManager) -> list[str]:
-            return [str(c.name) for c in await jsm.consumers_info(STREAM)]
+            return [str(c.name) for c in await consumers_of(jsm, STREAM)]
 
         return self._ask(listed, [])
 
@@ -460,7 +460,7 @@ class ArgoEvents:
         event up to it)."""
 
         async def last(jsm: JetStreamManager) -> int:
-            found = await jsm.consumers_info(STREAM)
+            found = await consumers_of(jsm, STREAM)
             return max((int(c.delivered.stream_seq or 0) for c in found if c.delivered), default=0)
 
         return self._ask(last, 0)
@@ -490,7 +490,7 @@ class ArgoEvents:
                     int(c.num_pending or 0),
                     int(c.num_ack_pending or 0),
                 )
-                for c in await jsm.consumers_info(STREAM)
+                for c in await consumers_of(jsm, STREAM)
             ]
 
         return self._ask(listed, [])
