@@ -23,6 +23,7 @@ def test_the_object_sizes_bench_sizes_the_sensor_and_runs_validate() -> None:
     assert len(rows) == 2, done.stdout
     for row in rows:
         assert row.endswith("| exit 0: the tree: valid |"), row
-    one, three = (int(row.split("|")[2]) for row in rows)
+    one, three = (int(row.split("|")[3]) for row in rows)
     assert three > one  # one trigger and one dependency more per app
-    assert lines[-1].startswith(f"the Sensor grows {(three - one) / 2:.0f} bytes per app")
+    assert [row.split("|")[2].strip() for row in rows] == ["1", "1"]  # one Sensor each
+    assert lines[-1].startswith(f"the Sensors grow {(three - one) / 2:.0f} bytes per app")
