@@ -29,8 +29,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.render import values_with
-from eventsources._common import POD_ENV_LIMIT, pod_env_size
 from eventsources.sensor import SENSOR_ENV_TARGET
+from fabrique.site.limits import POD_ENV_LIMIT, pod_env_size
 
 FABRIQUE = [sys.executable, "-m", "fabrique"]
 

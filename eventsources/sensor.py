@@ -57,6 +57,7 @@ from fabrique.decisions.workflow import (
     workflow_object,
 )
 from fabrique.site.config import AppConfig, Site
+from fabrique.site.limits import POD_ENV_LIMIT, pod_env_size
 from fabrique.site.names import (
     EVENT_BUS,
     EVENT_NAME,
@@ -70,14 +71,7 @@ from fabrique.site.names import (
     WORKFLOW_PREFIX,
 )
 
-from ._common import (
-    POD_ENV_LIMIT,
-    document,
-    dump,
-    pod_env_size,
-    restricted_container,
-    restricted_pod,
-)
+from ._common import document, dump, restricted_container, restricted_pod
 
 UNRESOLVED = "unresolved"  # what the resource says until the event fills it in
 NON_ZERO_SHA = "^[0-9a-f]*[1-9a-f][0-9a-f]*$"  # a deleted branch pushes after = 0{40|64}

@@ -38,8 +38,8 @@ import kubernetes_validate
 import yaml
 from kubernetes_validate.utils import latest_version
 
-from eventsources._common import POD_ENV, POD_ENV_LIMIT, pod_env_size
 from fabrique.site.errors import InputError
+from fabrique.site.limits import ETCD_REQUEST_LIMIT, POD_ENV, POD_ENV_LIMIT, pod_env_size
 from fabrique.site.names import DNS_LABEL_RE, DNS_SUBDOMAIN_RE
 
 SPECS_ENV = "FABRIQUE_SPECS"
@@ -60,9 +60,6 @@ WORKFLOW_KINDS = frozenset(
 )
 EVENTS_KINDS = frozenset({"EventSource", "Sensor", "EventBus"})
 LABEL_NAMED_KINDS = frozenset({"Namespace", "Service"})
-# etcd's default --max-request-bytes (embed.DefaultMaxRequestBytes): the largest write a
-# default cluster's etcd takes, its key and the request's framing included
-ETCD_REQUEST_LIMIT = 1536 * 1024
 
 
 @dataclass(frozen=True)

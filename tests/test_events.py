@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import yaml
 
-from eventsources._common import POD_ENV_LIMIT, pod_env_size
 from eventsources.eventbus import event_bus
 from eventsources.sensor import SENSOR_ENV_TARGET, sensor, sensors
 from fabrique.decisions.workflow import build_workflow
 from fabrique.site.config import load_site
+from fabrique.site.limits import POD_ENV_LIMIT, pod_env_size
 from fabrique.site.names import SENSOR_ROLE, SENSOR_ROLE_LABEL
 from fabrique.validate import validate_tree
 from netpol.policies import SENSOR_POD

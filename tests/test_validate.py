@@ -150,7 +150,7 @@ def test_an_object_over_etcds_default_request_limit_is_refused_by_name_and_size(
 ) -> None:
     """A default cluster's etcd takes no write over 1.5 MiB: the object is named with its
     size; one just under the limit passes."""
-    from fabrique.validate import ETCD_REQUEST_LIMIT
+    from fabrique.site.limits import ETCD_REQUEST_LIMIT
 
     def config_map(name: str, size: int) -> dict[str, object]:
         doc = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}
@@ -177,9 +177,9 @@ def test_a_sensor_its_pod_could_not_be_handed_is_refused_by_name_and_size(
     which Linux caps at 128 KiB: a Sensor over it, though far under etcd's limit, is
     named with the variable's size."""
     from bench.render import values_with
-    from eventsources._common import POD_ENV_LIMIT, pod_env_size
     from eventsources.sensor import sensor
     from fabrique.site.config import parse_site
+    from fabrique.site.limits import POD_ENV_LIMIT, pod_env_size
 
     small = sensor(parse_site(values_with(3)))
     large = sensor(parse_site(values_with(60)), "fabrique-build-large")

@@ -17,10 +17,10 @@ import httpx
 import pytest
 import yaml
 
-from eventsources._common import GO_ZERO_FIELDS, pod_env_size
 from eventsources.sensor import sensor, sensor_rbac
 from fabrique.gestures.doctor import SENSOR_SUBJECT
 from fabrique.site.config import load_site
+from fabrique.site.limits import GO_ZERO_FIELDS, pod_env_size
 from fabrique.site.names import webhook_service_url
 
 from .. import payloads, sensor_cases

@@ -58,7 +58,7 @@ def test_the_planes_etcd_refuses_what_validate_refuses(cluster: Cluster, applied
     and it is the limit ``fabrique validate`` sizes objects against: a custom resource
     (stored as its JSON) under it by a margin (the key, the server's own metadata) is
     stored, one over it is refused by the API server with etcd's answer."""
-    from fabrique.validate import ETCD_REQUEST_LIMIT
+    from fabrique.site.limits import ETCD_REQUEST_LIMIT
 
     namespace = "size-check"
     path = f"{ARGO}/namespaces/{namespace}/workflowtemplates"
