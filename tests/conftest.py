@@ -195,11 +195,11 @@ def write_values(path: Path, **overrides: Any) -> Path:
 
 def unreachable_kubeconfig(path: Path) -> Path:
     """A kubeconfig whose one context names an API server nothing listens for."""
-    from .servers import free_port
+    from .servers import closed_port
 
     path.write_text(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n"
-        f"    server: http://127.0.0.1:{free_port()}\n"
+        f"    server: http://127.0.0.1:{closed_port()}\n"
         "contexts:\n- name: c\n  context:\n    cluster: c\n"
         "    user: u\nusers:\n- name: u\n  user: {}\ncurrent-context: c\n"
     )

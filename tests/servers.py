@@ -45,6 +45,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+# the sockets of ``closed_port``, held until the process ends
+_HELD: list[socket.socket] = []
+
+
+def closed_port() -> int:
+    """A loopback port where nothing listens, nor can while the tests run: bound by this
+    process (without SO_REUSEADDR) and never listened on, so a connection is refused at
+    once and no server started meanwhile takes it, as one may a port ``free_port`` gave."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    _HELD.append(sock)
+    return int(sock.getsockname()[1])
+
+
 def listens(port: int) -> bool:
     """Something accepts connections on loopback ``port``."""
     with socket.socket() as sock:

@@ -308,9 +308,9 @@ def test_a_git_remote_never_prints_the_credentials_of_its_url(tmp_path: Path) ->
     from fabrique.site.errors import GitError
     from fabrique.site.retry import RetryPolicy
 
-    from .servers import free_port
+    from .servers import closed_port
 
-    url = f"http://fabrique:s3cr3t-token@127.0.0.1:{free_port()}/atlas/atlas.git"
+    url = f"http://fabrique:s3cr3t-token@127.0.0.1:{closed_port()}/atlas/atlas.git"
     remote = GitRemote(url, "main", tmp_path / "w", retry=RetryPolicy(attempts=1), timeout=10)
     with pytest.raises(GitError) as caught:
         remote.fetch_tip()

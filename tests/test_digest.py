@@ -15,7 +15,7 @@ from fabrique.site.errors import RegistryError
 
 from .conftest import run_cli, write_values
 from .oci import push_image, push_index
-from .servers import Registry, free_port
+from .servers import Registry, closed_port
 
 REV = "3f5e2a1b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f"
 TAG = REV[:12]
@@ -169,7 +169,7 @@ def test_missing_or_broken_metadata_file(tmp_path: Path, values: Path) -> None:
 
 
 def test_registry_down(tmp_path: Path) -> None:
-    values = write_values(tmp_path / "site.yaml", **{"registry.host": f"127.0.0.1:{free_port()}"})
+    values = write_values(tmp_path / "site.yaml", **{"registry.host": f"127.0.0.1:{closed_port()}"})
     result = _verify(values, _metadata(tmp_path, "sha256:" + "2" * 64))
     assert result.exit_code == 75, "a registry that is down is a transient failure"
     assert "unreachable: connection failed" in result.stderr

@@ -29,7 +29,7 @@ from nats.js.api import ConsumerConfig, StorageType, StreamConfig
 from . import servers
 from .conftest import run_cli
 from .servers import Nats as NatsServer
-from .servers import free_port
+from .servers import closed_port
 
 ARGO_AUTH = "username: argo-bus-user\npassword: argo-bus-password-7f3e\n"
 
@@ -147,7 +147,7 @@ def test_wrong_token_is_refused_and_not_shown(nats_server: NatsServer) -> None:
 
 
 def test_server_down() -> None:
-    result = run_cli("doctor", "eventbus", "--url", f"nats://127.0.0.1:{free_port()}")
+    result = run_cli("doctor", "eventbus", "--url", f"nats://127.0.0.1:{closed_port()}")
     assert result.exit_code == 75
     assert "unreachable" in result.stderr
 
@@ -288,7 +288,7 @@ def test_a_client_auth_that_is_not_the_secrets_is_named_and_not_shown(
         "doctor",
         "eventbus",
         "--url",
-        f"nats://127.0.0.1:{free_port()}",
+        f"nats://127.0.0.1:{closed_port()}",
         env={"FABRIQUE_NATS_CLIENT_AUTH": auth},
     )
     assert result.exit_code == 2

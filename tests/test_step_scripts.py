@@ -23,7 +23,7 @@ from fabrique.site.config import load_site
 
 from .conftest import CodeRepo
 from .manifests import rendered_step, step_env
-from .servers import GitDaemon, free_port
+from .servers import GitDaemon, closed_port
 
 
 def _container(name: str, **site_env: str) -> dict[str, Any]:
@@ -95,7 +95,7 @@ def test_checkout_fails_on_an_unknown_revision(
 @pytest.mark.parametrize("scheme", ["git", "http"])
 def test_checkout_of_an_unreachable_server_is_transient(tmp_path: Path, scheme: str) -> None:
     """Exit 75, the one failure of the checkout its retry policy retries."""
-    url = f"{scheme}://127.0.0.1:{free_port()}/atlas/atlas.git"
+    url = f"{scheme}://127.0.0.1:{closed_port()}/atlas/atlas.git"
     result = _run_checkout(tmp_path / "w", url, "a" * 40, "dataops/citation-dagster")
     assert result.returncode == 75, result.stderr
     assert "not reached: transient, the step retries" in result.stderr

@@ -27,7 +27,7 @@ from .conftest import (
     write_values,
 )
 from .doubles.gitea import GiteaDouble
-from .servers import GitDaemon, Registry, free_port
+from .servers import GitDaemon, Registry, closed_port
 from .test_reconcile import _reconcile, env  # noqa: F401  (env: the fixture)
 
 DIGEST_A = "sha256:" + "a" * 64
@@ -517,7 +517,7 @@ def test_the_right_token_never_reaches_the_output(
 
 def test_gitea_down(tmp_path: Path) -> None:
     values = write_values(
-        tmp_path / "site.yaml", **{"gitea.url": f"http://127.0.0.1:{free_port()}"}
+        tmp_path / "site.yaml", **{"gitea.url": f"http://127.0.0.1:{closed_port()}"}
     )
     result = _writeback(values, "a" * 40, DIGEST_A)
     assert result.exit_code == 75
@@ -600,7 +600,7 @@ def test_git_transport_concurrent_writers(code_repo: Repo, git_daemon: GitDaemon
 def test_git_transport_server_down(tmp_path: Path) -> None:
     values = write_values(
         tmp_path / "site.yaml",
-        **{"writeback.transport": "git", "writeback.gitUrl": f"git://127.0.0.1:{free_port()}"},
+        **{"writeback.transport": "git", "writeback.gitUrl": f"git://127.0.0.1:{closed_port()}"},
     )
     result = _writeback(values, "a" * 40, DIGEST_A)
     assert result.exit_code == 75
