@@ -39,7 +39,14 @@ import yaml
 from kubernetes_validate.utils import latest_version
 
 from fabrique.site.errors import InputError
-from fabrique.site.limits import ETCD_REQUEST_LIMIT, POD_ENV, POD_ENV_LIMIT, pod_env_size
+from fabrique.site.limits import (
+    DATA_LIMIT,
+    ETCD_REQUEST_LIMIT,
+    POD_ENV,
+    POD_ENV_LIMIT,
+    data_size,
+    pod_env_size,
+)
 from fabrique.site.names import DNS_LABEL_RE, DNS_SUBDOMAIN_RE
 
 SPECS_ENV = "FABRIQUE_SPECS"
@@ -254,6 +261,8 @@ def check_document(doc: Any, schemas: Schemas, k8s_version: str) -> Iterator[tup
         return
     yield from _check_name(doc, kind)
     yield from _check_size(doc)
+    if api_version == "v1" and kind in ("ConfigMap", "Secret"):
+        yield from _check_data(doc, kind)
     if (
         api_version.startswith("argoproj.io/")
         and kind in POD_ENV
@@ -300,6 +309,18 @@ def _check_pod_env(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
                 f"{size} bytes as its pod's {POD_ENV[doc['kind']]} variable, over Linux's "
                 f"limit of {POD_ENV_LIMIT} bytes for one variable: its container would not "
                 "start (argument list too long)"
+            ),
+        )
+
+
+def _check_data(doc: dict[str, Any], kind: str) -> Iterator[tuple[str, str]]:
+    size = data_size(doc)
+    if size > DATA_LIMIT:
+        yield (
+            "data",
+            (
+                f"{size} bytes, over the API server's limit of {DATA_LIMIT} bytes (1 MiB) "
+                f"for a {kind}'s data: it refuses to store it"
             ),
         )
 

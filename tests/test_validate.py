@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -152,21 +153,63 @@ def test_an_object_over_etcds_default_request_limit_is_refused_by_name_and_size(
     size; one just under the limit passes."""
     from fabrique.site.limits import ETCD_REQUEST_LIMIT
 
-    def config_map(name: str, size: int) -> dict[str, object]:
-        doc = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}
-        framing = len(json.dumps({**doc, "data": {"blob": ""}}, separators=(",", ":")))
-        return {**doc, "data": {"blob": "x" * (size - framing)}}
+    def template(name: str, size: int) -> dict[str, object]:
+        def doc(source: str) -> dict[str, object]:
+            script = {"image": "registry:80/base/busybox:1.35", "source": source}
+            spec = {"entrypoint": "main", "templates": [{"name": "main", "script": script}]}
+            return {"apiVersion": "argoproj.io/v1alpha1", "kind": "WorkflowTemplate",
+                    "metadata": {"name": name}, "spec": spec}  # fmt: skip
+
+        framing = len(json.dumps(doc(""), separators=(",", ":")))
+        return doc("x" * (size - framing))
 
     (tmp_path / "objects.yaml").write_text(
         yaml.safe_dump_all(
-            [config_map("fits", ETCD_REQUEST_LIMIT), config_map("too-big", ETCD_REQUEST_LIMIT + 1)]
+            [template("fits", ETCD_REQUEST_LIMIT), template("too-big", ETCD_REQUEST_LIMIT + 1)]
         )
     )
     problems = [str(p) for p in validate_tree(tmp_path, specs)]
     assert problems == [
-        f"objects.yaml: document 1 (ConfigMap/too-big): {ETCD_REQUEST_LIMIT + 1} bytes as JSON, "
-        f"over etcd's default request limit of {ETCD_REQUEST_LIMIT} bytes (1.5 MiB): a default "
-        "cluster refuses to store it"
+        f"objects.yaml: document 1 (WorkflowTemplate/too-big): {ETCD_REQUEST_LIMIT + 1} bytes "
+        f"as JSON, over etcd's default request limit of {ETCD_REQUEST_LIMIT} bytes (1.5 MiB): a "
+        "default cluster refuses to store it"
+    ]
+
+
+def test_a_config_map_or_secret_over_the_api_servers_data_limit_is_refused_by_name_and_size(
+    tmp_path: Path, specs: Path
+) -> None:
+    """The API server takes no ConfigMap whose data and binaryData sum over 1 MiB, nor a
+    Secret whose data does (decoded), far under etcd's limit: each is named with its
+    size; one at the limit passes."""
+    from fabrique.site.limits import DATA_LIMIT
+
+    def config_map(name: str, size: int) -> dict[str, object]:
+        binary = base64.b64encode(b"\0" * 1024).decode()  # 1 KiB once decoded
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+                "data": {"text": "x" * (size - 1024)}, "binaryData": {"blob": binary}}  # fmt: skip
+
+    def secret(name: str, size: int) -> dict[str, object]:
+        data = {"token": base64.b64encode(b"t" * (size - 10)).decode()}
+        return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+                "data": data, "stringData": {"extra": "s" * 10}}  # fmt: skip
+
+    (tmp_path / "objects.yaml").write_text(
+        yaml.safe_dump_all(
+            [
+                config_map("fits", DATA_LIMIT),
+                config_map("too-big", DATA_LIMIT + 1),
+                secret("fits", DATA_LIMIT),
+                secret("too-big", DATA_LIMIT + 1),
+            ]
+        )
+    )
+    problems = [str(p) for p in validate_tree(tmp_path, specs)]
+    assert problems == [
+        f"objects.yaml: document {n} ({kind}/too-big): data: {DATA_LIMIT + 1} bytes, over the "
+        f"API server's limit of {DATA_LIMIT} bytes (1 MiB) for a {kind}'s data: it refuses to "
+        "store it"
+        for n, kind in ((1, "ConfigMap"), (3, "Secret"))
     ]
 
 

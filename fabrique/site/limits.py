@@ -11,6 +11,9 @@ from typing import Any
 # etcd's default --max-request-bytes (embed.DefaultMaxRequestBytes): the largest write a
 # default cluster's etcd takes, its key and the request's framing included
 ETCD_REQUEST_LIMIT = 1536 * 1024
+# the API server's own limit on a ConfigMap's data and binaryData, or a Secret's data,
+# summed (core.MaxSecretSize, pkg/apis/core/validation: ValidateConfigMap, ValidateSecret)
+DATA_LIMIT = 1024 * 1024
 
 
 # Linux's limit on one environment variable ("NAME=value" and its NUL: MAX_ARG_STRLEN,
@@ -25,6 +28,29 @@ POD_ENV = {"Sensor": "SENSOR_OBJECT", "EventSource": "EVENTSOURCE_OBJECT"}
 # omit (creationTimestamp, status, loggingFields, the container's resources: 98 bytes for
 # the Sensor; tests/live/test_events.py compares with the controller's own), rounded up
 GO_ZERO_FIELDS = 128
+
+
+def data_size(doc: dict[str, Any]) -> int:
+    """The bytes of a ConfigMap's or a Secret's data as the API server sums them: the
+    values of ``data`` and ``stringData`` as text, those of ``binaryData`` (and a
+    Secret's ``data``) decoded from base64. A value that does not decode counts as
+    written: validation names it elsewhere."""
+
+    def text(values: Any) -> dict[str, int]:
+        return {k: len(str(v).encode()) for k, v in (values or {}).items()}
+
+    def decoded(values: Any) -> dict[str, int]:
+        sizes = {}
+        for key, value in (values or {}).items():
+            try:
+                sizes[key] = len(base64.b64decode(str(value), validate=True))
+            except ValueError:
+                sizes[key] = len(str(value).encode())
+        return sizes
+
+    if doc.get("kind") == "Secret":  # stringData is merged into data, and wins
+        return sum({**decoded(doc.get("data")), **text(doc.get("stringData"))}.values())
+    return sum(text(doc.get("data")).values()) + sum(decoded(doc.get("binaryData")).values())
 
 
 def pod_env_size(doc: dict[str, Any]) -> int:

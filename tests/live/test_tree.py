@@ -84,3 +84,30 @@ def test_the_planes_etcd_refuses_what_validate_refuses(cluster: Cluster, applied
         assert not cluster.exists(f"{path}/over")
     finally:
         cluster.request("DELETE", f"/api/v1/namespaces/{namespace}")
+
+
+def test_the_api_server_refuses_the_config_map_validate_refuses(
+    cluster: Cluster, applied: Path
+) -> None:
+    """A ConfigMap's data is capped by the API server's own validation at 1 MiB, far
+    under etcd's limit, as ``fabrique validate`` reckons it: one at the limit is stored,
+    one byte more is refused, and nothing is stored of it."""
+    from fabrique.site.limits import DATA_LIMIT
+
+    namespace = "data-check"
+    path = f"/api/v1/namespaces/{namespace}/configmaps"
+
+    def config_map(name: str, size: int) -> dict[str, object]:
+        return {"metadata": {"name": name}, "data": {"values.yaml": "x" * size}}
+
+    created = cluster.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
+    assert created.status == 201, created.message
+    try:
+        stored = cluster.create(path, config_map("at-the-limit", DATA_LIMIT))
+        assert stored.status == 201, stored.message
+        refused = cluster.create(path, config_map("over", DATA_LIMIT + 1))
+        assert refused.status == 422, refused
+        assert f"Too long: may not be more than {DATA_LIMIT} bytes" in refused.message, refused
+        assert not cluster.exists(f"{path}/over")
+    finally:
+        cluster.request("DELETE", f"/api/v1/namespaces/{namespace}")
