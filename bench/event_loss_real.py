@@ -79,6 +79,7 @@ from fabrique.clients.registry import RegistryClient
 from fabrique.decisions.reconcile import Reconciler
 from fabrique.decisions.writeback import GiteaTransport
 from fabrique.render import render_tree, write_tree
+from fabrique.site.config import Site
 from fabrique.site.names import workflow_name
 from tests import servers
 from tests.gitrepo import BareRepo
@@ -103,6 +104,65 @@ SETTLE_SECONDS = 180  # the Sensor's slowest: a redelivery's minute, then what w
 
 class BenchError(RuntimeError):
     """The real components could not be set up or did not settle: the message says which."""
+
+
+@dataclass
+class LiveEventPath:
+    forged: Forge
+    cluster: Cluster
+    events: ArgoEvents
+    registry: servers.Registry
+    site: Site
+    ready_seconds: float  # from the Argo Events controller's start to every Sensor listening
+
+
+@contextmanager
+def live_event_path(
+    work: Path, proxy: ServiceProxy, bearer: str, apps: int, *, argo_controller: bool
+) -> Iterator[LiveEventPath]:
+    """Gitea holding ``apps`` apps, the registry, the control plane with their site
+    applied (its Argo controller running or stopped), the Argo Events controller and the
+    event path it deploys, Gitea's webhook routed to the EventSource through ``proxy``;
+    all stopped on the way out."""
+    go = controlplane.peers.find_go()
+    if go is None:
+        low = controlplane.peers.MIN_GO
+        raise BenchError(
+            f"the live tier needs Go >= {low[0]}.{low[1]} to build its peers (make peers)"
+        )
+    with ExitStack() as stack:
+        (work / "registry").mkdir()
+        registry = stack.enter_context(servers.registry(work / "registry"))
+        proxy.start()
+        stack.callback(proxy.stop)
+        forged = stack.enter_context(
+            forge(
+                work / "forge",
+                proxy,
+                bearer,
+                site_values(apps, registry.host),
+                seed=seed_files(apps),
+            )
+        )
+        site = make_site(apps, forged.gitea.url, registry.host)
+        plane = controlplane.ControlPlane(work / "plane")
+        plane.start(controlplane.binaries())
+        stack.callback(plane.stop)
+        if not argo_controller:
+            plane.stop_peer("workflow-controller")
+        cluster = Cluster(plane)
+        stack.callback(cluster.http.close)
+        tree = work / "tree"
+        write_tree(render_tree(site), tree)
+        apply_site(cluster, tree)
+        events = ArgoEvents(cluster, work / "argo-events")
+        stack.callback(events.stop)
+        started = time.monotonic()
+        events.start_controller()
+        start_event_path(cluster, events, site, bearer)
+        ready = round(time.monotonic() - started, 1)
+        proxy.route(cluster, CONTROL, f"{SOURCE}-eventsource-svc", events.webhook_port)
+        yield LiveEventPath(forged, cluster, events, registry, site, ready)
 
 
 @dataclass
@@ -201,55 +261,22 @@ class RealBench:
 
     # -- the real components ------------------------------------------------------------
 
-    @contextmanager
-    def components(self) -> Iterator[tuple[Forge, Cluster, ArgoEvents, servers.Registry]]:
-        """Gitea, the registry, the control plane with the bench's site applied and its
-        Argo controller stopped, and the event path running; all stopped on the way out."""
-        if controlplane.peers.find_go() is None:
-            raise BenchError(
-                f"--real needs Go >= {controlplane.peers.MIN_GO[0]}.{controlplane.peers.MIN_GO[1]} "
-                "to build the live tier's peers (make peers)"
-            )
-        work, apps = self.work, self.args.apps
-        with ExitStack() as stack:
-            (work / "registry").mkdir()
-            registry = stack.enter_context(servers.registry(work / "registry"))
-            self.proxy.start()
-            stack.callback(self.proxy.stop)
-            forged = stack.enter_context(
-                forge(
-                    work / "forge",
-                    self.proxy,
-                    self.bearer,
-                    site_values(apps, registry.host),
-                    seed=seed_files(apps),
-                )
-            )
-            site = make_site(apps, forged.gitea.url, registry.host)
-            plane = controlplane.ControlPlane(work / "plane")
-            plane.start(controlplane.binaries())
-            stack.callback(plane.stop)
-            # the bench plays the Argo controller: the real one must not act too
-            plane.stop_peer("workflow-controller")
-            cluster = Cluster(plane)
-            stack.callback(cluster.http.close)
-            tree = work / "tree"
-            write_tree(render_tree(site), tree)
-            apply_site(cluster, tree)
-            events = ArgoEvents(cluster, work / "argo-events")
-            stack.callback(events.stop)
-            events.start_controller()
-            start_event_path(cluster, events, site, self.bearer)
-            self.proxy.route(cluster, CONTROL, f"{SOURCE}-eventsource-svc", events.webhook_port)
-            yield forged, cluster, events, registry
-
     def run(self) -> LiveFigures:
         f, args = self.figures, self.args
         started = time.monotonic()
         try:
-            with self.components() as (forged, cluster, events, registry):
+            # the bench plays the Argo controller: the real one must not act too
+            with live_event_path(
+                self.work, self.proxy, self.bearer, args.apps, argo_controller=False
+            ) as path:
+                forged, cluster, events, registry, site = (
+                    path.forged,
+                    path.cluster,
+                    path.events,
+                    path.registry,
+                    path.site,
+                )
                 f.seconds_setup = round(time.monotonic() - started, 1)
-                site = make_site(args.apps, forged.gitea.url, registry.host)
                 kubeconfig = cluster.kubeconfig
                 api_client = k8s_config.new_client_from_config(config_file=str(kubeconfig))
                 kube_calls = count_calls(api_client)

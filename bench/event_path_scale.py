@@ -32,38 +32,30 @@ import secrets
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager, redirect_stdout
+from collections.abc import Callable
+from contextlib import redirect_stdout
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.event_loss import make_site, seed_files, site_values
+from bench.event_loss import make_site
+from bench.event_loss_real import BenchError, live_event_path
 from eventsources.sensor import sensors
-from fabrique.render import render_tree, write_tree
 from fabrique.site.config import Site
 from fabrique.site.names import LABEL_REVISION
-from tests import servers
 from tests.live import controlplane
 from tests.live.cluster import ARGO, Cluster
 from tests.live.events import (
-    CONTROL,
-    SOURCE,
     ArgoEvents,
     ServiceProxy,
-    start_event_path,
 )
-from tests.live.fixtures import apply_site
-from tests.live.forge import Forge, forge
+from tests.live.forge import Forge
+from tests.waits import until
 
 WAIT_SECONDS = 120.0  # a replay's trigger tries for about a minute: settle within two
 POLL = 0.01
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-class BenchError(RuntimeError):
-    """The live tier did not start, or the event path did not settle: the message says which."""
 
 
 @dataclass
@@ -128,52 +120,18 @@ class ScaleBench:
         self.bearer = f"bench-{secrets.token_hex(16)}"
         self.proxy = ServiceProxy()
 
-    @contextmanager
-    def components(self, apps: int) -> Iterator[tuple[Forge, Cluster, ArgoEvents, Site, float]]:
-        if controlplane.peers.find_go() is None:
-            raise BenchError("the live tier's peers need Go (make peers)")
-        work = self.work / f"apps-{apps}"
-        work.mkdir()
-        with ExitStack() as stack:
-            (work / "registry").mkdir()
-            registry = stack.enter_context(servers.registry(work / "registry"))
-            self.proxy.start()
-            stack.callback(self.proxy.stop)
-            forged = stack.enter_context(
-                forge(
-                    work / "forge",
-                    self.proxy,
-                    self.bearer,
-                    site_values(apps, registry.host),
-                    seed=seed_files(apps),
-                )
-            )
-            site = make_site(apps, forged.gitea.url, registry.host)
-            plane = controlplane.ControlPlane(work / "plane")
-            plane.start(controlplane.binaries())
-            stack.callback(plane.stop)
-            cluster = Cluster(plane)
-            stack.callback(cluster.http.close)
-            tree = work / "tree"
-            write_tree(render_tree(site), tree)
-            apply_site(cluster, tree)
-            events = ArgoEvents(cluster, work / "argo-events")
-            stack.callback(events.stop)
-            started = time.monotonic()
-            events.start_controller()
-            start_event_path(cluster, events, site, self.bearer)
-            ready = round(time.monotonic() - started, 1)
-            self.proxy.route(cluster, CONTROL, f"{SOURCE}-eventsource-svc", events.webhook_port)
-            yield forged, cluster, events, site, ready
-
     def measure(self, apps: int) -> Size:
         site = make_site(apps, "http://gitea", "registry:80")
         rendered = [len(json.dumps(s, separators=(",", ":"))) for s in sensors(site)]
+        work = self.work / f"apps-{apps}"
+        work.mkdir()
+        # the Argo controller runs: it makes each Workflow's first pod
         try:
-            with self.components(apps) as (forged, cluster, events, site, ready):
-                size = Size(apps, len(rendered), max(rendered), ready)
-                run = Runner(forged, cluster, events, site, self.proxy)
-                first = site.apps[0].name
+            with live_event_path(work, self.proxy, self.bearer, apps, argo_controller=True) as path:
+                forged = path.forged
+                size = Size(apps, len(rendered), max(rendered), path.ready_seconds)
+                run = Runner(forged, path.cluster, path.events, path.site, self.proxy)
+                first = path.site.apps[0].name
                 size.scenarios.append(
                     run.scenario(
                         "one app",
@@ -268,24 +226,36 @@ class Runner:
         sha = act()
         to_workflow = None
         deadline = start + WAIT_SECONDS
+
+        def left() -> float:
+            return max(deadline - time.monotonic(), 0.0)
+
         if expect_workflow:
-            while not self.workflows(sha):
-                if time.monotonic() > deadline:
-                    raise BenchError(f"{name}: no Workflow of {sha[:12]} in {WAIT_SECONDS:.0f} s")
-                time.sleep(POLL)
+            until(
+                f"{name}: a Workflow of {sha[:12]}",
+                lambda: self.workflows(sha),
+                left(),
+                every=POLL,
+                error=BenchError,
+            )
             to_workflow = round(time.monotonic() - start, 3)
-        while not (events.stream_last() > last and events.settled()):
-            if time.monotonic() > deadline:
-                raise BenchError(
-                    f"{name}: the Sensors did not take and ack it in {WAIT_SECONDS:.0f} s: "
-                    f"{events.consumer_states()[:3]}"
-                )
-            time.sleep(0.1)
+        until(
+            f"{name}: every Sensor to take and ack the event",
+            lambda: events.stream_last() > last and events.settled(),
+            left(),
+            every=0.1,
+            error=BenchError,
+            detail=lambda: str(events.consumer_states()[:3]),
+        )
         to_settled = round(time.monotonic() - start, 3)
         made = [w for w in self.workflows(sha) if w not in known]
-        # the Argo controller makes each Workflow's first pod: wait for it (bounded)
-        while self.pods() < pods + len(made) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        until(
+            f"{name}: the Argo controller to make the first pod of each of {len(made)} Workflow(s)",
+            lambda: self.pods() >= pods + len(made),
+            left(),
+            every=0.1,
+            error=BenchError,
+        )
         sensors_after, sensors_rss, source_after, source_rss = self.usage()
         if not of:
             self.last_sha = sha

@@ -173,9 +173,10 @@ def sensors(site: Site) -> list[dict[str, Any]]:
     restarts one pod, unless it takes one Sensor more). A Sensor no app falls in is not
     rendered."""
     whole = sensor(site)
-    if pod_env_size(whole) <= SENSOR_ENV_TARGET:
+    size = pod_env_size(whole)
+    if size <= SENSOR_ENV_TARGET:
         return [whole]
-    count = math.ceil(pod_env_size(whole) / SENSOR_ENV_TARGET)
+    count = math.ceil(size / SENSOR_ENV_TARGET)
     while True:
         groups: dict[int, list[AppConfig]] = {}
         for app in site.apps:
