@@ -38,26 +38,27 @@ def _ns_selector(namespace: str) -> dict[str, Any]:
     return {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
 
 
+def _peers(selector: PeerSelector) -> list[dict[str, Any]]:
+    """The rule's peers: the selected pods, or the addresses of what is not a pod."""
+    if selector.cidrs is not None:
+        return [{"ipBlock": {"cidr": cidr}} for cidr in selector.cidrs]
+    assert selector.namespace is not None and selector.pod_labels is not None
+    return [
+        {
+            "namespaceSelector": _ns_selector(selector.namespace),
+            "podSelector": {"matchLabels": dict(selector.pod_labels)},
+        }
+    ]
+
+
 def _peer(selector: PeerSelector) -> dict[str, Any]:
-    return {
-        "to": [
-            {
-                "namespaceSelector": _ns_selector(selector.namespace),
-                "podSelector": {"matchLabels": dict(selector.pod_labels)},
-            }
-        ],
-        "ports": [{"protocol": "TCP", "port": selector.port}],
-    }
+    return {"to": _peers(selector), "ports": [{"protocol": "TCP", "port": selector.port}]}
 
 
 def _dns(site: Site) -> dict[str, Any]:
     dns = site.netpol.dns
-    peer = {
-        "namespaceSelector": _ns_selector(dns.namespace),
-        "podSelector": {"matchLabels": dict(dns.pod_labels)},
-    }
     return {
-        "to": [peer],
+        "to": _peers(dns),
         "ports": [{"protocol": "UDP", "port": dns.port}, {"protocol": "TCP", "port": dns.port}],
     }
 
@@ -135,6 +136,7 @@ def cilium_build_egress(site: Site) -> dict[str, Any]:
     """The build's 443 allowlist by host name. Cilium learns the names' addresses through
     its DNS proxy, hence the DNS rule with an L7 ``dns`` match."""
     dns = site.netpol.dns
+    assert dns.namespace is not None and dns.pod_labels is not None  # the site refuses cidrs
     dns_endpoint = {
         "matchLabels": {
             "k8s:io.kubernetes.pod.namespace": dns.namespace,

@@ -283,3 +283,70 @@ def test_a_bad_host_name_is_refused() -> None:
 
     with pytest.raises(ConfigError, match=r"^netpol\.egressFqdns\[0\]: must be a host name"):
         load_site(env={"FABRIQUE_NETPOL__EGRESS_FQDNS__0": "https://pypi.org"})
+
+
+def test_a_peer_outside_the_pod_network_is_reached_by_its_addresses(
+    tmp_path: Path, specs: Path
+) -> None:
+    """A selector matches pods only: a node-local DNS cache or a registry outside the
+    cluster is reached by its addresses, the default's port kept unless given."""
+    values = write_values(
+        tmp_path / "site.yaml",
+        **{
+            "netpol.dns": {"cidrs": ["169.254.20.10/32"]},
+            "netpol.registry": {"cidrs": ["10.9.0.0/16"], "port": 5000},
+        },
+    )
+    out = tmp_path / "m"
+    assert run_cli("--values", str(values), "render", "--out", str(out)).exit_code == 0
+    for name in ("fabrique-pods-egress", "reconciler"):
+        egress = find(out, "NetworkPolicy", name)["spec"]["egress"]
+        assert egress[0] == {
+            "to": [{"ipBlock": {"cidr": "169.254.20.10/32"}}],
+            "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+        }
+        assert {"to": [{"ipBlock": {"cidr": "10.9.0.0/16"}}], "ports": [
+            {"protocol": "TCP", "port": 5000}
+        ]} in egress  # fmt: skip
+    # Gitea stays the default's pods
+    gitea = find(out, "NetworkPolicy", "mirror-sync")["spec"]["egress"][1]
+    assert gitea["to"][0]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "gitea"}}
+    assert validate_tree(out, specs) == []
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (
+            {
+                "netpol.registry": {
+                    "namespace": "r",
+                    "podLabels": {"a": "b"},
+                    "cidrs": ["10.1.2.3/32"],
+                }
+            },
+            "netpol.registry: give either namespace and podLabels, or cidrs, not both",
+        ),
+        (
+            {"netpol.gitea": {"cidrs": ["0.0.0.0/0"]}},
+            "netpol.gitea.cidrs[0]: must not be a /0: no wide nets",
+        ),
+        (
+            {"netpol.registry": {"cidrs": ["10.0.0.0/7"]}},
+            "netpol.registry.cidrs[0]: 10.0.0.0/7 is wider than /8",
+        ),
+        (
+            {"netpol.flavor": "cilium", "netpol.dns": {"cidrs": ["169.254.20.10/32"]}},
+            "netpol.dns.cidrs: flavor cilium learns the build's host names through its DNS proxy",
+        ),
+    ],
+)
+def test_a_peer_is_pods_or_addresses_never_both_nor_a_wide_net(
+    tmp_path: Path, overrides: dict[str, Any], expected: str
+) -> None:
+    values = write_values(tmp_path / "site.yaml", **overrides)
+    out = tmp_path / "m"
+    result = run_cli("--values", str(values), "render", "--out", str(out))
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: {expected}"), result.stderr
+    assert not out.exists()

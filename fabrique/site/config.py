@@ -442,11 +442,27 @@ Fqdn = Annotated[str, AfterValidator(_fqdn)]
 
 
 class PeerSelector(_Model):
-    """Pods reached in-cluster: a namespace and pod labels, on one port."""
+    """What a policy lets pods reach, on one port: pods in-cluster (a namespace and pod
+    labels), or what runs outside the pod network by its addresses (``cidrs``): a
+    registry outside the cluster, a node-local DNS cache, a service on the nodes' own
+    network. A selector matches pods only: a peer that is not a pod is never matched
+    by one, and every packet to it is dropped."""
 
-    namespace: DnsLabel
-    pod_labels: Annotated[dict[str, str], Field(min_length=1), AfterValidator(_labels)]
+    namespace: DnsLabel | None = None
+    pod_labels: Annotated[dict[str, str], Field(min_length=1), AfterValidator(_labels)] | None = (
+        None
+    )
+    cidrs: Annotated[list[Cidr], Field(min_length=1)] | None = None
     port: Annotated[int, Field(ge=1, le=65535)]
+
+    @model_validator(mode="after")
+    def _pods_or_addresses(self) -> PeerSelector:
+        pods = self.namespace is not None or self.pod_labels is not None
+        if self.cidrs is not None and pods:
+            raise ValueError("give either namespace and podLabels, or cidrs, not both")
+        if self.cidrs is None and (self.namespace is None or self.pod_labels is None):
+            raise ValueError("needs namespace and podLabels (pods), or cidrs (addresses)")
+        return self
 
 
 class PodSelector(_Model):
@@ -671,15 +687,31 @@ class Site(_Model):
     @model_validator(mode="after")
     def _narrow_allowlists(self) -> Site:
         bound = self.netpol.widest_prefix
+        peers = {
+            "netpol.dns": self.netpol.dns,
+            "netpol.gitea": self.netpol.gitea,
+            "netpol.registry": self.netpol.registry,
+            **{f"netpol.giteaPeers[{i}]": p for i, p in enumerate(self.netpol.gitea_peers)},
+        }
         for field, cidrs in (
             ("netpol.apiServerCidrs", self.netpol.api_server_cidrs),
             ("netpol.egressCidrs", self.netpol.egress_cidrs),
             ("mirrorSync.githubCidrs", self.mirror_sync.github_cidrs),
+            *((f"{name}.cidrs", peer.cidrs) for name, peer in peers.items() if peer.cidrs),
         ):
             wide = too_wide(cidrs, bound.ipv4, bound.ipv6)
             if wide:
                 index, why = wide
                 raise ValueError(f"{field}{'' if index is None else f'[{index}]'}: {why}")
+        return self
+
+    @model_validator(mode="after")
+    def _cilium_dns_pods(self) -> Site:
+        if self.netpol.flavor == "cilium" and self.netpol.dns.cidrs is not None:
+            raise ValueError(
+                "netpol.dns.cidrs: flavor cilium learns the build's host names through its "
+                "DNS proxy, which needs the DNS pods: give namespace and podLabels"
+            )
         return self
 
     @model_validator(mode="after")
@@ -816,9 +848,19 @@ class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: 
         return super().construct_mapping(node, deep=deep)
 
 
+# the two forms of a peer (netpol.dns, .gitea, .registry, .giteaPeers[]): pods, or
+# addresses. A values file that gives one form replaces the default's other form (its
+# port stays the default's unless given).
+PEER_FORMS = ({"namespace", "podLabels"}, {"cidrs"})
+
+
 def merge(base: Any, override: Any) -> Any:
-    """Deep-merge mappings; anything else in ``override`` replaces ``base`` whole."""
+    """Deep-merge mappings; anything else in ``override`` replaces ``base`` whole, and
+    a peer given in the other form replaces ``base``'s form (``PEER_FORMS``)."""
     if isinstance(base, dict) and isinstance(override, dict):
+        for form, other in (PEER_FORMS, PEER_FORMS[::-1]):
+            if form & base.keys() and other & override.keys() and not form & override.keys():
+                base = {key: value for key, value in base.items() if key not in form}
         merged = dict(base)
         for key, value in override.items():
             merged[key] = merge(base.get(key), value) if key in base else value
