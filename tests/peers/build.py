@@ -55,6 +55,7 @@ RENAMED = {
     "go.etcd.io/etcd/server/v3": "etcd",
     "gitea.dev": "gitea",
     "fabrique.test/peers/argo-cd": "argocd",
+    "sigs.k8s.io/kube-network-policies/cmd": "kube-network-policies",
 }
 # further names of a binary, as symlinks beside it: the Argo CD command dispatches on the
 # name it is called by, as its image's links do
