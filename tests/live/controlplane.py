@@ -80,8 +80,18 @@ EVENTS_TAINT = {"key": "fabrique.test/kwok", "value": "event-path", "effect": "N
 EVENTS_VOLUMES = 4
 ARGO_NAMESPACE = "argo"
 # the peers a plane with a real node runs: its node's programs instead of kwok
-NODE_PEERS = ("etcd", "kubernetes", "argo-workflows", "kwok", "containerd", "coredns")
+NODE_PEERS = (
+    "etcd",
+    "kubernetes",
+    "argo-workflows",
+    "kwok",
+    "containerd",
+    "coredns",
+    "kube-network-policies",
+)
 SERVICE_CIDR = "10.0.0.0/24"
+# the user the node's NetworkPolicy engine reads the API as (its token in netpol.token)
+NETPOL_USER = "fabrique-live-netpol"
 # namespaces a cluster running fabrique already has: Argo's, Argo Events', the site's Gitea
 SITE_NAMESPACES = (ARGO_NAMESPACE, "argo-events", "gitea")
 
@@ -373,9 +383,12 @@ class ControlPlane:
         node.start_kubelet(self)
         node.start_kube_proxy(self)
         node.start_coredns(self)
+        node.start_world(self)
+        node.start_netpol(self)
         print(
             f"# node {node.name}: its images in {pushed - started:.0f} s, then Ready with "
-            f"its Services and DNS in {time.monotonic() - pushed:.0f} s",
+            f"its Services, DNS, NetworkPolicies and outside world in "
+            f"{time.monotonic() - pushed:.0f} s",
             file=sys.stderr,
         )
 
@@ -384,10 +397,13 @@ class ControlPlane:
         the kubeconfig."""
         self.token = token
         write_secret(self.folder / "admin.token", token + "\n")
-        write_secret(
-            self.folder / "tokens.csv",
-            f'{token},fabrique-live-admin,fabrique-live-admin,"system:masters"\n',
-        )
+        users = f'{token},fabrique-live-admin,fabrique-live-admin,"system:masters"\n'
+        if self.worker:
+            # the node's NetworkPolicy engine: a user of its own, bound to what it reads
+            engine = secrets.token_hex(16)
+            write_secret(self.folder / "netpol.token", engine + "\n")
+            users += f"{engine},{NETPOL_USER},{NETPOL_USER}\n"
+        write_secret(self.folder / "tokens.csv", users)
         self._write_kubeconfig(self.kubeconfig, namespace="default")
 
     def _write_kubeconfig(self, path: Path, namespace: str) -> None:
@@ -1008,7 +1024,9 @@ def _start_argo_events(plane: ControlPlane) -> None:
     try:
         # the tree first: beside a real node, the controller places the event path's
         # pods on kwok's node from its first deployment (events.keep_off_the_node)
-        apply_site(cluster, ROOT / "manifests")
+        values = plane.folder / "site.yaml"
+        values.write_text(yaml.safe_dump(site_values(plane)))
+        apply_site(cluster, render(values, plane.folder / "manifests"))
         events.start_controller()
         bearer, token = plane.folder / "webhook.bearer", secrets.token_urlsafe(32)
         write_secret(bearer, token)
@@ -1213,6 +1231,26 @@ def serve_site(site: Site, plane: ControlPlane, gitea: Gitea) -> None:
         )  # fmt: skip
 
 
+def site_values(plane: ControlPlane, **more: Any) -> dict[str, Any]:
+    """The default site as it runs on ``plane``'s real node, with ``more``: its
+    NetworkPolicies reach the plane's Gitea, registry, DNS and API server by address
+    (``Node.netpol_values``), which the node's engine enforces."""
+    return {"netpol": plane.real_node.netpol_values(plane.ports["apiserver"]), **more}
+
+
+def render(values: Path, out: Path) -> Path:
+    """``fabrique --values VALUES render --out OUT``, as a platform team runs it."""
+    done = subprocess.run(
+        [ROOT / ".venv" / "bin" / "fabrique", "--values", values, "render", "--out", out],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise ControlPlaneError(f"fabrique render: {done.stderr.strip()}")
+    return out
+
+
 def default_folder() -> Path:
     return Path(os.environ.get("FABRIQUE_LIVE_DIR") or Path.home() / ".cache" / "fabrique" / "live")
 
@@ -1294,13 +1332,18 @@ def _up(folder: Path) -> list[str]:
         argocd.root_application(
             f"{site.gitea.url}/{site.gitea.apps_repo}.git", site.gitea.branch, "apps"
         )
+    from .node import WORLD_HOSTS
+
+    world = ", ".join(f"{address} ({role})" for role, (address, _) in WORLD_HOSTS.items())
     return [
         f"export KUBECONFIG={running.kubeconfig}",
         f"# a real node, {running.node_name} ({running.node_ip}), runs the Workflows' pods "
         f"and the apps'; its images are in the plane's registry {running.registry} "
         f"(registry:80 to the node)",
         f"# the Argo Events controller {running.events_version()} judges what is applied "
-        "there; the default site is applied",
+        f"there; the default site is applied ({folder / 'manifests'}), its NetworkPolicies "
+        "enforced by kube-network-policies",
+        f"# the outside world, behind the node: {world}, each serving 80 and 443",
         *_event_path_lines(folder),
         f"# Gitea {gitea_version()} at {gitea.url} ({site.gitea.url} to the node's pods): "
         f"its admin {ADMIN} (the password in {gitea.password_file}); fabrique's user "
@@ -1329,7 +1372,9 @@ def _scenario(folder: Path) -> int:
         return 1
     bearer = Path(json.loads(event_path.read_text())["bearer_file"]).read_text().strip()
     values = folder / "scenario-site.yaml"  # seed's target: this plane's kube context
-    values.write_text(yaml.safe_dump({"targets": {"prod": {"context": "fabrique-live"}}}))
+    values.write_text(
+        yaml.safe_dump(site_values(running, targets={"prod": {"context": "fabrique-live"}}))
+    )
     argv, env = scenario(
         load_site(env={}), running, folder / "hosts", values, gitea.token, bearer, os.environ
     )

@@ -43,6 +43,7 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from ..waits import until
-from .controlplane import SERVICE_CIDR, ControlPlaneError, _http_ok
+from .controlplane import NETPOL_USER, SERVICE_CIDR, ControlPlaneError, _http_ok, write_secret
 
 if TYPE_CHECKING:
     from .controlplane import ControlPlane
@@ -82,6 +83,28 @@ MASKED = (
 # CNI cache, /var/log/containers): overlays, their upper layer in the plane's folder
 OVERLAID = ("/var/lib", "/var/log")
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# The outside world: a network namespace of the plane's own behind the node's, standing
+# for the Internet. A veth joins them (the node's end, the world's), and the node routes
+# there each host's block alone: every other address stays unreachable.
+WORLD_LINK = ("100.64.0.1", "100.64.0.2")
+# {role: (the host's address, the block the node routes to it)}
+WORLD_HOSTS = {
+    # TEST-NET-3: the live site lists this block in the build's allowlist
+    "allowlisted": ("203.0.113.10", "203.0.113.0/24"),
+    # TEST-NET-2: in no list
+    "outside": ("198.51.100.10", "198.51.100.0/24"),
+    # inside the first of GitHub's published git ranges (the default site's
+    # mirrorSync.githubCidrs): what Gitea's mirrors pull from
+    "github": ("140.82.112.10", "140.82.112.0/20"),
+}
+# what every host of the world serves (TCP): the build's 443 and a plain 80 beside it
+WORLD_PORTS = (80, 443)
+# the queue the NetworkPolicy engine reads (its --nfqueue-id default)
+NETPOL_QUEUE = 100
+NETPOL_METRICS = "127.0.0.1:9080"
+# where client-go's in-cluster config reads its token and CA, in the node's mount
+# namespace (its /run is the node's own)
+SERVICE_ACCOUNT_DIR = "/run/secrets/kubernetes.io/serviceaccount"
 
 
 @dataclass
@@ -132,6 +155,27 @@ class Node:
     def dir(self) -> Path:
         return self.folder / "node"
 
+    @property
+    def world_netns(self) -> str:
+        """The outside world's network namespace."""
+        return f"{self.netns}-world"
+
+    def netpol_values(self, api_port: int) -> dict[str, Any]:
+        """The site's ``netpol`` on this plane. Gitea and the registry run on the host's
+        end of the veth, CoreDNS on the node's IP, the API server on the host's end at
+        ``api_port``: none is a pod, so the policies reach them by address, as a site
+        reaches a registry outside its cluster or a node-local DNS cache. The build's
+        allowlist is the world's allowlisted block; GitHub's stays the default site's."""
+        host = [f"{self.address}/32"]
+        return {
+            "dns": {"cidrs": [f"{self.ip}/32"]},
+            "gitea": {"cidrs": host},
+            "registry": {"cidrs": host},
+            "apiServerCidrs": host,
+            "apiServerPorts": [api_port],
+            "egressCidrs": [WORLD_HOSTS["allowlisted"][1]],
+        }
+
     def state(self) -> dict[str, Any]:
         return {
             "index": self.index,
@@ -169,10 +213,15 @@ class Node:
             *argv,
         ]
 
-    def run(self, argv: list[str], timeout: float = 60) -> str:
+    def run(self, argv: list[str], timeout: float = 60, stdin: str | None = None) -> str:
         """Run ``argv`` on the node; its output, or a ControlPlaneError naming it."""
         done = subprocess.run(
-            self.in_node(argv), capture_output=True, text=True, timeout=timeout, check=False
+            self.in_node(argv),
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
         )
         if done.returncode != 0:
             raise ControlPlaneError(
@@ -271,6 +320,13 @@ class Node:
             f"nameserver {self.ip}\nsearch svc.{CLUSTER_DOMAIN} {CLUSTER_DOMAIN}\noptions ndots:5\n"
         )
         lines.append(f"mount --bind {shlex.quote(str(resolv))} /etc/resolv.conf")
+        # the NetworkPolicy engine's in-cluster credentials (start_netpol writes them)
+        account = self.dir / "serviceaccount"
+        account.mkdir(mode=0o700, exist_ok=True)
+        lines.append(
+            f"mkdir -p {SERVICE_ACCOUNT_DIR} && "
+            f"mount --bind {shlex.quote(str(account))} {SERVICE_ACCOUNT_DIR}"
+        )
         self.run(["sh", "-c", "\n".join(lines)])
 
     def cgroups(self) -> None:
@@ -548,18 +604,93 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
         plane._spawn("coredns", self.in_node([plane.bins["coredns"], "-conf", str(corefile)]))
         plane._wait("coredns", lambda: _http_ok(f"http://{self.ip}:8181/ready"), 60)
 
+    def start_world(self, plane: ControlPlane) -> None:
+        """The outside world (``WORLD_HOSTS``): a network namespace behind the node's, its
+        hosts' addresses on its loopback, one listener answering on ``WORLD_PORTS`` for
+        all of them. Pods reach it as they would the Internet: routed by the node,
+        masqueraded to the node's end of the link."""
+        world, node = self.world_netns, self.netns
+        # one left by a plane that crashed before its stop: this index is ours now
+        subprocess.run(["ip", "netns", "delete", world], capture_output=True, check=False)
+        _ip("netns", "add", world)
+        _ip("-n", node, "link", "add", "world0", "type", "veth", "peer", "name", "ext0", "netns", world)  # fmt: skip
+        _ip("-n", node, "addr", "add", f"{WORLD_LINK[0]}/30", "dev", "world0")
+        _ip("-n", node, "link", "set", "world0", "up")
+        _ip("-n", world, "link", "set", "lo", "up")
+        _ip("-n", world, "addr", "add", f"{WORLD_LINK[1]}/30", "dev", "ext0")
+        _ip("-n", world, "link", "set", "ext0", "up")
+        _ip("-n", world, "route", "add", "default", "via", WORLD_LINK[0])
+        for address, block in WORLD_HOSTS.values():
+            _ip("-n", world, "addr", "add", f"{address}/32", "dev", "lo")
+            _ip("-n", node, "route", "add", block, "via", WORLD_LINK[1])
+        ready = self.dir / "world.ready"
+        ready.unlink(missing_ok=True)
+        listener = Path(__file__).with_name("packets.py")
+        plane._spawn(
+            "world",
+            [
+                "nsenter", f"--net={NETNS_DIR / world}", "--",
+                sys.executable, str(listener), "serve", "world", str(ready),
+                *(f"tcp:{port}" for port in WORLD_PORTS),
+            ],
+        )  # fmt: skip
+        plane._wait("world", ready.exists, 30)
+
+    def start_netpol(self, plane: ControlPlane) -> None:
+        """kube-network-policies, the NetworkPolicy engine kind runs, beside kube-proxy.
+
+        Upstream's dataplane is one nftables chain on POSTROUTING, before SNAT: packets of
+        a new connection from or to a pod go to the engine's nfqueue, which judges them
+        by the policies. It writes that chain with nftables' ``queue`` statement, which
+        a kernel without CONFIG_NFT_QUEUE refuses (its sync fails, and its listener runs
+        on). The node writes the same rules with iptables' NFQUEUE target instead
+        (``_netpol_rules``), once the engine holds the queue: no packet is judged before
+        the engine reads it, and, as upstream's, a packet the engine cannot judge is
+        dropped (no bypass)."""
+        account = self.dir / "serviceaccount"
+        write_secret(account / "token", (plane.folder / "netpol.token").read_text().strip())
+        (account / "ca.crt").write_bytes((plane.folder / "ca.crt").read_bytes())
+        (account / "namespace").write_text("kube-system\n")
+        plane.kubectl("apply", "-f", "-", stdin=_netpol_rbac())
+        plane._spawn(
+            "kube-network-policies",
+            self.in_node(
+                [
+                    plane.bins["kube-network-policies"],
+                    f"--hostname-override={self.name}",
+                    # the node's pods' IPs are read from the API: no NRI in its containerd
+                    "--disable-nri",
+                    # the DNS race it works around is fixed in kernels 6.12 and later; on
+                    # it needs an nftables chain this kernel refuses too
+                    "--netfilter-bug-1766-fix=false",
+                    f"--nfqueue-id={NETPOL_QUEUE}",
+                    f"--metrics-bind-address={NETPOL_METRICS}",
+                ]
+            ),
+            env={
+                "KUBERNETES_SERVICE_HOST": self.address,
+                "KUBERNETES_SERVICE_PORT": str(plane.ports["apiserver"]),
+            },
+        )
+        plane._wait("kube-network-policies", self._queue_held, 60)
+        self.run(["iptables-restore", "--noflush"], stdin=_netpol_rules(self.ip))
+
+    def _queue_held(self) -> bool:
+        """The engine reads its queue: /proc/net/netfilter/nfnetlink_queue lists it."""
+        held = self.run(["cat", "/proc/net/netfilter/nfnetlink_queue"])
+        return any(line.split()[:1] == [str(NETPOL_QUEUE)] for line in held.splitlines())
+
     # -- stop ---------------------------------------------------------------------------------
 
     def teardown(self) -> None:
         """Kill what is left of the node (the pods' processes, the shims, every process
         in its namespaces), then remove its cgroups and its network namespace."""
-        netns = NETNS_DIR / self.netns
-        try:
-            net = f"net:[{netns.stat().st_ino}]"
-        except OSError:
-            net = ""
+        nets = set()
+        for name in (self.netns, self.world_netns):
+            with contextlib.suppress(OSError):
+                nets.add(f"net:[{(NETNS_DIR / name).stat().st_ino}]")
         for _ in range(50):
-            left = self._processes(net)
+            left = self._processes(nets)
             if not left:
                 break
             for pid in left:
@@ -568,15 +699,17 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
             time.sleep(0.1)
         else:
             raise ControlPlaneError(
-                f"node {self.name}: processes {sorted(self._processes(net))} outlive SIGKILL"
+                f"node {self.name}: processes {sorted(self._processes(nets))} outlive SIGKILL"
             )
         self._remove_cgroups()
-        if netns.exists():
+        for name in (self.world_netns, self.netns):
+            if not (NETNS_DIR / name).exists():
+                continue
             deleted = subprocess.run(
-                ["ip", "netns", "delete", self.netns], capture_output=True, text=True, check=False
+                ["ip", "netns", "delete", name], capture_output=True, text=True, check=False
             )
             if deleted.returncode != 0:
-                raise ControlPlaneError(f"ip netns delete {self.netns}: {deleted.stderr.strip()}")
+                raise ControlPlaneError(f"ip netns delete {name}: {deleted.stderr.strip()}")
         _unmount_netns_dir()
         # the veth goes with the namespace, once its last process is gone
         until(
@@ -588,7 +721,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
         )
         self.holder, self.mount_ns = 0, ""
 
-    def _processes(self, net: str) -> set[int]:
+    def _processes(self, nets: set[str]) -> set[int]:
         """The processes of this node: those in its cgroups, and those in its mount
         namespace (the plane's folder among its mounts: an identifier a later
         namespace may take again is not enough) or in its network namespace."""
@@ -603,7 +736,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
             if not entry.name.isdigit() or int(entry.name) == os.getpid():
                 continue
             try:
-                if net and os.readlink(entry / "ns/net") == net:
+                if os.readlink(entry / "ns/net") in nets:
                     found.add(int(entry.name))
                 elif self.mount_ns and os.readlink(entry / "ns/mnt") == self.mount_ns:
                     if marker in (entry / "mountinfo").read_text():
@@ -679,3 +812,65 @@ def _unmount_netns_dir() -> None:
             return
         subprocess.run(["umount", str(NETNS_DIR)], capture_output=True, check=False)
         NETNS_DIR.rmdir()
+
+
+def _netpol_rbac() -> str:
+    """What the engine reads (upstream's ClusterRole), bound to its user."""
+    return yaml.safe_dump_all(
+        [
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": "kube-network-policies"},
+                "rules": [
+                    {
+                        "apiGroups": [""],
+                        "resources": ["pods", "namespaces"],
+                        "verbs": ["list", "watch"],
+                    },
+                    {
+                        "apiGroups": ["networking.k8s.io"],
+                        "resources": ["networkpolicies"],
+                        "verbs": ["list", "watch"],
+                    },
+                ],
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": "kube-network-policies"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": "kube-network-policies",
+                },
+                "subjects": [
+                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": NETPOL_USER}
+                ],
+            },
+        ]
+    )
+
+
+def _netpol_rules(node_ip: str) -> str:
+    """Upstream's chain (pkg/networkpolicy/controller.go, syncNFTablesRules) in iptables:
+    on POSTROUTING, before SNAT (mangle), established and related packets and what the
+    node's root sends (the kubelet's probes) pass, and a new connection from or to a pod
+    goes to the engine. Upstream hands it the pods some policy selects; here every pod,
+    which the engine lets through when no policy selects it.
+
+    One rule more than upstream's: a pod's packets to the node's own address go to the
+    engine too (INPUT). CoreDNS runs there, not in a pod, and what never reaches
+    POSTROUTING would never be judged: a wrong DNS rule would pass."""
+    queue = f"-j NFQUEUE --queue-num {NETPOL_QUEUE}"
+    return f"""\
+*mangle
+:FABRIQUE-NETPOL - [0:0]
+-A POSTROUTING -j FABRIQUE-NETPOL
+-A FABRIQUE-NETPOL -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN
+-A FABRIQUE-NETPOL -m owner --uid-owner 0 -j RETURN
+-A FABRIQUE-NETPOL -s {POD_CIDR} {queue}
+-A FABRIQUE-NETPOL -d {POD_CIDR} {queue}
+-A INPUT -s {POD_CIDR} -d {node_ip}/32 -m conntrack --ctstate NEW {queue}
+COMMIT
+"""

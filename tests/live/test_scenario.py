@@ -35,7 +35,6 @@ import yaml
 
 from fabrique.site.config import load_site
 
-from ..conftest import ROOT
 from . import images
 from .argocd import ArgoCD
 from .buildkit import builder
@@ -44,9 +43,11 @@ from .controlplane import (
     ControlPlane,
     app_files,
     hosts_file,
+    render,
     scenario,
     serve_site,
     site_names,
+    site_values,
 )
 from .events import CONTROL, SOURCE, ArgoEvents, ServiceProxy, start_event_path
 from .fixtures import apply_site
@@ -111,9 +112,11 @@ def bench(node_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) ->
         values = folder / "site.yaml"
         values.write_text(
             yaml.safe_dump(
-                {
-                    "targets": {"prod": {"context": "fabrique-live"}},
-                    "derivedSecrets": [
+                # under the node's NetworkPolicy engine, the plane's services by address
+                site_values(
+                    plane,
+                    targets={"prod": {"context": "fabrique-live"}},
+                    derivedSecrets=[
                         {
                             "app": APP,
                             "from": "/".join(SOURCE_SECRET),
@@ -121,16 +124,10 @@ def bench(node_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) ->
                             "keys": {"username": "username"},
                         }
                     ],
-                }
+                )
             )
         )
-        tree = folder / "manifests"
-        subprocess.run(
-            [ROOT / ".venv" / "bin" / "fabrique", "--values", values, "render", "--out", tree],
-            check=True,
-            capture_output=True,
-        )
-        apply_site(cluster, tree)
+        apply_site(cluster, render(values, folder / "manifests"))
         serve_site(site, plane, gitea)
         bearer = secrets.token_urlsafe(32)
         events.start_controller()

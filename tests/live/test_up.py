@@ -31,6 +31,7 @@ SECRET_FILES = (
     "apiserver.key",
     "sa.key",
     "admin.token",
+    "netpol.token",
     "tokens.csv",
     "kubeconfig",
     "argo.kubeconfig",
@@ -126,6 +127,9 @@ def test_make_up_brings_up_the_event_path_and_make_down_stops_it(tmp_path: Path)
         assert {"argo-events-eventbus", "argo-events-eventsource", "argo-events-sensor"} <= set(
             plane.pids
         )
+        # the applied NetworkPolicies are enforced, the outside world is there
+        assert {"kube-network-policies", "world"} <= set(plane.pids)
+        assert "enforced by kube-network-policies" in up.stdout
         ((_, hook_url),) = _hooks(gitea)
         assert hook_url == found[1]  # the EventSource this plane runs
 

@@ -1,0 +1,358 @@
+"""The air-gap, judged by packets on the real node: the rendered NetworkPolicies applied,
+kube-network-policies enforcing them (``Node.start_netpol``), real pods with the
+namespaces, labels and ServiceAccounts the rendered tree gives fabrique's pods, and the
+outside world of the plane (``WORLD_HOSTS``: an allowlisted host, one outside every
+list, one in GitHub's ranges, each serving 80 and 443).
+
+Every probe is a new connection from a pod (``packets.py probe``): allowed is a
+connection made or a DNS answer; refused is a timeout or a reset, observed. A pod no
+policy selects, in ``default``, reaches every target first: what is refused to the
+others is the policies' doing, not the routing's.
+
+Two forms of the same site, as a site may write its peers:
+- by address (what the live plane's Gitea, registry and CoreDNS need: none runs in a
+  pod), the form scenario 34 runs under;
+- by pods (the default site's selectors), with stand-in pods carrying the labels the
+  default site names for DNS, Gitea and the registry, each listening on its port.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from fabrique.site.config import load_site
+
+from . import images
+from .cluster import Cluster
+from .controlplane import ControlPlane, render
+from .node import WORLD_HOSTS
+
+pytestmark = pytest.mark.xdist_group("real-node")
+
+PACKETS = Path(__file__).with_name("packets.py")
+SCRIPT = PACKETS.read_text()
+# every probe pod listens here too, for the ingress side
+POD_PORT = 8080
+# the tree's files that make fabrique's namespaces and ServiceAccounts
+ACCOUNTS = (
+    "namespaces/namespaces.yaml",
+    "build/rbac.yaml",
+    "reconcile/rbac.yaml",
+    "mirror/rbac.yaml",
+)
+KUBERNETES_SERVICE = "10.0.0.1"  # the first address of the plane's Service CIDR
+OPEN, REFUSED = "open", "refused"
+
+
+@dataclass(frozen=True)
+class Pod:
+    name: str
+    namespace: str
+    labels: dict[str, str]
+    account: str | None = None
+    serves: tuple[str, ...] = ()  # ports beside POD_PORT, for the stand-ins
+
+
+def _template_pod(tree: Path, path: str, template: str) -> tuple[dict[str, str], str]:
+    """The labels and ServiceAccount that ``template`` of the rendered ``path`` gives
+    its pods (the Workflow's own templated labels left out)."""
+    for doc in yaml.safe_load_all((tree / path).read_text()):
+        if not doc:
+            continue
+        spec = doc["spec"].get("workflowSpec", doc["spec"])
+        for entry in spec["templates"]:
+            if entry["name"] == template:
+                labels = {k: v for k, v in entry["metadata"]["labels"].items() if "{{" not in v}
+                return labels, spec["serviceAccountName"]
+    raise AssertionError(f"{path} has no template {template}")
+
+
+def render_netpol(folder: Path, netpol: dict[str, Any]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    values = folder / "site.yaml"
+    values.write_text(yaml.safe_dump({"netpol": netpol}))
+    return render(values, folder / "manifests")
+
+
+def apply_policies(cluster: Cluster, tree: Path) -> None:
+    """The tree's namespaces, fabrique's ServiceAccounts and its NetworkPolicies: what
+    packets are judged by (the Workflows and CronWorkflows are the scenario's)."""
+    policies = sorted(f"netpol/{p.name}" for p in (tree / "netpol").glob("*-namespace.yaml"))
+    for name in [*ACCOUNTS, *policies]:
+        cluster.kubectl(
+            "apply", "--server-side", "--field-manager=fabrique", "-f", str(tree / name)
+        )
+
+
+@dataclass
+class Airgap:
+    plane: ControlPlane
+    cluster: Cluster
+    folder: Path
+    pods: dict[str, Pod]
+    ips: dict[str, str]
+
+    def probe(self, pod: str, targets: list[str]) -> dict[str, str]:
+        """What each target gives a connection from ``pod``: ``open`` or ``refused``
+        (a timeout or a reset), anything else as said."""
+        said = self.cluster.kubectl(
+            "exec", "-n", self.pods[pod].namespace, pod, "--",
+            "python3", "-c", SCRIPT, "probe", *targets,
+        )  # fmt: skip
+        found = {}
+        for line in said.splitlines():
+            target, result = line.split(" ", 1)
+            word = result.split()[0]
+            found[target] = (
+                OPEN if word == "open" else REFUSED if word in ("timeout", "refused") else result
+            )
+        return found
+
+    def judge(self, pod: str, expected: dict[str, str]) -> None:
+        got = self.probe(pod, list(expected))
+        wrong = {t: f"{got[t]}, not {want}" for t, want in expected.items() if got[t] != want}
+        assert not wrong, f"from pod {pod}: {wrong}"
+
+
+def _start_pod(cluster: Cluster, pod: Pod, image: str) -> None:
+    ports = [f"tcp:{POD_PORT}", *pod.serves]
+    security = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    if pod.serves:  # a stand-in listens on a port below 1024
+        security = {"runAsUser": 0}
+    spec: dict[str, Any] = {
+        "terminationGracePeriodSeconds": 1,
+        "containers": [
+            {
+                "name": "main",
+                "image": image,
+                "command": ["python3", "-c", SCRIPT, "serve", pod.name, "-", *ports],
+                "securityContext": security,
+            }
+        ],
+    }
+    if pod.account:
+        spec["serviceAccountName"] = pod.account
+        spec["automountServiceAccountToken"] = False
+    cluster.kubectl(
+        "apply",
+        "-f",
+        "-",
+        stdin=yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": pod.name, "namespace": pod.namespace, "labels": pod.labels},
+                "spec": spec,
+            }
+        ),
+    )
+
+
+def _ready_ip(cluster: Cluster, pod: Pod) -> str | None:
+    got = cluster.get(f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}")
+    conditions = (got.get("status") or {}).get("conditions") or []
+    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    return got["status"].get("podIP") if ready else None
+
+
+@pytest.fixture(scope="module")
+def airgap(node_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airgap]:
+    plane = node_plane
+    folder = tmp_path_factory.mktemp("airgap")
+    cluster = Cluster(plane)
+    site = load_site(env={})
+    tree = render_netpol(folder / "labels", {})
+    build_labels, build_account = _template_pod(tree, "build/workflowtemplate.yaml", "build")
+    step_labels, _ = _template_pod(tree, "build/workflowtemplate.yaml", "checkout")
+    reconciler, reconciler_account = _template_pod(
+        tree, "reconcile/cronworkflow-fabrique-reconcile.yaml", "reconcile"
+    )
+    mirror, mirror_account = _template_pod(
+        tree, "mirror/cronworkflow-gitea-mirror-sync.yaml", "sync"
+    )
+    build_ns, control_ns = site.namespaces.build, site.namespaces.control
+    dns, gitea, registry = site.netpol.dns, site.netpol.gitea, site.netpol.registry
+    assert dns.namespace and dns.pod_labels and gitea.namespace and gitea.pod_labels
+    assert registry.namespace and registry.pod_labels
+    pods = [
+        Pod("free", "default", {}),
+        Pod("build", build_ns, build_labels, build_account),
+        Pod("step", build_ns, step_labels, build_account),
+        Pod("stray-build", build_ns, {}),
+        Pod("reconciler", control_ns, reconciler, reconciler_account),
+        Pod("mirror-sync", control_ns, mirror, mirror_account),
+        Pod("stray-control", control_ns, {}),
+        # Gitea's pods, which the default site's mirror policy selects; and the stand-in
+        # that the pods' form of the site names as Gitea
+        Pod("gitea", site.namespaces.gitea, dict(site.mirror_sync.gitea_pod_labels), None,
+            (f"tcp:{gitea.port}",)),
+        Pod("dns", dns.namespace, dict(dns.pod_labels), None,
+            (f"udp:{dns.port}", f"tcp:{dns.port}", "udp:5353")),
+        Pod("registry", registry.namespace, dict(registry.pod_labels), None,
+            (f"tcp:{registry.port}", "tcp:5000")),
+    ]  # fmt: skip
+    # the tree's namespaces and accounts first, before any policy: the pods start free
+    for name in ACCOUNTS:
+        cluster.kubectl(
+            "apply", "--server-side", "--field-manager=fabrique", "-f", str(tree / name)
+        )
+    for namespace in {p.namespace for p in pods}:
+        cluster.kubectl("create", "namespace", namespace, check=False)
+    python = images.python()
+    image = images.pinned(images.PYTHON, {images.PYTHON: images.push(python, plane.registry)})
+    # Gitea as the live plane runs it: a host process on the host's end, its port the
+    # site's (a listener here: the scenario's Gitea is its own module's)
+    ready = folder / "gitea-host.ready"
+    host_gitea = subprocess.Popen(
+        [sys.executable, str(PACKETS), "serve", "gitea-host", str(ready),
+         f"tcp:{plane.address}:{gitea.port}"],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        for pod in pods:
+            _start_pod(cluster, pod, image)
+        ips = {
+            pod.name: cluster.wait(f"pod {pod.namespace}/{pod.name} Ready with an IP",
+                                   lambda pod=pod: _ready_ip(cluster, pod), timeout=120)
+            for pod in pods
+        }  # fmt: skip
+        cluster.wait(
+            "the host's Gitea stand-in to listen", lambda: ready.exists() or None, timeout=30
+        )
+        yield Airgap(plane, cluster, folder, {p.name: p for p in pods}, ips)
+    finally:
+        host_gitea.terminate()
+        host_gitea.wait(timeout=10)
+        for pod in pods:
+            cluster.kubectl(
+                "delete", "pod", "-n", pod.namespace, pod.name, "--wait=false", check=False
+            )
+        cluster.http.close()
+
+
+def _targets(gap: Airgap) -> dict[str, str]:
+    node = gap.plane.real_node
+    site = load_site(env={})
+    world = {role: address for role, (address, _) in WORLD_HOSTS.items()}
+    return {
+        "dns": f"udp:{node.ip}:53",
+        "dns-tcp": f"tcp:{node.ip}:53",
+        "gitea": f"tcp:{node.address}:{site.netpol.gitea.port}",
+        "registry": f"tcp:{node.address}:80",
+        "api": f"tcp:{KUBERNETES_SERVICE}:443",
+        "allowlisted": f"tcp:{world['allowlisted']}:443",
+        "allowlisted-80": f"tcp:{world['allowlisted']}:80",
+        "outside": f"tcp:{world['outside']}:443",
+        "github": f"tcp:{world['github']}:443",
+        "github-80": f"tcp:{world['github']}:80",
+        "dns-pod": f"udp:{gap.ips['dns']}:53",
+        "dns-pod-tcp": f"tcp:{gap.ips['dns']}:53",
+        "dns-pod-5353": f"udp:{gap.ips['dns']}:5353",
+        "gitea-pod": f"tcp:{gap.ips['gitea']}:{site.netpol.gitea.port}",
+        "registry-pod": f"tcp:{gap.ips['registry']}:80",
+        "registry-pod-5000": f"tcp:{gap.ips['registry']}:5000",
+    }
+
+
+def _expect(gap: Airgap, allowed: set[str], names: list[str]) -> dict[str, str]:
+    targets = _targets(gap)
+    return {targets[name]: OPEN if name in allowed else REFUSED for name in names}
+
+
+def test_with_no_policy_every_pod_reaches_every_target(airgap: Airgap) -> None:
+    """The control: before the tree's policies, the world, the plane's services and the
+    stand-ins all answer. Each refusal below is a policy's."""
+    every = list(_targets(airgap))
+    airgap.cluster.kubectl("delete", "networkpolicies", "--all", "-A", check=False)
+    for pod in ("free", "build", "stray-build", "mirror-sync", "gitea"):
+        airgap.judge(pod, _expect(airgap, set(every), every))
+
+
+def _in_force(gap: Airgap, form: str, netpol: dict[str, Any], sign: tuple[str, str, str]) -> None:
+    """Render the site with ``netpol``, apply it, and wait until the engine judges by
+    it: ``sign`` is (pod, target name, what it gives once the policies are in force)."""
+    tree = render_netpol(gap.folder / form, netpol)
+    apply_policies(gap.cluster, tree)
+    pod, name, want = sign
+    target = _targets(gap)[name]
+    gap.cluster.wait(
+        f"the engine to judge {pod} -> {name} ({target}) {want}",
+        lambda: gap.probe(pod, [target])[target] == want or None,
+        timeout=60,
+    )
+
+
+EVERY = [
+    "dns", "dns-tcp", "gitea", "registry", "api", "allowlisted", "allowlisted-80",
+    "outside", "github", "github-80",
+]  # fmt: skip
+
+
+def test_by_address_each_pod_reaches_what_the_tree_says_and_nothing_else(airgap: Airgap) -> None:
+    """The form the live plane's site takes (scenario 34 runs under it): Gitea, the
+    registry, DNS and the API server by address."""
+    node = airgap.plane.real_node
+    _in_force(
+        airgap,
+        "by-address",
+        node.netpol_values(airgap.plane.ports["apiserver"]),
+        ("stray-build", "dns", REFUSED),
+    )
+    plane = {"dns", "dns-tcp", "gitea", "registry", "api"}
+    # anything not in a namespace of fabrique's is as free as before
+    airgap.judge("free", _expect(airgap, set(EVERY), EVERY))
+    # the build: the plane, and the allowlist on 443 only
+    airgap.judge("build", _expect(airgap, plane | {"allowlisted"}, EVERY))
+    # the build's other steps (checkout, verify, write-back): the plane only
+    airgap.judge("step", _expect(airgap, plane, EVERY))
+    # a pod in the build namespace that is not of a build: nothing, DNS neither
+    airgap.judge("stray-build", _expect(airgap, set(), EVERY))
+    # the safety net: the plane, nothing outside
+    airgap.judge("reconciler", _expect(airgap, plane, EVERY))
+    # the mirror sync calls Gitea's API (and its executor the API server): no registry
+    airgap.judge("mirror-sync", _expect(airgap, plane - {"registry"}, EVERY))
+    airgap.judge("stray-control", _expect(airgap, set(), EVERY))
+    # Gitea's pods pull their mirrors from GitHub on 443: its ranges, nothing else
+    airgap.judge("gitea", _expect(airgap, {"dns", "dns-tcp", "github"}, EVERY))
+    # ingress: nothing enters fabrique's pods, not even from a free pod
+    free = {
+        f"tcp:{airgap.ips[pod]}:{POD_PORT}": REFUSED
+        for pod in ("build", "stray-build", "reconciler", "mirror-sync")
+    }
+    airgap.judge("free", {**free, f"tcp:{airgap.ips['gitea']}:{POD_PORT}": OPEN})
+
+
+def test_by_pods_the_selectors_find_the_labelled_pods_on_their_ports(airgap: Airgap) -> None:
+    """The default site's form: DNS, Gitea and the registry are pods its selectors name
+    (stand-ins with their labels), each reached on its port alone; the same services
+    off the pod network are refused. The API server stays by address (the default's is a
+    placeholder)."""
+    node = airgap.plane.real_node
+    netpol = node.netpol_values(airgap.plane.ports["apiserver"])
+    for peer in ("dns", "gitea", "registry"):
+        del netpol[peer]
+    _in_force(airgap, "by-pods", netpol, ("build", "dns-pod", OPEN))
+    names = [
+        "dns-pod", "dns-pod-tcp", "dns-pod-5353", "gitea-pod", "registry-pod",
+        "registry-pod-5000", "dns", "gitea", "registry", "api", "allowlisted",
+    ]  # fmt: skip
+    pods = {"dns-pod", "dns-pod-tcp", "gitea-pod", "registry-pod", "api"}
+    airgap.judge("build", _expect(airgap, pods | {"allowlisted"}, names))
+    airgap.judge("step", _expect(airgap, pods, names))
+    airgap.judge("stray-build", _expect(airgap, set(), names))
+    airgap.judge("mirror-sync", _expect(airgap, pods - {"registry-pod"}, names))
+    airgap.judge("free", _expect(airgap, set(names), names))
