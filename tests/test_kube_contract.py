@@ -31,7 +31,7 @@ from fabrique.site.config import load_site
 from fabrique.site.errors import KubeError
 
 from . import payloads
-from .conftest import GITEA_TOKEN, Repo, run_cli, write_values
+from .conftest import GITEA_TOKEN, ROOT, Repo, run_cli, write_values
 from .doubles.gitea import GiteaDouble
 from .doubles.kube import KubeApiDouble
 from .live.cluster import Answer
@@ -56,13 +56,16 @@ class RestApi(ABC):
     @abstractmethod
     def ensure_namespace(self, namespace: str) -> None: ...
 
+    @abstractmethod
+    def ensure_applications(self) -> None:
+        """Argo CD's Application kind is served."""
+
     @staticmethod
     def path(kind: str, namespace: str, name: str = "") -> str:
-        base = (
-            f"/apis/argoproj.io/v1alpha1/namespaces/{namespace}/workflows"
-            if kind == "Workflow"
-            else f"/api/v1/namespaces/{namespace}/{CORE[kind]}"
-        )
+        if kind in ("Workflow", "Application"):
+            base = f"/apis/argoproj.io/v1alpha1/namespaces/{namespace}/{kind.lower()}s"
+        else:
+            base = f"/api/v1/namespaces/{namespace}/{CORE[kind]}"
         return f"{base}/{name}" if name else base
 
     def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
@@ -98,6 +101,9 @@ class DoubleApi(RestApi):
     def ensure_namespace(self, namespace: str) -> None:
         pass  # the double has no namespaces: every one exists
 
+    def ensure_applications(self) -> None:
+        pass  # the double serves them always
+
 
 class LiveApi(RestApi):
     def __init__(self, cluster: Any) -> None:
@@ -120,6 +126,19 @@ class LiveApi(RestApi):
 
     def ensure_namespace(self, namespace: str) -> None:
         self.cluster.kubectl("create", "namespace", namespace, check=False)
+
+    def ensure_applications(self) -> None:
+        """Argo CD's Application CRD, as vendor/specs/ pins it, applied and Established."""
+        crd = ROOT / "vendor" / "specs" / "argo-cd-v3.5.1.application-crd.yaml"
+        self.cluster.kubectl("apply", "--server-side", "-f", str(crd))
+        path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/applications.argoproj.io"
+
+        def established() -> bool:
+            conditions = (self.cluster.get(path).get("status") or {}).get("conditions") or []
+            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+        # kubectl wait fails, not waits, on a CRD whose status has no conditions yet
+        self.cluster.wait("the Application CRD Established", established, timeout=60)
 
 
 @pytest.fixture(params=["double", pytest.param("live", marks=pytest.mark.live)])
@@ -455,3 +474,40 @@ def test_seed_checks_the_registrys_bare_name_resolves_in_both_namespaces(
     )
     dotted = load_site(env={"FABRIQUE_REGISTRY__HOST": "registry.example.org:5000"})
     assert registry_name(dotted, client).state == "skipped"
+
+
+# -- Argo CD's Applications -------------------------------------------------------------------
+
+
+def test_an_application_reads_back_with_the_status_argo_cd_wrote(
+    api: RestApi, client: KubeClient
+) -> None:
+    """What promote reads of the environment before: the Application's sync and health,
+    and its pods' images, as Argo CD writes them on the object (no status subresource)."""
+    api.ensure_applications()
+    name = unique("citation")
+    digest = "sha256:" + "b" * 64
+    api.put(
+        {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Application",
+            "metadata": {"name": name, "namespace": "argocd"},
+            "spec": {
+                "project": "default",
+                "source": {"repoURL": "http://gitea/atlas/atlas.git", "path": "deploy"},
+                "destination": {"server": "https://kubernetes.default.svc", "namespace": "d"},
+            },
+            "status": {
+                "sync": {"status": "Synced", "revision": "c" * 40},
+                "health": {"status": "Healthy"},
+                "summary": {"images": [f"registry:80/citation-dagster:abc@{digest}"]},
+            },
+        }
+    )
+    found = client.application("argocd", name)
+    assert found is not None
+    assert found["status"]["sync"]["status"] == "Synced"
+    assert found["status"]["health"]["status"] == "Healthy"
+    assert found["status"]["summary"]["images"] == [f"registry:80/citation-dagster:abc@{digest}"]
+    assert client.application("argocd", unique("none")) is None
+    api.forget("Application", "argocd", name)

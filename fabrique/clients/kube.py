@@ -363,6 +363,12 @@ class KubeClient:
             deleting=bool(meta.get("deletionTimestamp")),
         )
 
+    def application(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """Argo CD's Application ``namespace/name`` (its status as Argo CD wrote it), or
+        None if there is none."""
+        path = _namespaced(f"/apis/{ARGO_GROUP}/{ARGO_VERSION}", namespace, "applications", name)
+        return self._get(f"get Application {namespace}/{name}", path)
+
     def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The Secret as the API returns it (``data`` base64), or None if there is none."""
         return self._read_core("Secret", namespace, name)

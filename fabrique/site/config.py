@@ -645,6 +645,30 @@ class SigningConfig(_Model):
         return self
 
 
+class Environment(_Model):
+    """One stage of an app's way to production (``apps[].environments[]``), in promotion
+    order. The first is where the build writes back (its target is ``apps[].writeback``);
+    each next one is written by ``fabrique promote`` alone, with the digest that passed
+    the one before: never a rebuild."""
+
+    name: DnsLabel
+    # a key of ``targets``: the kube context of the cluster whose Argo CD deploys it
+    target: DnsLabel
+    # its Argo CD Application there, namespace/name (default argocd/<app>)
+    application: ObjectRef | None = None
+    # the write-back target; the first environment's is apps[].writeback
+    writeback: WriteBackTarget | None = None
+    # what passing here means beyond Synced and Healthy: commit statuses on the built
+    # commit that must be ``success`` before its digest goes further (bench/scenario-34)
+    checks: list[Annotated[str, Field(min_length=1, max_length=255)]] = Field(default_factory=list)
+    # auto: the safety net promotes into it what passed in the one before
+    promote: Literal["manual", "auto"] = "manual"
+
+    def application_ref(self, app: str) -> tuple[str, str]:
+        namespace, _, name = (self.application or f"argocd/{app}").partition("/")
+        return namespace, name
+
+
 class AppConfig(_Model):
     name: Annotated[str, AfterValidator(_app_name)]
     image: Annotated[str, AfterValidator(_repository)]
@@ -653,6 +677,56 @@ class AppConfig(_Model):
     build_args: Annotated[dict[str, str], AfterValidator(_build_args)] = Field(default_factory=dict)
     writeback: WriteBackTarget
     application: ApplicationConfig | None = None
+    environments: list[Environment] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _promotion_order(self) -> AppConfig:
+        seen: set[str] = set()
+        targets = {(self.writeback.repo, self.writeback.branch, self.writeback.path): "first"}
+        for index, env in enumerate(self.environments):
+            at = f"environments[{index}]"
+            if env.name in seen:
+                raise ValueError(f"{at}.name: duplicate environment {env.name!r}")
+            seen.add(env.name)
+            if index == 0:
+                if env.writeback is not None:
+                    raise ValueError(
+                        f"{at}.writeback: the first environment's target is the app's "
+                        "writeback (the build writes there); leave it out"
+                    )
+                if env.promote == "auto":
+                    raise ValueError(f"{at}.promote: nothing comes before the first environment")
+                continue
+            if env.promote == "auto":
+                # said, not ignored: a promotion the site asks for must happen
+                raise ValueError(
+                    f"{at}.promote: auto is not done by the safety net yet; promote with "
+                    "`fabrique promote` (promote: manual)"
+                )
+            if env.writeback is None:
+                raise ValueError(f"{at}.writeback: required (where promote writes {env.name})")
+            key = (env.writeback.repo, env.writeback.branch, env.writeback.path)
+            if key in targets:
+                raise ValueError(
+                    f"{at}.writeback: {env.writeback.repo}:{env.writeback.path} is already "
+                    "another environment's target"
+                )
+            targets[key] = env.name
+        return self
+
+    def environment(self, name: str) -> tuple[Environment, Environment | None]:
+        """The environment ``name`` and the one before it (None for the first)."""
+        for index, env in enumerate(self.environments):
+            if env.name == name:
+                return env, self.environments[index - 1] if index else None
+        known = ", ".join(env.name for env in self.environments) or "none"
+        raise InputError(f"--to {name!r}: not an environment of {self.name} (its: {known})")
+
+    def at(self, env: Environment) -> AppConfig:
+        """This app as written in ``env``: its target is the environment's."""
+        if env.writeback is None:
+            return self
+        return self.model_copy(update={"writeback": env.writeback})
 
 
 class Site(_Model):
@@ -703,6 +777,18 @@ class Site(_Model):
             if wide:
                 index, why = wide
                 raise ValueError(f"{field}{'' if index is None else f'[{index}]'}: {why}")
+        return self
+
+    @model_validator(mode="after")
+    def _environment_targets(self) -> Site:
+        for index, app in enumerate(self.apps):
+            for position, env in enumerate(app.environments):
+                if env.target not in self.targets:
+                    known = ", ".join(self.targets) or "none"
+                    raise ValueError(
+                        f"apps[{index}].environments[{position}].target: {env.target!r} is "
+                        f"not a key of targets (its: {known})"
+                    )
         return self
 
     @model_validator(mode="after")

@@ -39,6 +39,9 @@ SELECTOR_TERM = re.compile(r"[^,(]+(?:\([^)]*\))?")
 SET_TERM = re.compile(r"\s*([^\s!=]+)\s+in\s+\(([^)]*)\)\s*")
 WORKFLOWS = re.compile(r"^/apis/argoproj\.io/v1alpha1/namespaces/([^/]+)/workflows(?:/([^/]+))?$")
 CORE = re.compile(r"^/api/v1/namespaces/([^/]+)/(secrets|configmaps|services)(?:/([^/]+))?$")
+APPLICATION = re.compile(
+    r"^/apis/argoproj\.io/v1alpha1/namespaces/([^/]+)/applications(?:/([^/]+))?$"
+)
 KINDS = {"secrets": "Secret", "configmaps": "ConfigMap", "services": "Service"}
 
 
@@ -65,6 +68,8 @@ class KubeApiDouble:
         self.secrets: dict[tuple[str, str], dict[str, Any]] = {}
         self.configmaps: dict[tuple[str, str], dict[str, Any]] = {}
         self.services: dict[tuple[str, str], dict[str, Any]] = {}
+        # Argo CD's Applications, their status as Argo CD writes it: read only
+        self.applications: dict[tuple[str, str], dict[str, Any]] = {}
         self.version = 100
         self.requests: list[Request] = []
         self.faults: list[int] = []
@@ -111,6 +116,9 @@ class KubeApiDouble:
                     "services": self.services,
                 }[core[2]]
                 return self._core(request, core[1], core[3], store, core[2])
+            application = APPLICATION.match(request.path)
+            if application:
+                return self._application(request, application[1], application[2])
             match = WORKFLOWS.match(request.path)
             if not match:
                 return 404, status(404, "NotFound", f"the server could not find {request.path}")
@@ -129,6 +137,34 @@ class KubeApiDouble:
             return 405, status(
                 405, "MethodNotAllowed", f"{request.method} not served by the double"
             )
+
+    def _application(self, request: Request, namespace: str, name: str | None) -> tuple[int, Any]:
+        """Argo CD's Applications: created whole, status and all (the CRD has no status
+        subresource: Argo CD writes it on the object), read, deleted."""
+        if request.method == "POST" and name is None:
+            body = request.json()
+            name = body["metadata"]["name"]
+            if (namespace, name) in self.applications:
+                return 409, status(
+                    409, "AlreadyExists", f'applications.argoproj.io "{name}" already exists', name
+                )
+            self.version += 1
+            body["metadata"] = {**body["metadata"], "namespace": namespace,
+                                "resourceVersion": str(self.version)}  # fmt: skip
+            self.applications[(namespace, name)] = body
+            return 201, body
+        found = self.applications.get((namespace, name or ""))
+        if name is None or request.method not in ("GET", "DELETE"):
+            return 405, status(
+                405, "MethodNotAllowed", f"{request.method} not served by the double"
+            )
+        if found is None:
+            return 404, status(
+                404, "NotFound", f'applications.argoproj.io "{name}" not found', name
+            )
+        if request.method == "DELETE":
+            del self.applications[(namespace, name)]
+        return 200, found
 
     def _list(self, namespace: str, request: Request) -> dict[str, Any]:
         """A WorkflowList, filtered by a ``labelSelector`` of ``k=v``, ``k!=v`` (the label
