@@ -626,6 +626,51 @@ def rollback(state: _State, app: str, to: str, reason: str, by: str | None, dry_
         click.echo(outcome.line())
 
 
+@cli.command()
+@click.option("--app", required=True, help="App name from the site config.")
+@click.option("--to", "to", required=True, help="The environment to promote into (prod).")
+@click.option(
+    "--revision",
+    help="The commit whose image to promote: it must be the one the environment before runs.",
+)
+@click.option("--dry-run", is_flag=True, help="Check, and print the diff; write nothing.")
+@pass_state
+def promote(state: _State, app: str, to: str, revision: str | None, dry_run: bool) -> None:
+    """Give an environment the digest that passed in the one before it: no rebuild."""
+    from fabrique.clients.gitea import GiteaClient, token_from_env
+    from fabrique.clients.kube import KubeClient
+    from fabrique.clients.registry import RegistryClient
+    from fabrique.decisions.signature import signature_gate
+    from fabrique.decisions.writeback import open_transport
+    from fabrique.gestures.promote import promote as promote_gesture
+
+    site = state.site
+    site.app(app)
+    token = token_from_env()
+    with (
+        open_transport(site, token) as transport,
+        GiteaClient.for_site(site, token) as gitea,
+        RegistryClient.for_site(site) as registry,  # only asked when the site signs
+    ):
+        outcome = promote_gesture(
+            *(site, transport, gitea),
+            lambda target: KubeClient.for_site(site, site.targets[target].context),
+            *(app, to),
+            revision=revision,
+            dry_run=dry_run,
+            gate=signature_gate(site, registry),
+        )
+    if outcome.diff:
+        click.echo(outcome.diff, nl=False)
+    if outcome.state == "changed":
+        click.echo(
+            f"promoted: {app} {outcome.pin.reference} -> {to} {outcome.where} "
+            f"(commit {outcome.commit})"
+        )
+    else:
+        click.echo(outcome.line())
+
+
 @cli.command("seed-webhook")
 @click.option("--dry-run", is_flag=True, help="Say what would change; change nothing.")
 @click.option("--rotate", is_flag=True, help="Write the bearer token again.")

@@ -36,6 +36,7 @@ NEEDS: dict[str, str | None] = {
     "release": "Gitea",
     "status": "Gitea, the registry and the Kubernetes API",
     "rollback": "Gitea and the registry",
+    "promote": "Gitea and the environments' clusters",
     "doctor eventbus": "the EventBus (tests/live/test_events.py runs it on the real one)",
 }
 

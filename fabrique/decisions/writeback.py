@@ -37,7 +37,7 @@ from typing import Literal, Protocol, TypeVar
 
 from fabrique.clients.git import Author, GitRemote
 from fabrique.clients.gitea import Commit, FileContent, GiteaClient, Identity
-from fabrique.site.config import AppConfig, Site
+from fabrique.site.config import AppConfig, Environment, Site
 from fabrique.site.errors import ProvenanceError, StaleWrite, TargetError
 from fabrique.site.names import check_digest, check_revision, short_sha, workflow_name
 
@@ -180,22 +180,29 @@ def write_back(
     sleep: Callable[[float], None] = time.sleep,
     rollback: Hold | None = None,
     gate: Callable[[str, str], None] | None = None,
+    environment: Environment | None = None,
+    message: str | None = None,
 ) -> Outcome:
     """Write ``digest`` of ``app`` built at ``revision`` into its target, once.
 
     While the target carries a hold, nothing is written (``held``). ``rollback`` is the
     operator's gesture: the pin is written whatever is deployed, with that hold, in one
     commit. With ``signing`` on, ``gate(image, digest)`` (``signature.signature_gate``)
-    must accept the digest before anything is written."""
+    must accept the digest before anything is written. ``environment``: the target is
+    that environment's (a promotion, whose ``message`` says so)."""
     app = site.app(app_name)
+    if environment is not None:
+        app = app.at(environment)
     check_revision(revision)
     pin = desired_pin(site, app, revision, digest)
     target = app.writeback
     where = target_where(site, app)
-    if rollback is None:
-        message = commit_message(app, pin, revision, workflow or workflow_name(app.name, revision))
-    else:
-        message = rollback_message(app, pin, revision, rollback)
+    if message is None:
+        message = (
+            commit_message(app, pin, revision, workflow or workflow_name(app.name, revision))
+            if rollback is None
+            else rollback_message(app, pin, revision, rollback)
+        )
     gated: list[bool] = []
 
     def edit(old: str | None) -> str | Outcome:

@@ -23,7 +23,9 @@ line; nothing else reaches the terminal.
     ├── RenderError                5  the manifest tree could not be written
     ├── ValidationFailed           6  rendered documents broke a schema or a rule
     └── ProvenanceError            8  an image does not prove that this factory built it
-                                      from that commit (labels, attestations, signature)
+        │                             from that commit (labels, attestations, signature)
+        └── NotPassed                 a digest to promote did not pass the environment
+                                      before (its Application, its checks)
 """
 
 from __future__ import annotations
@@ -110,6 +112,10 @@ class ProvenanceError(FabriqueError):
     """An image's labels, attestations or signature do not name the build they must."""
 
     exit_code = 8
+
+
+class NotPassed(ProvenanceError):
+    """A promotion's digest has not passed the environment before: nothing is written."""
 
 
 class RenderError(FabriqueError):

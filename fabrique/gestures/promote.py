@@ -1,0 +1,181 @@
+"""``fabrique promote``: bench before prod, by the same digest.
+
+The digest an environment gets is the one the environment before it deploys, read from
+that environment's target in Git: never a rebuild, never a digest typed by hand. Before
+anything is written it must have **passed** there: the environment's Argo CD
+Application, read through the Kubernetes API of its cluster, is Synced and Healthy with
+that digest among the images its pods run (``status.summary.images``, which Argo CD
+fills from the live pods), and each commit status the environment names
+(``checks``) is ``success`` on the built commit. Each refusal is one line naming what
+is missing (``NotPassed``, exit 8), and nothing is written.
+
+Then the pin, tag and digest, goes into the next environment's target through the
+write-back's own path: a hold there stops it, an older digest never replaces a newer
+one, the signature is checked where the site signs, one commit, a replay is
+``unchanged``, a lost race is re-read. A promotion posts ``fabrique/<app>/<env>`` on the
+built commit (once: a replay posts nothing new).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fabrique.clients.gitea import CommitStatus, GiteaClient
+from fabrique.clients.kube import KubeClient
+from fabrique.decisions.targets import ImagePin
+from fabrique.decisions.writeback import (
+    Outcome,
+    Transport,
+    deployed_pin,
+    deployed_revision,
+    target_where,
+    write_back,
+)
+from fabrique.site.config import AppConfig, Environment, Site
+from fabrique.site.errors import InputError, NotPassed
+
+REVISION_PREFIX_RE = re.compile(r"[0-9a-f]{7,64}")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """What an environment deploys: the pin, and the commit its tag names."""
+
+    environment: str
+    revision: str
+    pin: ImagePin
+    where: str
+
+
+def status_context(app: str, env: str) -> str:
+    """The commit status a promotion posts on the built commit."""
+    return f"fabrique/{app}/{env}"
+
+
+def promote_message(app: AppConfig, pin: ImagePin, revision: str, source: str, env: str) -> str:
+    return (
+        f"fabrique: promote {app.image} {pin.tag} for {app.name} to {env}\n\n"
+        f"App: {app.name}\n"
+        f"Image: {pin.new_name}:{pin.tag}\n"
+        f"Digest: {pin.digest}\n"
+        f"Source-Revision: {revision}\n"
+        f"Promoted-From: {source}\n"
+    )
+
+
+def deployed_in(site: Site, transport: Transport, app: AppConfig, env: Environment) -> Candidate:
+    """What ``env`` deploys now, from its target in Git; NotPassed when it deploys nothing
+    a promotion may take (no file, no pin of the app, a tag alone, a tag naming no commit
+    of the code repository)."""
+    there = app.at(env)
+    target = there.writeback
+    where = target_where(site, there)
+    snapshot = transport.read(target.repo, target.branch or site.gitea.branch, target.path)
+    if snapshot.text is None:
+        raise NotPassed(f"{env.name}: {where} not found: it deploys nothing to promote")
+    pin = deployed_pin(site, there, snapshot.text)
+    if pin is None or not pin.digest:
+        what = "no image of" if pin is None else "a tag alone, no digest, for"
+        raise NotPassed(f"{env.name}: {where} deploys {what} {app.image}: nothing to promote")
+    revision = deployed_revision(transport, site.gitea.code_repo, site.gitea.branch, pin.tag or "")
+    if revision is None:
+        raise NotPassed(
+            f"{env.name}: {where} deploys tag {pin.tag!r}, which names no commit of "
+            f"{site.gitea.code_repo}: only what fabrique built may be promoted"
+        )
+    return Candidate(env.name, revision, pin, where)
+
+
+def check_passed(
+    site: Site,
+    kube: KubeClient,
+    gitea: GiteaClient,
+    app: AppConfig,
+    env: Environment,
+    candidate: Candidate,
+) -> None:
+    """NotPassed, naming what is missing, unless ``candidate`` passed in ``env``."""
+    namespace, name = env.application_ref(app.name)
+    context = site.targets[env.target].context
+    application = f"{env.name}: Application {namespace}/{name} (context {context})"
+    found = kube.application(namespace, name)
+    if found is None:
+        raise NotPassed(f"{application}: not found")
+    status = found.get("status") or {}
+    sync = (status.get("sync") or {}).get("status") or "Unknown"
+    health = (status.get("health") or {}).get("status") or "Unknown"
+    if sync != "Synced":
+        raise NotPassed(f"{application} is {sync}, not Synced")
+    if health != "Healthy":
+        raise NotPassed(f"{application} is {health}, not Healthy")
+    digest = candidate.pin.digest or ""
+    images = [str(i) for i in (status.get("summary") or {}).get("images") or []]
+    if not any(image.endswith(f"@{digest}") for image in images):
+        running = ", ".join(images) or "none"
+        raise NotPassed(
+            f"{application} runs no pod of {candidate.pin.reference} (its pods' images: {running})"
+        )
+    if not env.checks:
+        return
+    statuses = gitea.latest_statuses(site.gitea.code_repo, candidate.revision)
+    for check in env.checks:
+        got = statuses.get(check)
+        on = f"{site.gitea.code_repo}@{candidate.revision[:12]}"
+        if got is None:
+            raise NotPassed(f"{env.name}: commit status {check} on {on}: none posted")
+        if got.state != "success":
+            raise NotPassed(f"{env.name}: commit status {check} on {on} is {got.state}")
+
+
+def promote(
+    site: Site,
+    transport: Transport,
+    gitea: GiteaClient,
+    kube_for: Callable[[str], KubeClient],
+    app_name: str,
+    to: str,
+    *,
+    revision: str | None = None,
+    dry_run: bool = False,
+    gate: Callable[[str, str], None] | None = None,
+) -> Outcome:
+    """Write into environment ``to`` the digest that passed in the one before it."""
+    app = site.app(app_name)
+    env, source = app.environment(to)
+    if source is None:
+        raise InputError(
+            f"--to {to}: the first environment of {app.name}; the build writes it, "
+            "promote writes the ones after it"
+        )
+    if revision is not None and not REVISION_PREFIX_RE.fullmatch(revision):
+        raise InputError(
+            f"--revision {revision[:80]!r}: must be a commit id (7 to 64 lowercase hex)"
+        )
+    candidate = deployed_in(site, transport, app, source)
+    if revision is not None and not candidate.revision.startswith(revision):
+        raise NotPassed(
+            f"--revision {revision}: {source.name} deploys {candidate.revision[:12]} "
+            f"({candidate.pin.digest}), not {revision}: only what runs there may be promoted"
+        )
+    check_passed(site, kube_for(source.target), gitea, app, source, candidate)
+    digest = candidate.pin.digest or ""
+    outcome = write_back(
+        *(site, transport, app.name, candidate.revision, digest),
+        environment=env,
+        message=promote_message(app, candidate.pin, candidate.revision, source.name, env.name),
+        dry_run=dry_run,
+        gate=gate,
+    )
+    if not dry_run and outcome.state in ("changed", "unchanged"):
+        posted = CommitStatus(
+            context=status_context(app.name, env.name),
+            state="success",
+            description=f"promoted to {env.name}: {digest}"[:255],
+        )
+        latest = gitea.latest_statuses(site.gitea.code_repo, candidate.revision)
+        had = latest.get(posted.context)
+        if had is None or (had.state, had.description) != (posted.state, posted.description):
+            gitea.create_status(site.gitea.code_repo, candidate.revision, posted)
+    return outcome

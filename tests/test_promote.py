@@ -1,0 +1,322 @@
+"""`fabrique promote`: bench before prod, by the same digest.
+
+Against the Gitea double (a real bare repository), the real loopback registry and the
+Kubernetes API double holding bench's Argo CD Application, its status as Argo CD writes
+it. Each refusal is one line, exit 8, and nothing is written: no commit, no status.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from fabrique.site.config import load_site
+
+from .conftest import GITEA_TOKEN, KUSTOMIZATION, Repo, run_cli, write_values
+from .doubles.gitea import GiteaDouble
+from .doubles.kube import KubeApiDouble
+from .oci import built_labels, push_image
+from .servers import Registry
+
+APP_FILE = "dataops/citation-dagster/app.txt"
+BENCH = "dataops/citation-dagster/deploy/overlays/bench/kustomization.yaml"
+PROD = KUSTOMIZATION
+CHECK = "bench/scenario-34"
+
+
+def _values(path: Path, gitea: GiteaDouble, registry: Registry, **more: Any) -> Path:
+    app = load_site(env={}).to_values()["apps"][0]
+    app["writeback"] = {**app["writeback"], "path": BENCH, "create": True}
+    app["environments"] = [
+        {"name": "bench", "target": "bench", "checks": [CHECK]},
+        {"name": "prod", "target": "prod", "writeback": {"repo": "atlas/atlas", "path": PROD}},
+    ]
+    return write_values(
+        path,
+        **{
+            "gitea.url": gitea.url,
+            "registry.host": registry.host,
+            "targets": {"bench": {"context": "bench"}, "prod": {"context": "cluster-prod"}},
+            "apps": [app],
+            **more,
+        },
+    )
+
+
+@pytest.fixture()
+def env(tmp_path: Path, kube: KubeApiDouble) -> dict[str, str]:
+    return {
+        "KUBECONFIG": str(kube.kubeconfig(tmp_path / "kubeconfig", context="bench")),
+        "FABRIQUE_GITEA_TOKEN": GITEA_TOKEN,
+    }
+
+
+def fab(values: Path, env: dict[str, str], *args: str) -> Any:
+    return run_cli("--values", str(values), *args, env=env)
+
+
+def _pin(code_repo: Repo, path: str) -> dict[str, Any]:
+    images = yaml.safe_load(code_repo.show(path))["images"]
+    return next(e for e in images if e["name"] == "citation-dagster")
+
+
+def _built(
+    code_repo: Repo, registry: Registry, gitea: GiteaDouble, text: str, values: Path, env: Any
+) -> tuple[str, str]:
+    """A commit, its image pushed as the build does, its digest written back to bench."""
+    revision = code_repo.commit({APP_FILE: text})
+    digest = push_image(
+        registry.url,
+        "citation-dagster",
+        revision[:12],
+        {"app.txt": text.encode()},
+        labels=built_labels(revision, gitea.url),
+    )
+    step = fab(
+        values, env, "writeback", "--app", "citation", "--revision", revision, "--digest", digest
+    )
+    assert step.stdout.startswith("changed: "), step.stdout + step.stderr
+    return revision, digest
+
+
+def _application(
+    kube: KubeApiDouble, sync: str, health: str, images: list[str], name: str = "citation"
+) -> None:
+    kube.applications[("argocd", name)] = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Application",
+        "metadata": {"name": name, "namespace": "argocd"},
+        "status": {
+            "sync": {"status": sync, "revision": "0" * 40},
+            "health": {"status": health},
+            "summary": {"images": images},
+        },
+    }
+
+
+def _statuses(gitea: GiteaDouble, revision: str) -> list[dict[str, Any]]:
+    """Every status posted on ``revision``, oldest first, ``state`` as posted."""
+    return [{**s, "state": s["status"]} for s in gitea.statuses.get(("atlas/atlas", revision), [])]
+
+
+def _post(gitea: GiteaDouble, revision: str, context: str, state: str) -> None:
+    """What the bench's own checks post."""
+    made = gitea._create_status("atlas/atlas", revision, {"context": context, "state": state})
+    assert made[0] == 201
+
+
+def test_promote_gives_prod_the_digest_that_passed_on_the_bench_and_refuses_until_then(
+    tmp_path: Path,
+    code_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    kube: KubeApiDouble,
+    env: dict[str, str],
+) -> None:
+    values = _values(tmp_path / "site.yaml", gitea, registry)
+    revision, digest = _built(code_repo, registry, gitea, "v1\n", values, env)
+    reference = f"{registry.host}/citation-dagster:{revision[:12]}@{digest}"
+    prod_before = code_repo.show(PROD)
+    head = code_repo.head()
+
+    def refused(expected: str, *more: str) -> None:
+        result = fab(values, env, "promote", "--app", "citation", "--to", "prod", *more)
+        assert result.exit_code == 8, result.stdout + result.stderr
+        assert result.stderr.strip() == f"error: {expected}", result.stderr
+        assert result.stdout == ""
+        assert code_repo.head() == head and code_repo.show(PROD) == prod_before
+        assert not any(s["context"] == "fabrique/citation/prod" for s in _statuses(gitea, revision))
+
+    application = "bench: Application argocd/citation (context bench)"
+    refused(f"{application}: not found")
+    _application(kube, "OutOfSync", "Healthy", [reference])
+    refused(f"{application} is OutOfSync, not Synced")
+    _application(kube, "Synced", "Progressing", [reference])
+    refused(f"{application} is Progressing, not Healthy")
+    _application(kube, "Synced", "Healthy", ["registry:80/citation-dagster:old@sha256:" + "a" * 64])
+    refused(
+        f"{application} runs no pod of {reference} (its pods' images: "
+        f"registry:80/citation-dagster:old@sha256:{'a' * 64})"
+    )
+    _application(kube, "Synced", "Healthy", [reference, "docker.io/library/postgres:16.4"])
+    on = f"atlas/atlas@{revision[:12]}"
+    refused(f"bench: commit status {CHECK} on {on}: none posted")
+    _post(gitea, revision, CHECK, "failure")
+    refused(f"bench: commit status {CHECK} on {on} is failure")
+    _post(gitea, revision, CHECK, "success")
+    refused(
+        f"--revision {'f' * 12}: bench deploys {revision[:12]} ({digest}), not {'f' * 12}: "
+        "only what runs there may be promoted",
+        "--revision",
+        "f" * 12,
+    )
+
+    # a dry run checks and shows; it writes nothing
+    dry = fab(values, env, "promote", "--app", "citation", "--to", "prod", "--dry-run")
+    assert dry.exit_code == 0, dry.stderr
+    assert any(line.startswith("+") and digest in line for line in dry.stdout.splitlines())
+    assert dry.stdout.rstrip().endswith("(dry run)")
+    assert code_repo.head() == head
+
+    result = fab(
+        values, env, "promote", "--app", "citation", "--to", "prod", "--revision", revision[:12]
+    )
+    assert result.exit_code == 0, result.stderr
+    promoted = code_repo.head()
+    assert result.stdout.strip() == (
+        f"promoted: citation {reference} -> prod atlas/atlas@main:{PROD} (commit {promoted})"
+    )
+    # byte for byte the bench's pin: tag and digest, the other images as they were
+    assert _pin(code_repo, PROD) == _pin(code_repo, BENCH)
+    assert {"name": "postgres", "newTag": "16.4"} in yaml.safe_load(code_repo.show(PROD))["images"]
+    message = code_repo.git("log", "-1", "--format=%B", "main")
+    assert message.startswith(
+        f"fabrique: promote citation-dagster {revision[:12]} for citation to prod"
+    )
+    assert f"Digest: {digest}" in message and "Promoted-From: bench" in message
+    assert code_repo.git("diff", "--stat", "main~1", "main").count("|") == 1, "one file"
+    posted = [s for s in _statuses(gitea, revision) if s["context"] == "fabrique/citation/prod"]
+    assert [(s["state"], s["description"]) for s in posted] == [
+        ("success", f"promoted to prod: {digest}")
+    ]
+
+    # a replay changes nothing: no commit, no new status
+    again = fab(values, env, "promote", "--app", "citation", "--to", "prod")
+    assert again.exit_code == 0, again.stderr
+    assert again.stdout.startswith("unchanged: citation already deploys ")
+    assert code_repo.head() == promoted
+    assert (
+        len([s for s in _statuses(gitea, revision) if s["context"] == "fabrique/citation/prod"])
+        == 1
+    )
+
+
+def test_an_older_digest_never_replaces_a_newer_one_in_prod(
+    tmp_path: Path,
+    code_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    kube: KubeApiDouble,
+    env: dict[str, str],
+) -> None:
+    values = _values(tmp_path / "site.yaml", gitea, registry)
+    old, old_digest = _built(code_repo, registry, gitea, "v1\n", values, env)
+    new, new_digest = _built(code_repo, registry, gitea, "v2\n", values, env)
+    for revision in (old, new):
+        _post(gitea, revision, CHECK, "success")
+    ref = f"{registry.host}/citation-dagster:{new[:12]}@{new_digest}"
+    _application(kube, "Synced", "Healthy", [ref])
+    assert fab(values, env, "promote", "--app", "citation", "--to", "prod").exit_code == 0
+    head = code_repo.head()
+    # the bench is rolled back to the old image (and held): promoting it is superseded
+    back = fab(values, env, "rollback", "--app", "citation", "--to", old, "--by", "alice")
+    assert back.exit_code == 0, back.stderr
+    _application(
+        kube, "Synced", "Healthy", [f"{registry.host}/citation-dagster:{old[:12]}@{old_digest}"]
+    )
+    result = fab(values, env, "promote", "--app", "citation", "--to", "prod")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.startswith(f"superseded: citation deployed revision {new}"), result.stdout
+    assert _pin(code_repo, PROD)["digest"] == new_digest
+    assert code_repo.head() != head  # the rollback's commit, on bench
+    assert code_repo.git("log", "-1", "--format=%s", "main").startswith(
+        "fabrique: roll citation back"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("--to", "bench"), "--to bench: the first environment of citation; the build writes it"),
+        (("--to", "staging"), "--to 'staging': not an environment of citation (its: bench, prod)"),
+        (("--to", "prod", "--revision", "HEAD"), "--revision 'HEAD': must be a commit id"),
+    ],
+)
+def test_a_bad_promotion_is_refused_with_what_is_wrong(
+    tmp_path: Path,
+    gitea: GiteaDouble,
+    registry: Registry,
+    env: dict[str, str],
+    args: tuple[str, ...],
+    expected: str,
+) -> None:
+    values = _values(tmp_path / "site.yaml", gitea, registry)
+    result = fab(values, env, "promote", "--app", "citation", *args)
+    assert result.exit_code == 2, result.stdout + result.stderr
+    assert result.stderr.startswith(f"error: {expected}"), result.stderr
+
+
+def test_an_app_without_environments_has_nothing_to_promote(
+    gitea: GiteaDouble, registry: Registry, env: dict[str, str], tmp_path: Path
+) -> None:
+    values = write_values(tmp_path / "site.yaml", **{"gitea.url": gitea.url})
+    result = fab(values, env, "promote", "--app", "citation", "--to", "prod")
+    assert result.exit_code == 2
+    assert result.stderr.startswith(
+        "error: --to 'prod': not an environment of citation (its: none)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("environments", "expected"),
+    [
+        (
+            [{"name": "bench", "target": "prod", "writeback": {"repo": "a/b", "path": "k.yaml"}}],
+            "environments[0].writeback: the first environment's target is the app's writeback",
+        ),
+        (
+            [{"name": "bench", "target": "prod"}, {"name": "prod", "target": "prod"}],
+            "environments[1].writeback: required",
+        ),
+        (
+            [
+                {"name": "bench", "target": "prod"},
+                {"name": "bench", "target": "prod", "writeback": {"repo": "a/b", "path": "k.yaml"}},
+            ],
+            "environments[1].name: duplicate environment 'bench'",
+        ),
+        (
+            [
+                {"name": "bench", "target": "prod"},
+                {
+                    "name": "prod",
+                    "target": "prod",
+                    "writeback": {"repo": "atlas/atlas", "path": KUSTOMIZATION},
+                },
+            ],
+            f"environments[1].writeback: atlas/atlas:{KUSTOMIZATION} is already another",
+        ),
+        (
+            [{"name": "bench", "target": "prod", "promote": "auto"}],
+            "environments[0].promote: nothing comes before the first environment",
+        ),
+        (
+            [
+                {"name": "bench", "target": "prod"},
+                {
+                    "name": "prod",
+                    "target": "prod",
+                    "promote": "auto",
+                    "writeback": {"repo": "a/b", "path": "k.yaml"},
+                },
+            ],
+            "environments[1].promote: auto is not done by the safety net yet",
+        ),
+        (
+            [{"name": "bench", "target": "staging"}],
+            "apps[0].environments[0].target: 'staging' is not a key of targets (its: prod)",
+        ),
+    ],
+)
+def test_environments_are_checked_in_the_config(
+    tmp_path: Path, environments: list[dict[str, Any]], expected: str
+) -> None:
+    app = load_site(env={}).to_values()["apps"][0]
+    app["environments"] = environments
+    values = write_values(tmp_path / "site.yaml", apps=[app])
+    result = run_cli("--values", str(values), "render", "--out", str(tmp_path / "m"))
+    assert result.exit_code == 2, result.stdout
+    assert expected in result.stderr.splitlines()[0], result.stderr
