@@ -18,6 +18,7 @@ the pod, and its five gates.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -28,6 +29,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -35,6 +37,7 @@ import yaml
 
 from fabrique.site.config import load_site
 
+from ..conftest import ROOT
 from . import images
 from .argocd import ArgoCD
 from .buildkit import builder
@@ -44,6 +47,7 @@ from .controlplane import (
     app_files,
     hosts_file,
     render,
+    resolving,
     scenario,
     serve_site,
     site_names,
@@ -74,6 +78,7 @@ class Bench:
     bearer: str
     hosts: Path
     folder: Path
+    argocd: ArgoCD
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +147,7 @@ def bench(node_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) ->
         argocd = ArgoCD(folder / "argocd", plane, hosts=names).start()
         argocd.repository(site.gitea.url, USER, gitea.token)
         argocd.root_application(f"{site.gitea.url}/{APPS_REPO}.git", BRANCH, "apps")
-        yield Bench(plane, gitea, values, bearer, hosts, folder)
+        yield Bench(plane, gitea, values, bearer, hosts, folder, argocd)
     finally:
         if argocd is not None:
             argocd.stop()
@@ -225,3 +230,194 @@ def bare_build(bench: Bench, said: str) -> float:
     assert done.returncode == 0, done.stdout[-3000:]
     print(f"the bare build ({running.mode}), its last lines:\n{done.stdout[-1500:]}")
     return seconds
+
+
+# -- bench before prod ------------------------------------------------------------------------
+
+# outside the app's build context: adding it builds nothing
+PROD_OVERLAY = "deploy/citation/production/kustomization.yaml"
+DOCKERFILE = f"{CONTEXT}/Dockerfile"
+
+
+def _environment_application(bench: Bench, name: str, path: str, namespace: str) -> None:
+    site = load_site(env={})
+    bench.argocd.apply(
+        {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Application",
+            "metadata": {"name": name, "namespace": "argocd"},
+            "spec": {
+                "project": "default",
+                "source": {
+                    "repoURL": f"{site.gitea.url}/{CODE_REPO}.git",
+                    "targetRevision": BRANCH,
+                    "path": path.rsplit("/", 1)[0],
+                },
+                "destination": {"server": "https://kubernetes.default.svc", "namespace": namespace},
+                "syncPolicy": {
+                    "automated": {"prune": True, "selfHeal": True},
+                    "syncOptions": ["CreateNamespace=true"],
+                },
+            },
+        }
+    )
+
+
+def _update(bench: Bench, path: str, content: str, message: str) -> str:
+    """One commit changing ``path`` of the code repository, through the Contents API."""
+    with bench.gitea.admin() as admin:
+        sha = admin.get(f"/repos/{CODE_REPO}/contents/{path}", params={"ref": BRANCH})
+        assert sha.status_code == 200, sha.text
+        made = admin.post(
+            f"/repos/{CODE_REPO}/contents",
+            json={
+                "branch": BRANCH,
+                "message": message,
+                "files": [
+                    {
+                        "operation": "update",
+                        "path": path,
+                        "sha": sha.json()["sha"],
+                        "content": base64.b64encode(content.encode()).decode(),
+                    }
+                ],
+            },
+        )
+    assert made.status_code == 201, made.text
+    return str(made.json()["commit"]["sha"])
+
+
+def _built(bench: Bench, cluster: Cluster, revision: str) -> None:
+    name = f"fabrique-{APP}-{revision[:12]}"
+
+    def phase() -> str | None:
+        path = f"/apis/argoproj.io/v1alpha1/namespaces/fabrique-build/workflows/{name}"
+        found = cluster.get(path) if cluster.exists(path) else {}
+        got = (found.get("status") or {}).get("phase")
+        assert got not in ("Failed", "Error"), f"Workflow {name}: {found.get('status')}"
+        return got if got == "Succeeded" else None
+
+    cluster.wait(f"the push's Workflow {name} to succeed", phase, timeout=300)
+
+
+def test_promote_gives_prod_the_digest_the_bench_ran_once_it_passed_there(bench: Bench) -> None:
+    """Two Applications of the same app, bench and prod; builds reach bench only;
+    ``fabrique promote --to prod`` is refused while bench is not Healthy, then gives prod
+    the digest bench runs, whose pod then runs by it."""
+    plane, argocd = bench.plane, bench.argocd
+    cluster = Cluster(plane)
+    site = load_site(env={})
+    app = site.to_values()["apps"][0]
+    app["environments"] = [
+        {"name": "bench", "target": "bench", "application": "argocd/citation-bench"},
+        {"name": "prod", "target": "prod", "application": "argocd/citation-prod",
+         "writeback": {"repo": CODE_REPO, "path": PROD_OVERLAY}},
+    ]  # fmt: skip
+    values = bench.folder / "environments.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            site_values(
+                plane,
+                targets={name: {"context": "fabrique-live"} for name in ("bench", "prod")},
+                apps=[app],
+            )
+        )
+    )
+    # as the bench's workstation runs it: the site's names through the hosts file
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(plane.kubeconfig),
+        "FABRIQUE_GITEA_TOKEN": bench.gitea.token,
+    }
+
+    def promote() -> subprocess.CompletedProcess[str]:
+        argv = [str(ROOT / ".venv" / "bin" / "fabrique"), "--values", str(values), "promote",
+                "--app", APP, "--to", "prod"]  # fmt: skip
+        return subprocess.run(
+            resolving(bench.hosts, argv),
+            env=env, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+
+    try:
+        bench_overlay = site.apps[0].writeback.path
+        bench.gitea.commit(
+            CODE_REPO, BRANCH,
+            {PROD_OVERLAY: "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+                           f"resources:\n  - ../../../{CONTEXT}/deploy/base\n"},
+            "citation: a prod overlay, written by promote only",
+        )  # fmt: skip
+        _environment_application(bench, "citation-bench", bench_overlay, "citation-bench")
+        _environment_application(bench, "citation-prod", PROD_OVERLAY, "citation-prod")
+        dockerfile = app_files(site, images.pinned(images.APP_BASE, plane.images))[DOCKERFILE]
+
+        # a build whose container never gets Ready: bench takes it, and is not Healthy
+        crashing = dockerfile.replace('CMD ["httpd"', 'CMD ["false", "httpd"')
+        broken = _update(bench, DOCKERFILE, crashing, "citation: a broken start")
+        _built(bench, cluster, broken)
+        argocd.refresh("citation-bench")
+
+        def unhealthy() -> dict[str, Any] | None:
+            found = argocd.application("citation-bench") or {}
+            status = found.get("status") or {}
+            images_run = (status.get("summary") or {}).get("images") or []
+            return (
+                found
+                if (
+                    (status.get("sync") or {}).get("status") == "Synced"
+                    and any(broken[:12] in image for image in images_run)
+                    and (status.get("health") or {}).get("status") in ("Progressing", "Degraded")
+                )
+                else None
+            )
+
+        cluster.wait("bench Synced to the broken build, not Healthy", unhealthy, timeout=180)
+        refused = promote()
+        assert refused.returncode == 8, refused.stdout + refused.stderr
+        assert re.fullmatch(
+            r"error: bench: Application argocd/citation-bench \(context fabrique-live\) is "
+            r"(Progressing|Degraded), not Healthy\n",
+            refused.stderr,
+        ), refused.stderr
+
+        # the fix: bench runs it Healthy, then prod gets exactly its pin
+        fixed = _update(bench, DOCKERFILE, dockerfile, "citation: start again")
+        _built(bench, cluster, fixed)
+        argocd.refresh("citation-bench")
+        cluster.wait(
+            "bench Synced and Healthy on the fixed build",
+            lambda: _runs(argocd.application("citation-bench"), fixed),
+            timeout=180,
+        )
+        done = promote()
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.startswith(
+            f"promoted: {APP} registry:80/citation-dagster:{fixed[:12]}@sha256:"
+        ), done.stdout
+        digest = done.stdout.split("@", 1)[1].split()[0]
+        again = promote()
+        assert again.returncode == 0 and again.stdout.startswith("unchanged: "), (
+            again.stdout + again.stderr
+        )
+        argocd.refresh("citation-prod")
+        cluster.wait(
+            "prod Synced and Healthy on the promoted digest",
+            lambda: _runs(argocd.application("citation-prod"), fixed),
+            timeout=180,
+        )
+        pods = cluster.items("/api/v1/namespaces/citation-prod/pods")
+        running = [c["image"] for p in pods for c in p["spec"]["containers"]]
+        assert running and all(image.endswith(f"@{digest}") for image in running), running
+    finally:
+        cluster.http.close()
+
+
+def _runs(found: dict[str, Any] | None, revision: str) -> bool:
+    """The Application is Synced and Healthy, its pods on the image built for ``revision``."""
+    status = (found or {}).get("status") or {}
+    images_run = (status.get("summary") or {}).get("images") or []
+    return (
+        (status.get("sync") or {}).get("status") == "Synced"
+        and (status.get("health") or {}).get("status") == "Healthy"
+        and bool(images_run)
+        and all(f":{revision[:12]}@" in image for image in images_run)
+    )
