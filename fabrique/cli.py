@@ -767,16 +767,36 @@ def status(state: _State, app: str | None, output: str, kube_context: str | None
     import json
 
     from fabrique.decisions.reconcile import raise_for_errors, selected, table
+    from fabrique.gestures.promote import stage_line, stages
 
     site = state.site
     apps = selected(site, app)  # an unknown app is named before the cluster is asked
     with _reconciler(site, kube_context) as reconciler:
         results = reconciler.run(apps, "status")
+        # each environment of an app that has them: what it deploys, what waits for it
+        staged = {a.name: stages(site, reconciler.transport, a) for a in apps if a.environments}
     if output == "json":
-        click.echo(json.dumps([r.as_dict() for r in results], indent=2))
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        **r.as_dict(),
+                        **(
+                            {"environments": [s.as_dict() for s in staged[r.app]]}
+                            if r.app in staged
+                            else {}
+                        ),
+                    }
+                    for r in results
+                ],
+                indent=2,
+            )
+        )
     else:
         for line in table(results, _short):
             click.echo(line)
+        for name, found in staged.items():
+            click.echo(stage_line(name, found, _short))
     raise_for_errors(results)
 
 

@@ -7,6 +7,7 @@ it. Each refusal is one line, exit 8, and nothing is written: no commit, no stat
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +155,14 @@ def test_promote_gives_prod_the_digest_that_passed_on_the_bench_and_refuses_unti
         "f" * 12,
     )
 
+    # status: what each environment deploys, and what waits for prod
+    shown = fab(values, env, "status", "--app", "citation")
+    assert shown.exit_code == 0, shown.stderr
+    assert shown.stdout.splitlines()[-1] == (
+        f"citation: bench {revision[:12]} ({digest[:19]}), prod - (-); "
+        f"waiting for promotion to prod: {revision[:12]}"
+    )
+
     # a dry run checks and shows; it writes nothing
     dry = fab(values, env, "promote", "--app", "citation", "--to", "prod", "--dry-run")
     assert dry.exit_code == 0, dry.stderr
@@ -181,6 +190,14 @@ def test_promote_gives_prod_the_digest_that_passed_on_the_bench_and_refuses_unti
     posted = [s for s in _statuses(gitea, revision) if s["context"] == "fabrique/citation/prod"]
     assert [(s["state"], s["description"]) for s in posted] == [
         ("success", f"promoted to prod: {digest}")
+    ]
+
+    shown = fab(values, env, "status", "--app", "citation", "--output", "json")
+    assert shown.exit_code == 0, shown.stderr
+    (entry,) = json.loads(shown.stdout)
+    assert entry["environments"] == [
+        {"environment": env_name, "tag": revision[:12], "digest": digest, "waiting": None}
+        for env_name in ("bench", "prod")
     ]
 
     # a replay changes nothing: no commit, no new status

@@ -88,6 +88,53 @@ def deployed_in(site: Site, transport: Transport, app: AppConfig, env: Environme
     return Candidate(env.name, revision, pin, where)
 
 
+@dataclass(frozen=True)
+class Stage:
+    """What one environment deploys, per its target in Git (``fabrique status``)."""
+
+    environment: str
+    tag: str | None
+    digest: str | None
+    # the environment before deploys another commit: what promote would give this one
+    waiting: str | None = None
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {
+            "environment": self.environment,
+            "tag": self.tag,
+            "digest": self.digest,
+            "waiting": self.waiting,
+        }
+
+
+def stages(site: Site, transport: Transport, app: AppConfig) -> list[Stage]:
+    """Each environment of ``app`` in order, what it deploys, and what waits for a
+    promotion into it: one read of each target, nothing asked of any cluster."""
+    found: list[Stage] = []
+    for env in app.environments:
+        there = app.at(env)
+        target = there.writeback
+        text = transport.read(target.repo, target.branch or site.gitea.branch, target.path).text
+        pin = deployed_pin(site, there, text) if text is not None else None
+        tag, digest = (pin.tag, pin.digest) if pin is not None else (None, None)
+        before = found[-1] if found else None
+        waiting = (
+            before.tag if before is not None and before.digest and before.digest != digest else None
+        )
+        found.append(Stage(env.name, tag, digest, waiting))
+    return found
+
+
+def stage_line(app: str, found: list[Stage], short: Callable[[str | None], str]) -> str:
+    """``citation: bench 1a2b3c4d5e6f (sha256:…), prod 0f0f… (sha256:…); waiting for
+    prod: 1a2b3c4d5e6f``."""
+    line = f"{app}: " + ", ".join(
+        f"{s.environment} {s.tag or '-'} ({short(s.digest)})" for s in found
+    )
+    waiting = [f"{s.environment}: {s.waiting}" for s in found if s.waiting]
+    return line + (f"; waiting for promotion to {', '.join(waiting)}" if waiting else "")
+
+
 def check_passed(
     site: Site,
     kube: KubeClient,
