@@ -650,10 +650,10 @@ def promote(state: _State, app: str, to: str, revision: str | None, dry_run: boo
     with (
         open_transport(site, token) as transport,
         GiteaClient.for_site(site, token) as gitea,
-        RegistryClient.for_site(site) as registry,  # only asked when the site signs
+        RegistryClient.for_site(site) as registry,
     ):
         outcome = promote_gesture(
-            *(site, transport, gitea),
+            *(site, transport, gitea, registry),
             lambda target: KubeClient.for_site(site, site.targets[target].context),
             *(app, to),
             revision=revision,

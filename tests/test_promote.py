@@ -337,3 +337,30 @@ def test_environments_are_checked_in_the_config(
     result = run_cli("--values", str(values), "render", "--out", str(tmp_path / "m"))
     assert result.exit_code == 2, result.stdout
     assert expected in result.stderr.splitlines()[0], result.stderr
+
+
+def test_an_image_that_does_not_say_it_was_built_here_is_not_promoted(
+    tmp_path: Path,
+    code_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    kube: KubeApiDouble,
+    env: dict[str, str],
+) -> None:
+    """A pin in Git is no proof: bench's digest, Healthy there, whose labels name no
+    commit of this factory, goes no further."""
+    values = _values(tmp_path / "site.yaml", gitea, registry)
+    revision = code_repo.commit({APP_FILE: "unlabelled\n"})
+    digest = push_image(registry.url, "citation-dagster", revision[:12], {"app.txt": b"x"})
+    step = fab(
+        values, env, "writeback", "--app", "citation", "--revision", revision, "--digest", digest
+    )
+    assert step.stdout.startswith("changed: "), step.stdout + step.stderr
+    _post(gitea, revision, CHECK, "success")
+    _application(kube, "Synced", "Healthy", [f"{registry.host}/citation-dagster:x@{digest}"])
+    head = code_repo.head()
+    result = fab(values, env, "promote", "--app", "citation", "--to", "prod")
+    assert result.exit_code == 8, result.stdout + result.stderr
+    assert result.stderr.startswith("error: ") and "label" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert code_repo.head() == head

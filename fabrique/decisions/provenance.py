@@ -55,6 +55,18 @@ def expected(site: Site, app: AppConfig, revision: str, digest: str) -> Expected
     return Expected(app.image, digest, revision, site.gitea.repo_url(site.gitea.code_repo))
 
 
+def check_built_here(
+    site: Site, registry: RegistryClient, app: AppConfig, revision: str, digest: str
+) -> None:
+    """ProvenanceError unless the image under ``digest`` says this factory built it from
+    ``revision``: its labels, and with attestations its provenance (and SBOM). What a
+    gesture that writes a digest it did not build checks first (seed, rollback, promote)."""
+    want = expected(site, app, revision, digest)
+    check_labels(registry, want)
+    if site.build.attestations:
+        check_attestations(registry, want, sbom=site.build.sbom)
+
+
 def images(registry: RegistryClient, want: Expected) -> tuple[Manifest, list[Manifest]]:
     """The manifest under the digest, and the image manifests it stands for (itself, or
     each platform of an index; attestation manifests are not images)."""

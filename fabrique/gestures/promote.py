@@ -9,8 +9,10 @@ fills from the live pods), and each commit status the environment names
 (``checks``) is ``success`` on the built commit. Each refusal is one line naming what
 is missing (``NotPassed``, exit 8), and nothing is written.
 
-Then the pin, tag and digest, goes into the next environment's target through the
-write-back's own path: a hold there stops it, an older digest never replaces a newer
+The image must say this factory built it from that commit (its labels, and with
+attestations its provenance), as for a rollback: a pin in Git is no proof. Then the pin,
+tag and digest, goes into the next environment's target through the write-back's own
+path: a hold there stops it, an older digest never replaces a newer
 one, the signature is checked where the site signs, one commit, a replay is
 ``unchanged``, a lost race is re-read. A promotion posts ``fabrique/<app>/<env>`` on the
 built commit (once: a replay posts nothing new).
@@ -24,6 +26,8 @@ from dataclasses import dataclass
 
 from fabrique.clients.gitea import CommitStatus, GiteaClient
 from fabrique.clients.kube import KubeClient
+from fabrique.clients.registry import RegistryClient
+from fabrique.decisions.provenance import check_built_here
 from fabrique.decisions.targets import ImagePin
 from fabrique.decisions.writeback import (
     Outcome,
@@ -180,6 +184,7 @@ def promote(
     site: Site,
     transport: Transport,
     gitea: GiteaClient,
+    registry: RegistryClient,
     kube_for: Callable[[str], KubeClient],
     app_name: str,
     to: str,
@@ -206,8 +211,10 @@ def promote(
             f"--revision {revision}: {source.name} deploys {candidate.revision[:12]} "
             f"({candidate.pin.digest}), not {revision}: only what runs there may be promoted"
         )
-    check_passed(site, kube_for(source.target), gitea, app, source, candidate)
     digest = candidate.pin.digest or ""
+    # a pin in Git is no proof: the image must say this factory built it from that commit
+    check_built_here(site, registry, app, candidate.revision, digest)
+    check_passed(site, kube_for(source.target), gitea, app, source, candidate)
     outcome = write_back(
         *(site, transport, app.name, candidate.revision, digest),
         environment=env,

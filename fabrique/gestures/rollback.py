@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from fabrique.clients.registry import RegistryClient
 from fabrique.decisions.holds import Hold
-from fabrique.decisions.provenance import check_attestations, check_labels, expected
+from fabrique.decisions.provenance import check_built_here
 from fabrique.decisions.writeback import Outcome, Transport, write_back
 from fabrique.site.config import Site
 from fabrique.site.errors import ImageNotFound, InputError
@@ -60,10 +60,7 @@ def roll_back(
             f"--to {to}: {revision[:12]} was never built: the registry holds no "
             f"{site.registry.host}/{app.image}:{tag}; nothing written"
         ) from None
-    want = expected(site, app, revision, digest)
-    check_labels(registry, want)
-    if site.build.attestations:
-        check_attestations(registry, want, sbom=site.build.sbom)
+    check_built_here(site, registry, app, revision, digest)
     return write_back(
         site,
         transport,

@@ -22,7 +22,7 @@ from fabrique.clients.gitea import GiteaClient
 from fabrique.clients.kube import KubeClient
 from fabrique.clients.registry import RegistryClient
 from fabrique.decisions.changes import fabrique_paths
-from fabrique.decisions.provenance import check_attestations, check_labels, expected
+from fabrique.decisions.provenance import check_built_here
 from fabrique.decisions.signature import signature_gate
 from fabrique.decisions.writeback import Transport, write_back
 from fabrique.gestures.webhook import Credentials, seed_webhook
@@ -178,10 +178,7 @@ class Seeder:
         # what rollback checks: the image says it was built from that commit of the code
         # repository (and, with attestations, its provenance does): a tag is no proof,
         # any build may push to it, and a replay would deploy whatever it holds now
-        wanted = expected(site, app, want, digest)
-        check_labels(self.registry, wanted)
-        if site.build.attestations:
-            check_attestations(self.registry, wanted, sbom=site.build.sbom)
+        check_built_here(site, self.registry, app, want, digest)
         return want, digest, Step("image", "unchanged", f"{ref}@{digest}")
 
     def write_back(self, revision: str, digest: str, dry_run: bool) -> Step:
