@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from fabrique import __version__
-from fabrique.site.config import Site, load_site
+from fabrique.site.config import Environment, Site, load_site
 from fabrique.site.errors import FabriqueError, InputError, ValidationFailed
 
 if TYPE_CHECKING:
@@ -526,6 +526,13 @@ def _now() -> str:
 
 
 by_option = click.option("--by", help="Who holds, recorded in Git (default: your login name).")
+env_option = click.option(
+    "--env", "env_name", help="In this environment's target (default: the first, the build's)."
+)
+
+
+def _environment(site: Site, app: str, name: str | None) -> Environment | None:
+    return None if name is None else site.app(app).environment(name, "--env")[0]
 
 
 @cli.command()
@@ -533,8 +540,11 @@ by_option = click.option("--by", help="Who holds, recorded in Git (default: your
 @click.option("--reason", default="", help="Why, recorded in Git and shown by status.")
 @by_option
 @click.option("--dry-run", is_flag=True, help="Print the diff that would be committed.")
+@env_option
 @pass_state
-def hold(state: _State, app: str, reason: str, by: str | None, dry_run: bool) -> None:
+def hold(
+    state: _State, app: str, reason: str, by: str | None, dry_run: bool, env_name: str | None
+) -> None:
     """Keep the app on what it deploys now: write-backs and reconcile passes say held."""
     from fabrique.clients.gitea import token_from_env
     from fabrique.decisions.holds import Hold, check_text
@@ -543,8 +553,14 @@ def hold(state: _State, app: str, reason: str, by: str | None, dry_run: bool) ->
     site = state.site
     site.app(app)
     wanted = Hold(by=_operator(by), at=_now(), reason=check_text("--reason", reason))
+    environment = _environment(site, app, env_name)
     with open_transport(site, token_from_env()) as transport:
-        outcome = set_hold(site, transport, app, wanted, by=wanted.by, dry_run=dry_run)
+        outcome = set_hold(
+            *(site, transport, app, wanted),
+            by=wanted.by,
+            dry_run=dry_run,
+            environment=environment,
+        )
     if outcome.diff:
         click.echo(outcome.diff, nl=False)
     assert outcome.hold is not None
@@ -562,16 +578,23 @@ def hold(state: _State, app: str, reason: str, by: str | None, dry_run: bool) ->
 @click.option("--app", required=True, help="App name from the site config.")
 @by_option
 @click.option("--dry-run", is_flag=True, help="Print the diff that would be committed.")
+@env_option
 @pass_state
-def release(state: _State, app: str, by: str | None, dry_run: bool) -> None:
+def release(state: _State, app: str, by: str | None, dry_run: bool, env_name: str | None) -> None:
     """Lift the app's hold: the next write-back or reconcile pass rolls it forward."""
     from fabrique.clients.gitea import token_from_env
     from fabrique.decisions.writeback import open_transport, set_hold
 
     site = state.site
     site.app(app)
+    environment = _environment(site, app, env_name)
     with open_transport(site, token_from_env()) as transport:
-        outcome = set_hold(site, transport, app, None, by=_operator(by), dry_run=dry_run)
+        outcome = set_hold(
+            *(site, transport, app, None),
+            by=_operator(by),
+            dry_run=dry_run,
+            environment=environment,
+        )
     if outcome.diff:
         click.echo(outcome.diff, nl=False)
     was = f"; it was {outcome.previous.describe()}" if outcome.previous else ""
@@ -591,8 +614,17 @@ def release(state: _State, app: str, by: str | None, dry_run: bool) -> None:
 @click.option("--reason", default="", help="Why, recorded in the commit and the hold.")
 @by_option
 @click.option("--dry-run", is_flag=True, help="Print the diff that would be committed.")
+@env_option
 @pass_state
-def rollback(state: _State, app: str, to: str, reason: str, by: str | None, dry_run: bool) -> None:
+def rollback(
+    state: _State,
+    app: str,
+    to: str,
+    reason: str,
+    by: str | None,
+    dry_run: bool,
+    env_name: str | None,
+) -> None:
     """Deploy the image built for an older commit, and hold the app there."""
     from fabrique.clients.gitea import token_from_env
     from fabrique.clients.registry import RegistryClient
@@ -604,6 +636,7 @@ def rollback(state: _State, app: str, to: str, reason: str, by: str | None, dry_
     site = state.site
     site.app(app)
     wanted = Hold(by=_operator(by), at=_now(), reason=check_text("--reason", reason))
+    environment = _environment(site, app, env_name)
     with (
         open_transport(site, token_from_env()) as transport,
         RegistryClient.for_site(site) as registry,
@@ -612,6 +645,7 @@ def rollback(state: _State, app: str, to: str, reason: str, by: str | None, dry_
             *(site, transport, registry, app, to, wanted),
             dry_run=dry_run,
             gate=signature_gate(site, registry),
+            environment=environment,
         )
     if outcome.diff:
         click.echo(outcome.diff, nl=False)

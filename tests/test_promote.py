@@ -200,6 +200,35 @@ def test_promote_gives_prod_the_digest_that_passed_on_the_bench_and_refuses_unti
         for env_name in ("bench", "prod")
     ]
 
+    # an operator holds prod: a promotion says held and writes nothing, until released
+    held = fab(
+        values, env, "hold", "--app", "citation", "--env", "prod", "--reason", "freeze",
+        "--by", "alice",
+    )  # fmt: skip
+    assert held.exit_code == 0, held.stderr
+    assert held.stdout.startswith("held: citation held by alice"), held.stdout
+    assert f"atlas/atlas@main:{PROD}" in held.stdout
+    assert "deployment.fabrique.io" not in code_repo.show(BENCH)  # bench is not held
+    newer, newer_digest = _built(code_repo, registry, gitea, "v2\n", values, env)
+    _post(gitea, newer, CHECK, "success")
+    newer_ref = f"{registry.host}/citation-dagster:{newer[:12]}@{newer_digest}"
+    _application(kube, "Synced", "Healthy", [newer_ref])
+    frozen = code_repo.head()
+    result = fab(values, env, "promote", "--app", "citation", "--to", "prod")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.startswith("held: citation is held by alice"), result.stdout
+    assert code_repo.head() == frozen and _pin(code_repo, PROD)["digest"] == digest
+    released = fab(values, env, "release", "--app", "citation", "--env", "prod", "--by", "alice")
+    assert released.exit_code == 0 and released.stdout.startswith("released: citation"), (
+        released.stdout
+    )
+    result = fab(values, env, "promote", "--app", "citation", "--to", "prod")
+    assert result.exit_code == 0 and result.stdout.startswith("promoted: "), (
+        result.stdout + result.stderr
+    )
+    assert _pin(code_repo, PROD)["digest"] == newer_digest
+    revision, digest, promoted = newer, newer_digest, code_repo.head()
+
     # a replay changes nothing: no commit, no new status
     again = fab(values, env, "promote", "--app", "citation", "--to", "prod")
     assert again.exit_code == 0, again.stderr

@@ -461,12 +461,16 @@ def set_hold(
     by: str,
     dry_run: bool = False,
     sleep: Callable[[float], None] = time.sleep,
+    environment: Environment | None = None,
 ) -> HoldOutcome:
-    """Put ``hold`` on the app's target (None: release it), once.
+    """Put ``hold`` on the app's target (None: release it), once; ``environment``: on
+    that environment's target.
 
     A replay changes nothing: holding a held app keeps the hold it has (release it first
     to say something else), releasing an app that is not held writes nothing."""
     app = site.app(app_name)
+    if environment is not None:
+        app = app.at(environment)
     where = target_where(site, app)
     if hold is None:
         message = f"fabrique: release {app.name}\n\nApp: {app.name}\nReleased-By: {by}\n"

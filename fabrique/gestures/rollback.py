@@ -17,7 +17,7 @@ from fabrique.clients.registry import RegistryClient
 from fabrique.decisions.holds import Hold
 from fabrique.decisions.provenance import check_built_here
 from fabrique.decisions.writeback import Outcome, Transport, write_back
-from fabrique.site.config import Site
+from fabrique.site.config import Environment, Site
 from fabrique.site.errors import ImageNotFound, InputError
 from fabrique.site.names import short_sha
 
@@ -48,8 +48,10 @@ def roll_back(
     *,
     dry_run: bool = False,
     gate: Callable[[str, str], None] | None = None,
+    environment: Environment | None = None,
 ) -> Outcome:
-    """Deploy the image built for ``to`` and hold the app there."""
+    """Deploy the image built for ``to`` and hold the app there (in ``environment``'s
+    target, when given)."""
     app = site.app(app_name)
     revision = resolve_revision(site, transport, to)
     tag = short_sha(revision)
@@ -70,4 +72,5 @@ def roll_back(
         dry_run=dry_run,
         rollback=hold,
         gate=gate,
+        environment=environment,
     )

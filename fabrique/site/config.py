@@ -714,13 +714,15 @@ class AppConfig(_Model):
             targets[key] = env.name
         return self
 
-    def environment(self, name: str) -> tuple[Environment, Environment | None]:
+    def environment(
+        self, name: str, option: str = "--to"
+    ) -> tuple[Environment, Environment | None]:
         """The environment ``name`` and the one before it (None for the first)."""
         for index, env in enumerate(self.environments):
             if env.name == name:
                 return env, self.environments[index - 1] if index else None
         known = ", ".join(env.name for env in self.environments) or "none"
-        raise InputError(f"--to {name!r}: not an environment of {self.name} (its: {known})")
+        raise InputError(f"{option} {name!r}: not an environment of {self.name} (its: {known})")
 
     def at(self, env: Environment) -> AppConfig:
         """This app as written in ``env``: its target is the environment's."""

@@ -613,7 +613,8 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
         # one left by a plane that crashed before its stop: this index is ours now
         subprocess.run(["ip", "netns", "delete", world], capture_output=True, check=False)
         _ip("netns", "add", world)
-        _ip("-n", node, "link", "add", "world0", "type", "veth", "peer", "name", "ext0", "netns", world)  # fmt: skip
+        _ip("-n", node, "link", "add", "world0", "type", "veth",
+            "peer", "name", "ext0", "netns", world)  # fmt: skip
         _ip("-n", node, "addr", "add", f"{WORLD_LINK[0]}/30", "dev", "world0")
         _ip("-n", node, "link", "set", "world0", "up")
         _ip("-n", world, "link", "set", "lo", "up")
