@@ -675,6 +675,7 @@ def promote(state: _State, app: str, to: str, revision: str | None, dry_run: boo
     from fabrique.clients.kube import KubeClient
     from fabrique.clients.registry import RegistryClient
     from fabrique.decisions.signature import signature_gate
+    from fabrique.decisions.status import StatusReporter
     from fabrique.decisions.writeback import open_transport
     from fabrique.gestures.promote import promote as promote_gesture
 
@@ -687,7 +688,7 @@ def promote(state: _State, app: str, to: str, revision: str | None, dry_run: boo
         RegistryClient.for_site(site) as registry,
     ):
         outcome = promote_gesture(
-            *(site, transport, gitea, registry),
+            *(site, transport, StatusReporter(site, gitea, token), registry),
             lambda target: KubeClient.for_site(site, site.targets[target].context),
             *(app, to),
             revision=revision,
@@ -799,6 +800,7 @@ def reconcile(
 def status(state: _State, app: str | None, output: str, kube_context: str | None) -> None:
     """Is prod on the commit I pushed? Want, deployed, built and in-flight, per app. Read-only."""
     import json
+    from dataclasses import asdict
 
     from fabrique.decisions.reconcile import raise_for_errors, selected, table
     from fabrique.gestures.promote import stage_line, stages
@@ -816,7 +818,7 @@ def status(state: _State, app: str | None, output: str, kube_context: str | None
                     {
                         **r.as_dict(),
                         **(
-                            {"environments": [s.as_dict() for s in staged[r.app]]}
+                            {"environments": [asdict(s) for s in staged[r.app]]}
                             if r.app in staged
                             else {}
                         ),

@@ -303,13 +303,17 @@ class StatusReporter:
 
     def current(self, app: str, revision: str) -> CommitStatus | None:
         """The latest status of ``fabrique/<app>`` on ``revision`` (RemoteError if unread)."""
+        return self.latest(revision, context(app))
+
+    def latest(self, revision: str, name: str) -> CommitStatus | None:
+        """The latest status of context ``name`` on ``revision`` (RemoteError if unread)."""
         with self._lock:
             read = self._reads.get(revision)
             if read is None:
                 read = self._reads[revision] = _Read(self.gitea.status_pages(self.repo, revision))
         with read.lock:
             try:
-                return read.find(context(app))
+                return read.find(name)
             except RemoteError:
                 with self._lock:  # a page that failed ends its reading: the next call starts over
                     if self._reads.get(revision) is read:
@@ -332,19 +336,21 @@ class StatusReporter:
         workflow: str | None = None,
         known: bool = False,
         current: CommitStatus | None = None,
+        name: str | None = None,
     ) -> str:
         """Post ``report`` unless it is already the latest: ``posted``, ``unchanged`` or
         ``not-posted`` (Gitea failed; logged). With ``known``, ``current`` is the latest
-        status, just read by the caller; otherwise it is read here."""
+        status, just read by the caller; otherwise it is read here. ``name``: a context
+        of the app's other than ``fabrique/<app>`` (a promotion's)."""
         url = self.site.argo_server.workflow_url(self.site.namespaces.build, workflow or "")
         status = CommitStatus(
-            context(app),
+            name or context(app),
             report.state,
             one_line(report.description, (self.token,)),
             url if workflow and url else "",
         )
         try:
-            latest = current if known else self.current(app, revision)
+            latest = current if known else self.latest(revision, status.context)
             if latest is not None and (
                 (latest.state, latest.description, latest.target_url)
                 == (status.state, status.description, status.target_url)
@@ -354,11 +360,12 @@ class StatusReporter:
             self._posted(revision, status)
         except RemoteError as err:
             log.warning(
-                "%s on %s: status %s not posted (%s); the next reconcile pass repairs it",
+                "%s on %s: status %s not posted (%s); %s",
                 status.context,
                 revision[:12],
                 status.state,
                 err,
+                "the next reconcile pass repairs it" if name is None else "a replay posts it",
             )
             return "not-posted"
         return "posted"

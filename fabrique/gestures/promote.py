@@ -15,7 +15,8 @@ tag and digest, goes into the next environment's target through the write-back's
 path: a hold there stops it, an older digest never replaces a newer
 one, the signature is checked where the site signs, one commit, a replay is
 ``unchanged``, a lost race is re-read. A promotion posts ``fabrique/<app>/<env>`` on the
-built commit (once: a replay posts nothing new).
+built commit (once: a replay posts nothing new; a post Gitea refuses is logged, and the
+replay posts it), through the reporter that read the checks.
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fabrique.clients.gitea import CommitStatus, GiteaClient
 from fabrique.clients.kube import KubeClient
 from fabrique.clients.registry import RegistryClient
 from fabrique.decisions.provenance import check_built_here
+from fabrique.decisions.status import Report, StatusReporter
 from fabrique.decisions.targets import ImagePin
 from fabrique.decisions.writeback import (
     Outcome,
@@ -102,14 +103,6 @@ class Stage:
     # the environment before deploys another commit: what promote would give this one
     waiting: str | None = None
 
-    def as_dict(self) -> dict[str, str | None]:
-        return {
-            "environment": self.environment,
-            "tag": self.tag,
-            "digest": self.digest,
-            "waiting": self.waiting,
-        }
-
 
 def stages(site: Site, transport: Transport, app: AppConfig) -> list[Stage]:
     """Each environment of ``app`` in order, what it deploys, and what waits for a
@@ -142,7 +135,7 @@ def stage_line(app: str, found: list[Stage], short: Callable[[str | None], str])
 def check_passed(
     site: Site,
     kube: KubeClient,
-    gitea: GiteaClient,
+    statuses: StatusReporter,
     app: AppConfig,
     env: Environment,
     candidate: Candidate,
@@ -170,9 +163,8 @@ def check_passed(
         )
     if not env.checks:
         return
-    statuses = gitea.latest_statuses(site.gitea.code_repo, candidate.revision)
     for check in env.checks:
-        got = statuses.get(check)
+        got = statuses.latest(candidate.revision, check)
         on = f"{site.gitea.code_repo}@{candidate.revision[:12]}"
         if got is None:
             raise NotPassed(f"{env.name}: commit status {check} on {on}: none posted")
@@ -183,7 +175,7 @@ def check_passed(
 def promote(
     site: Site,
     transport: Transport,
-    gitea: GiteaClient,
+    statuses: StatusReporter,
     registry: RegistryClient,
     kube_for: Callable[[str], KubeClient],
     app_name: str,
@@ -214,7 +206,7 @@ def promote(
     digest = candidate.pin.digest or ""
     # a pin in Git is no proof: the image must say this factory built it from that commit
     check_built_here(site, registry, app, candidate.revision, digest)
-    check_passed(site, kube_for(source.target), gitea, app, source, candidate)
+    check_passed(site, kube_for(source.target), statuses, app, source, candidate)
     outcome = write_back(
         *(site, transport, app.name, candidate.revision, digest),
         environment=env,
@@ -223,13 +215,11 @@ def promote(
         gate=gate,
     )
     if not dry_run and outcome.state in ("changed", "unchanged"):
-        posted = CommitStatus(
-            context=status_context(app.name, env.name),
-            state="success",
-            description=f"promoted to {env.name}: {digest}"[:255],
+        # once: the pages read for the checks say whether it is already there
+        statuses.post(
+            app.name,
+            candidate.revision,
+            Report("success", f"promoted to {env.name}: {digest}"),
+            name=status_context(app.name, env.name),
         )
-        latest = gitea.latest_statuses(site.gitea.code_repo, candidate.revision)
-        had = latest.get(posted.context)
-        if had is None or (had.state, had.description) != (posted.state, posted.description):
-            gitea.create_status(site.gitea.code_repo, candidate.revision, posted)
     return outcome
