@@ -14,13 +14,15 @@ from typing import Any
 import pytest
 import yaml
 
+from fabrique.decisions.holds import read_hold
 from fabrique.site.config import load_site
 
 from .conftest import GITEA_TOKEN, KUSTOMIZATION, Repo, run_cli, write_values
 from .doubles.gitea import GiteaDouble
 from .doubles.kube import KubeApiDouble
-from .oci import built_labels, push_image
+from .oci import push_image
 from .servers import Registry
+from .test_rollback import _built, fab
 
 APP_FILE = "dataops/citation-dagster/app.txt"
 BENCH = "dataops/citation-dagster/deploy/overlays/bench/kustomization.yaml"
@@ -28,7 +30,9 @@ PROD = KUSTOMIZATION
 CHECK = "bench/scenario-34"
 
 
-def _values(path: Path, gitea: GiteaDouble, registry: Registry, **more: Any) -> Path:
+@pytest.fixture()
+def values(tmp_path: Path, gitea: GiteaDouble, registry: Registry) -> Path:
+    """The site with citation on bench (the build's target) then prod."""
     app = load_site(env={}).to_values()["apps"][0]
     app["writeback"] = {**app["writeback"], "path": BENCH, "create": True}
     app["environments"] = [
@@ -36,13 +40,12 @@ def _values(path: Path, gitea: GiteaDouble, registry: Registry, **more: Any) -> 
         {"name": "prod", "target": "prod", "writeback": {"repo": "atlas/atlas", "path": PROD}},
     ]
     return write_values(
-        path,
+        tmp_path / "site.yaml",
         **{
             "gitea.url": gitea.url,
             "registry.host": registry.host,
             "targets": {"bench": {"context": "bench"}, "prod": {"context": "cluster-prod"}},
             "apps": [app],
-            **more,
         },
     )
 
@@ -55,32 +58,9 @@ def env(tmp_path: Path, kube: KubeApiDouble) -> dict[str, str]:
     }
 
 
-def fab(values: Path, env: dict[str, str], *args: str) -> Any:
-    return run_cli("--values", str(values), *args, env=env)
-
-
 def _pin(code_repo: Repo, path: str) -> dict[str, Any]:
     images = yaml.safe_load(code_repo.show(path))["images"]
     return next(e for e in images if e["name"] == "citation-dagster")
-
-
-def _built(
-    code_repo: Repo, registry: Registry, gitea: GiteaDouble, text: str, values: Path, env: Any
-) -> tuple[str, str]:
-    """A commit, its image pushed as the build does, its digest written back to bench."""
-    revision = code_repo.commit({APP_FILE: text})
-    digest = push_image(
-        registry.url,
-        "citation-dagster",
-        revision[:12],
-        {"app.txt": text.encode()},
-        labels=built_labels(revision, gitea.url),
-    )
-    step = fab(
-        values, env, "writeback", "--app", "citation", "--revision", revision, "--digest", digest
-    )
-    assert step.stdout.startswith("changed: "), step.stdout + step.stderr
-    return revision, digest
 
 
 def _application(
@@ -110,15 +90,14 @@ def _post(gitea: GiteaDouble, revision: str, context: str, state: str) -> None:
 
 
 def test_promote_gives_prod_the_digest_that_passed_on_the_bench_and_refuses_until_then(
-    tmp_path: Path,
+    values: Path,
     code_repo: Repo,
     gitea: GiteaDouble,
     registry: Registry,
     kube: KubeApiDouble,
     env: dict[str, str],
 ) -> None:
-    values = _values(tmp_path / "site.yaml", gitea, registry)
-    revision, digest = _built(code_repo, registry, gitea, "v1\n", values, env)
+    revision, digest = _built(code_repo, registry, gitea.url, "v1\n", values, env)
     reference = f"{registry.host}/citation-dagster:{revision[:12]}@{digest}"
     prod_before = code_repo.show(PROD)
     head = code_repo.head()
@@ -208,8 +187,8 @@ def test_promote_gives_prod_the_digest_that_passed_on_the_bench_and_refuses_unti
     assert held.exit_code == 0, held.stderr
     assert held.stdout.startswith("held: citation held by alice"), held.stdout
     assert f"atlas/atlas@main:{PROD}" in held.stdout
-    assert "deployment.fabrique.io" not in code_repo.show(BENCH)  # bench is not held
-    newer, newer_digest = _built(code_repo, registry, gitea, "v2\n", values, env)
+    assert read_hold(code_repo.show(BENCH), BENCH, "citation") is None  # bench moves on
+    newer, newer_digest = _built(code_repo, registry, gitea.url, "v2\n", values, env)
     _post(gitea, newer, CHECK, "success")
     newer_ref = f"{registry.host}/citation-dagster:{newer[:12]}@{newer_digest}"
     _application(kube, "Synced", "Healthy", [newer_ref])
@@ -241,16 +220,15 @@ def test_promote_gives_prod_the_digest_that_passed_on_the_bench_and_refuses_unti
 
 
 def test_an_older_digest_never_replaces_a_newer_one_in_prod(
-    tmp_path: Path,
+    values: Path,
     code_repo: Repo,
     gitea: GiteaDouble,
     registry: Registry,
     kube: KubeApiDouble,
     env: dict[str, str],
 ) -> None:
-    values = _values(tmp_path / "site.yaml", gitea, registry)
-    old, old_digest = _built(code_repo, registry, gitea, "v1\n", values, env)
-    new, new_digest = _built(code_repo, registry, gitea, "v2\n", values, env)
+    old, old_digest = _built(code_repo, registry, gitea.url, "v1\n", values, env)
+    new, new_digest = _built(code_repo, registry, gitea.url, "v2\n", values, env)
     for revision in (old, new):
         _post(gitea, revision, CHECK, "success")
     ref = f"{registry.host}/citation-dagster:{new[:12]}@{new_digest}"
@@ -282,14 +260,13 @@ def test_an_older_digest_never_replaces_a_newer_one_in_prod(
     ],
 )
 def test_a_bad_promotion_is_refused_with_what_is_wrong(
-    tmp_path: Path,
+    values: Path,
     gitea: GiteaDouble,
     registry: Registry,
     env: dict[str, str],
     args: tuple[str, ...],
     expected: str,
 ) -> None:
-    values = _values(tmp_path / "site.yaml", gitea, registry)
     result = fab(values, env, "promote", "--app", "citation", *args)
     assert result.exit_code == 2, result.stdout + result.stderr
     assert result.stderr.startswith(f"error: {expected}"), result.stderr
@@ -369,7 +346,7 @@ def test_environments_are_checked_in_the_config(
 
 
 def test_an_image_that_does_not_say_it_was_built_here_is_not_promoted(
-    tmp_path: Path,
+    values: Path,
     code_repo: Repo,
     gitea: GiteaDouble,
     registry: Registry,
@@ -378,7 +355,6 @@ def test_an_image_that_does_not_say_it_was_built_here_is_not_promoted(
 ) -> None:
     """A pin in Git is no proof: bench's digest, Healthy there, whose labels name no
     commit of this factory, goes no further."""
-    values = _values(tmp_path / "site.yaml", gitea, registry)
     revision = code_repo.commit({APP_FILE: "unlabelled\n"})
     digest = push_image(registry.url, "citation-dagster", revision[:12], {"app.txt": b"x"})
     step = fab(
