@@ -35,6 +35,7 @@ from .conftest import GITEA_TOKEN, ROOT, Repo, run_cli, write_values
 from .doubles.gitea import GiteaDouble
 from .doubles.kube import KubeApiDouble
 from .live.cluster import Answer
+from .live.controlplane import established
 from .oci import built_labels, push_image
 from .servers import Registry
 
@@ -132,13 +133,11 @@ class LiveApi(RestApi):
         crd = ROOT / "vendor" / "specs" / "argo-cd-v3.5.1.application-crd.yaml"
         self.cluster.kubectl("apply", "--server-side", "-f", str(crd))
         path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/applications.argoproj.io"
-
-        def established() -> bool:
-            conditions = (self.cluster.get(path).get("status") or {}).get("conditions") or []
-            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-        # kubectl wait fails, not waits, on a CRD whose status has no conditions yet
-        self.cluster.wait("the Application CRD Established", established, timeout=60)
+        self.cluster.wait(
+            "the Application CRD Established",
+            lambda: established(self.cluster.get(path)),
+            timeout=60,
+        )
 
 
 @pytest.fixture(params=["double", pytest.param("live", marks=pytest.mark.live)])

@@ -330,16 +330,13 @@ class ArgoCD:
         )
 
     def _wait_established(self, crds: list[str], timeout: float = 60) -> None:
-        def established(name: str) -> bool:
-            answer = self._request(
-                "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
-            )
-            conditions = (answer.json().get("status") or {}).get("conditions") or []
-            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+        def served(name: str) -> bool:
+            path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+            return controlplane.established(self._request("GET", path).json())
 
         until(
             f"Argo CD's CRDs {', '.join(crds)} to be Established",
-            lambda: all(established(name) for name in crds),
+            lambda: all(served(name) for name in crds),
             timeout,
             error=ControlPlaneError,
         )

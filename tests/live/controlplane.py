@@ -122,6 +122,13 @@ def free_port() -> int:
     raise ControlPlaneError("no free loopback port below the ephemeral range")
 
 
+def established(crd: dict[str, Any]) -> bool:
+    """A CRD the API server serves: its condition Established is True (a CRD just
+    created has no conditions yet, on which `kubectl wait` errs rather than waits)."""
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+
 def write_secret(path: Path, content: str | bytes) -> None:
     """Write a secret file of the plane (a key, a token, a password, a kubeconfig): mode
     0600 from its creation, and a file already there is made 0600 before the new content
@@ -627,13 +634,7 @@ class ControlPlane:
         """All ``count`` CRDs are Established (`kubectl wait` errs on one that has no
         conditions yet, as a CRD just created has)."""
         listed = json.loads(self.kubectl("get", "crd", "-o", "json"))["items"]
-        return len(listed) == count and all(
-            any(
-                c["type"] == "Established" and c["status"] == "True"
-                for c in (crd.get("status") or {}).get("conditions") or []
-            )
-            for crd in listed
-        )
+        return len(listed) == count and all(established(crd) for crd in listed)
 
     def argo_version(self) -> str:
         return peers.Peer("argo-workflows", ROOT / "tests/peers/argo-workflows").required(

@@ -141,17 +141,18 @@ class Gitea:
         return True
 
     def commit(self, slug: str, branch: str, files: dict[str, str], message: str) -> str:
-        """One commit of new ``files`` on ``branch`` (a first one into an empty
-        repository too), by the admin through the Contents API; its id."""
-        body = {
-            "branch": branch,
-            "message": message,
-            "files": [
-                {"operation": "create", "path": path, "content": _base64(content)}
-                for path, content in files.items()
-            ],
-        }
+        """One commit of ``files`` on ``branch`` (a first one into an empty repository
+        too), by the admin through the Contents API; its id. A file the branch has is
+        updated (the Contents API wants its blob's sha), any other created."""
         with self.admin() as admin:
+            changes = []
+            for path, content in files.items():
+                found = admin.get(f"/repos/{slug}/contents/{path}", params={"ref": branch})
+                change = {"operation": "create", "path": path, "content": _base64(content)}
+                if found.status_code == 200:
+                    change.update(operation="update", sha=found.json()["sha"])
+                changes.append(change)
+            body = {"branch": branch, "message": message, "files": changes}
             made = admin.post(f"/repos/{slug}/contents", json=body)
         if made.status_code != 201:
             raise ControlPlaneError(

@@ -99,6 +99,7 @@ WORLD_HOSTS = {
 }
 # what every host of the world serves (TCP): the build's 443 and a plain 80 beside it
 WORLD_PORTS = (80, 443)
+NETPOL_MODULE = "sigs.k8s.io/kube-network-policies"
 # the queue the NetworkPolicy engine reads (its --nfqueue-id default)
 NETPOL_QUEUE = 100
 NETPOL_METRICS = "127.0.0.1:9080"
@@ -816,41 +817,29 @@ def _unmount_netns_dir() -> None:
 
 
 def _netpol_rbac() -> str:
-    """What the engine reads (upstream's ClusterRole), bound to its user."""
-    return yaml.safe_dump_all(
-        [
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRole",
-                "metadata": {"name": "kube-network-policies"},
-                "rules": [
-                    {
-                        "apiGroups": [""],
-                        "resources": ["pods", "namespaces"],
-                        "verbs": ["list", "watch"],
-                    },
-                    {
-                        "apiGroups": ["networking.k8s.io"],
-                        "resources": ["networkpolicies"],
-                        "verbs": ["list", "watch"],
-                    },
-                ],
-            },
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRoleBinding",
-                "metadata": {"name": "kube-network-policies"},
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "ClusterRole",
-                    "name": "kube-network-policies",
-                },
-                "subjects": [
-                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": NETPOL_USER}
-                ],
-            },
-        ]
-    )
+    """Upstream's ClusterRole, from its install.yaml in the module the engine is built
+    from (what it reads follows its version), bound to the engine's user."""
+    from . import controlplane
+
+    name = "kube-network-policies"
+    peer = controlplane.peers.Peer(name, controlplane.ROOT / "tests" / "peers" / name)
+    install = controlplane.module_dir(NETPOL_MODULE, peer.required(NETPOL_MODULE))
+    documents = yaml.safe_load_all((install / "install.yaml").read_text())
+    role = next(d for d in documents if d and d["kind"] == "ClusterRole")
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": role["metadata"]["name"]},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": role["metadata"]["name"],
+        },
+        "subjects": [
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": NETPOL_USER}
+        ],
+    }
+    return yaml.safe_dump_all([role, binding])
 
 
 def _netpol_rules(node_ip: str) -> str:

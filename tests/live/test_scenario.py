@@ -18,7 +18,6 @@ the pod, and its five gates.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
@@ -263,30 +262,6 @@ def _environment_application(bench: Bench, name: str, path: str, namespace: str)
     )
 
 
-def _update(bench: Bench, path: str, content: str, message: str) -> str:
-    """One commit changing ``path`` of the code repository, through the Contents API."""
-    with bench.gitea.admin() as admin:
-        sha = admin.get(f"/repos/{CODE_REPO}/contents/{path}", params={"ref": BRANCH})
-        assert sha.status_code == 200, sha.text
-        made = admin.post(
-            f"/repos/{CODE_REPO}/contents",
-            json={
-                "branch": BRANCH,
-                "message": message,
-                "files": [
-                    {
-                        "operation": "update",
-                        "path": path,
-                        "sha": sha.json()["sha"],
-                        "content": base64.b64encode(content.encode()).decode(),
-                    }
-                ],
-            },
-        )
-    assert made.status_code == 201, made.text
-    return str(made.json()["commit"]["sha"])
-
-
 def _built(bench: Bench, cluster: Cluster, revision: str) -> None:
     name = f"fabrique-{APP}-{revision[:12]}"
 
@@ -352,7 +327,9 @@ def test_promote_gives_prod_the_digest_the_bench_ran_once_it_passed_there(bench:
 
         # a build whose container never gets Ready: bench takes it, and is not Healthy
         crashing = dockerfile.replace('CMD ["httpd"', 'CMD ["false", "httpd"')
-        broken = _update(bench, DOCKERFILE, crashing, "citation: a broken start")
+        broken = bench.gitea.commit(
+            CODE_REPO, BRANCH, {DOCKERFILE: crashing}, "citation: a broken start"
+        )
         _built(bench, cluster, broken)
         argocd.refresh("citation-bench")
 
@@ -380,7 +357,9 @@ def test_promote_gives_prod_the_digest_the_bench_ran_once_it_passed_there(bench:
         ), refused.stderr
 
         # the fix: bench runs it Healthy, then prod gets exactly its pin
-        fixed = _update(bench, DOCKERFILE, dockerfile, "citation: start again")
+        fixed = bench.gitea.commit(
+            CODE_REPO, BRANCH, {DOCKERFILE: dockerfile}, "citation: start again"
+        )
         _built(bench, cluster, fixed)
         argocd.refresh("citation-bench")
         cluster.wait(
