@@ -6,6 +6,8 @@ is a failure with the command that installs it, never a silent skip.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -204,6 +206,19 @@ def unreachable_kubeconfig(path: Path) -> Path:
         "    user: u\nusers:\n- name: u\n  user: {}\ncurrent-context: c\n"
     )
     return path
+
+
+def run_bench(script: str, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``bench/<script> ARGS`` as a person runs it, from the project's folder: what it
+    said, and how it exited."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, input: str | None = None) -> Result:

@@ -10,11 +10,9 @@ which no Workflow came."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from typing import Any
 
-from .conftest import ROOT
+from .conftest import run_bench
 
 APPS, PUSHES, OUTAGE, BATCH, MAX_PASSES = 5, 20, 3, 8, 6
 RESTART = PUSHES // 2  # the bus restarts before this push
@@ -24,19 +22,12 @@ UNFETCHED = range(RESTART - RESTART % BATCH, RESTART)
 
 
 def test_event_loss_bench_converges_without_duplicates_or_rollbacks() -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "event_loss.py"),
-            *("--apps", str(APPS), "--pushes", str(PUSHES), "--outage", str(OUTAGE)),
-            *("--batch", str(BATCH), "--max-passes", str(MAX_PASSES)),
-            *("--redeliver", "0.3", "--json"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    result = run_bench(
+        "event_loss.py",
+        *("--apps", str(APPS), "--pushes", str(PUSHES), "--outage", str(OUTAGE)),
+        *("--batch", str(BATCH), "--max-passes", str(MAX_PASSES)),
+        *("--redeliver", "0.3", "--json"),
         timeout=300,
-        check=False,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     holds(json.loads(result.stdout))

@@ -3,20 +3,11 @@ object is sized, validate judges the tree, and the Sensor's growth per app is sa
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
-from .conftest import ROOT
+from .conftest import run_bench
 
 
 def test_the_object_sizes_bench_sizes_the_sensor_and_runs_validate() -> None:
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "object_sizes.py"), "--apps", "1,3"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
+    done = run_bench("object_sizes.py", "--apps", "1,3", timeout=300)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     rows = [line for line in lines if line.startswith("| 1 |") or line.startswith("| 3 |")]

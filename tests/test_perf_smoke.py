@@ -4,45 +4,21 @@ within their bounds. No time is checked: these machines are noisy."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from typing import Any
 
-from .conftest import ROOT
+from .conftest import run_bench
 
 
 def test_perf_prints_every_figure_within_request_bounds() -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "perf.py"),
-            "--render-apps",
-            "1,5",
-            "--commits",
-            "20,40",
-            "--size-mb",
-            "1",
-            "--apps",
-            "4",
-            "--latency-ms",
-            "5",  # one latency: that every figure is taken at each is a loop, not a figure
-            "--scale",
-            "12x3",
-            "--curve",
-            "4,12",
-            "--curve-files",
-            "3",
-            "--files-curve",
-            "1",
-            "--real-gitea",
-            "",  # the live tier runs it: tests/live/test_bench_servers.py
-            "--json",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    result = run_bench(
+        "perf.py",
+        *("--render-apps", "1,5", "--commits", "20,40", "--size-mb", "1", "--apps", "4"),
+        # one latency: that every figure is taken at each is a loop, not a figure
+        *("--latency-ms", "5"),
+        *("--scale", "12x3", "--curve", "4,12", "--curve-files", "3", "--files-curve", "1"),
+        *("--real-gitea", ""),  # the live tier runs it: tests/live/test_bench_servers.py
+        "--json",
         timeout=300,
-        check=False,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(result.stdout)

@@ -12,12 +12,10 @@ settled, before the reconciler acts: a loss is a push of which no Workflow came.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import Counter
 from typing import Any
 
-from ..conftest import ROOT
+from ..conftest import run_bench
 from .fixtures import need_go
 
 APPS, PUSHES, OUTAGE, MAX_PASSES = 3, 10, 2, 6
@@ -26,19 +24,12 @@ RESTART = PUSHES // 2  # the push made right after the bus's restart
 
 def test_the_real_event_path_loses_events_and_the_reconciler_converges_without_duplicates() -> None:
     need_go()
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "event_loss.py"),
-            "--real",
-            *("--apps", str(APPS), "--pushes", str(PUSHES), "--outage", str(OUTAGE)),
-            *("--drop", "0.2", "--redeliver", "1", "--max-passes", str(MAX_PASSES), "--json"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    result = run_bench(
+        "event_loss.py",
+        "--real",
+        *("--apps", str(APPS), "--pushes", str(PUSHES), "--outage", str(OUTAGE)),
+        *("--drop", "0.2", "--redeliver", "1", "--max-passes", str(MAX_PASSES), "--json"),
         timeout=480,
-        check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     holds(json.loads(result.stdout))

@@ -8,10 +8,8 @@ bench and the event path to their rules at a size the suite can afford (about a 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
-from ..conftest import ROOT
+from ..conftest import run_bench
 from .fixtures import need_go
 
 APPS = 3
@@ -19,20 +17,7 @@ APPS = 3
 
 def test_a_push_costs_the_workflows_of_the_apps_it_touches_and_a_replay_costs_none() -> None:
     need_go()
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "event_path_scale.py"),
-            "--apps",
-            f"{APPS}",
-            "--json",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=420,
-        check=False,
-    )
+    result = run_bench("event_path_scale.py", "--apps", f"{APPS}", "--json", timeout=420)
     assert result.returncode == 0, result.stderr[-3000:]
     (size,) = json.loads(result.stdout)
     assert (size["apps"], size["sensors"]) == (APPS, 1)
