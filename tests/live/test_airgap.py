@@ -41,6 +41,8 @@ PACKETS = Path(__file__).with_name("packets.py")
 SCRIPT = PACKETS.read_text()
 # every probe pod listens here too, for the ingress side
 POD_PORT = 8080
+# the file a pod's listener writes once every port of it listens
+READY = "/tmp/serving"
 # the tree's files that make fabrique's namespaces and ServiceAccounts
 ACCOUNTS = (
     "namespaces/namespaces.yaml",
@@ -139,8 +141,15 @@ def _start_pod(cluster: Cluster, pod: Pod, image: str) -> None:
             {
                 "name": "main",
                 "image": image,
-                "command": ["python3", "-c", SCRIPT, "serve", pod.name, "-", *ports],
+                "command": ["python3", "-c", SCRIPT, "serve", pod.name, READY, *ports],
                 "securityContext": security,
+                # Ready once every port listens, not once the process starts: the first
+                # probe of a pod's ports may come the moment it is Ready
+                "readinessProbe": {
+                    "exec": {"command": ["python3", "-c", f"open({READY!r})"]},
+                    "periodSeconds": 1,
+                    "failureThreshold": 1,
+                },
             }
         ],
     }
