@@ -174,6 +174,9 @@ def test_promote_gives_prod_the_digest_that_passed_on_the_bench_and_refuses_unti
     shown = fab(values, env, "status", "--app", "citation", "--output", "json")
     assert shown.exit_code == 0, shown.stderr
     (entry,) = json.loads(shown.stdout)
+    # prod's file lies under the app's context: a promotion changes no source, so the
+    # wanted commit is still the one built, not the promotion's (no rebuild, ever)
+    assert (entry["state"], entry["facts"]["want"]) == ("ok", revision), entry["detail"]
     assert entry["environments"] == [
         {"environment": env_name, "tag": revision[:12], "digest": digest, "waiting": None}
         for env_name in ("bench", "prod")

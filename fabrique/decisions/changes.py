@@ -21,10 +21,15 @@ from .writeback import Transport, deployed_pin, deployed_revision
 
 
 def fabrique_paths(site: Site) -> frozenset[str]:
-    """The files of the code repository that fabrique itself writes (write-back targets)."""
-    return frozenset(
-        a.writeback.path for a in site.apps if a.writeback.repo == site.gitea.code_repo
-    )
+    """The files of the code repository that fabrique itself writes: each app's write-back
+    target, and each of its environments' (a promotion's commit is no change to build)."""
+    targets = [
+        target
+        for app in site.apps
+        for target in (app.writeback, *(env.writeback for env in app.environments))
+        if target is not None
+    ]
+    return frozenset(t.path for t in targets if t.repo == site.gitea.code_repo)
 
 
 @dataclass(frozen=True)
