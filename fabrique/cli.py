@@ -767,16 +767,25 @@ def reconcile(
 ) -> None:
     """Converge every app on the image of the last commit that changed it (the safety net).
 
-    One line per app (ok, held, in-flight, written-back, submitted, failed, error), then
-    a summary. Exits non-zero only when a check itself failed.
+    One line per app (ok, held, in-flight, written-back, submitted, failed, error), one
+    per environment it promotes into (promote: auto; promoted, waiting, held), then a
+    summary. Exits non-zero only when a check itself failed.
     """
     from fabrique.decisions.plan import write_atomic
     from fabrique.decisions.reconcile import decision_counts, raise_for_errors, selected, summary
+    from fabrique.gestures.promote import auto_promote
 
     site = state.site
     apps = selected(site, app)
     with _reconciler(site, kube_context) as reconciler:
         results = reconciler.run(apps, "dry-run" if dry_run else "act")
+        if reconciler.statuses is not None:
+            results += auto_promote(
+                *(site, reconciler.transport, reconciler.statuses, reconciler.registry),
+                reconciler.kube,
+                apps,
+                dry_run=dry_run,
+            )
     for result in results:
         click.echo(f"{result.app}: {result.state}: {result.detail}")
     click.echo(summary(results))

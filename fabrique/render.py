@@ -238,6 +238,29 @@ def reconcile_unit(site: Site) -> Tree:
     rbac += service_account(
         SERVICE_ACCOUNT, site.namespaces.control, memory, role=f"{SERVICE_ACCOUNT}-memory"
     )[1:]  # the ServiceAccount is already there
+    # promote: auto: the Applications it checks (an environment before one), by name,
+    # in Argo CD's namespace of its own cluster; nothing when no environment asks
+    checked: dict[str, set[str]] = {}
+    for app in site.apps:
+        for _, previous in app.auto_promotions():
+            namespace, name = previous.application_ref(app.name)
+            checked.setdefault(namespace, set()).add(name)
+    for namespace, names in sorted(checked.items()):
+        read = [
+            {
+                "apiGroups": ["argoproj.io"],
+                "resources": ["applications"],
+                "resourceNames": sorted(names),
+                "verbs": ["get"],
+            }
+        ]
+        rbac += service_account(
+            SERVICE_ACCOUNT,
+            site.namespaces.control,
+            read,
+            role=f"{SERVICE_ACCOUNT}-read-applications",
+            role_namespace=namespace,
+        )[1:]
     return {
         "reconcile/rbac.yaml": rbac,
         f"reconcile/cronworkflow-{CRON_NAME}.yaml": [reconcile_cron(site).to_dict()],

@@ -329,7 +329,8 @@ def test_an_app_without_environments_has_nothing_to_promote(
                     "writeback": {"repo": "a/b", "path": "k.yaml"},
                 },
             ],
-            "environments[1].promote: auto is not done by the safety net yet",
+            "apps[0].environments[1].promote: auto needs targets.prod.inCluster: true: the "
+            "safety net reads bench's Application in the cluster it runs in",
         ),
         (
             [{"name": "bench", "target": "staging"}],
@@ -372,3 +373,96 @@ def test_an_image_that_does_not_say_it_was_built_here_is_not_promoted(
     assert result.stderr.startswith("error: ") and "label" in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert code_repo.head() == head
+
+
+def _auto(values: Path) -> None:
+    """The site of ``values`` with prod promoted by the safety net, bench's Argo CD in
+    the cluster fabrique runs in."""
+    site = yaml.safe_load(values.read_text())
+    site["targets"]["bench"]["inCluster"] = True
+    site["apps"][0]["environments"][1]["promote"] = "auto"
+    values.write_text(yaml.safe_dump(site))
+
+
+def _lines(result: Any, name: str) -> list[str]:
+    return [line for line in result.stdout.splitlines() if line.startswith(f"{name}: ")]
+
+
+def test_the_safety_net_promotes_into_an_auto_environment_what_passed_before_it(
+    values: Path,
+    code_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    kube: KubeApiDouble,
+    env: dict[str, str],
+) -> None:
+    _auto(values)
+    revision, digest = _built(code_repo, registry, gitea.url, "v1\n", values, env)
+    reference = f"{registry.host}/citation-dagster:{revision[:12]}@{digest}"
+    prod_before, head = code_repo.show(PROD), code_repo.head()
+    application = "bench: Application argocd/citation (context bench)"
+
+    def waits(expected: str) -> None:
+        result = fab(values, env, "reconcile")
+        assert result.exit_code == 0, result.stdout + result.stderr
+        assert _lines(result, "citation/prod") == [
+            f"citation/prod: waiting: {revision[:12]} from bench: {expected}"
+        ]
+        assert code_repo.head() == head and code_repo.show(PROD) == prod_before
+
+    waits(f"{application}: not found")
+    _application(kube, "Synced", "Progressing", [reference])
+    waits(f"{application} is Progressing, not Healthy")
+    _application(kube, "Synced", "Healthy", [reference])
+    waits(f"bench: commit status {CHECK} on atlas/atlas@{revision[:12]}: none posted")
+    _post(gitea, revision, CHECK, "success")
+
+    dry = fab(values, env, "reconcile", "--dry-run")
+    assert _lines(dry, "citation/prod") == [
+        f"citation/prod: would-promote: {reference} from bench -> atlas/atlas@main:{PROD}"
+    ]
+    assert code_repo.head() == head
+
+    counts = values.parent / "counts"
+    result = fab(values, env, "reconcile", "--counts", str(counts))
+    assert result.exit_code == 0, result.stdout + result.stderr
+    promoted = code_repo.head()
+    assert _lines(result, "citation/prod") == [
+        f"citation/prod: promoted: {reference} from bench -> atlas/atlas@main:{PROD} "
+        f"(commit {promoted})"
+    ]
+    assert _lines(result, "citation") == [f"citation: ok: deploys {revision[:12]} (want "
+                                           f"{revision[:12]})"]  # fmt: skip
+    assert result.stdout.splitlines()[-1] == "reconcile: 2 app(s): 1 ok, 1 promoted"
+    assert (counts / "promoted").read_text() == "1" and (counts / "waiting").read_text() == "0"
+    assert _pin(code_repo, PROD) == _pin(code_repo, BENCH)
+    assert "Promoted-From: bench" in code_repo.git("log", "-1", "--format=%B", "main")
+    posted = [s for s in _statuses(gitea, revision) if s["context"] == "fabrique/citation/prod"]
+    assert [s["state"] for s in posted] == ["success"]
+
+    # a replay: prod deploys what bench does, nothing is asked of the cluster or written
+    del kube.applications[("argocd", "citation")]
+    again = fab(values, env, "reconcile")
+    assert again.exit_code == 0, again.stderr
+    assert _lines(again, "citation/prod") == []
+    assert code_repo.head() == promoted
+
+
+def test_an_auto_promotion_reads_its_application_by_name_and_nothing_else(
+    values: Path, tmp_path: Path
+) -> None:
+    _auto(values)
+    out = tmp_path / "tree"
+    assert run_cli("--values", str(values), "render", "--out", str(out)).exit_code == 0
+    docs = list(yaml.safe_load_all((out / "reconcile/rbac.yaml").read_text()))
+    role = next(d for d in docs if d["metadata"]["name"] == "fabrique-reconciler-read-applications")
+    assert role["kind"] == "Role" and role["metadata"]["namespace"] == "argocd"
+    assert role["rules"] == [
+        {
+            "apiGroups": ["argoproj.io"],
+            "resources": ["applications"],
+            "resourceNames": ["citation"],
+            "verbs": ["get"],
+        }
+    ]
+    assert run_cli("validate", str(out)).exit_code == 0

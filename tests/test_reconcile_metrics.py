@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from fabrique.decisions.reconcile import DECISIONS, DONE, Action
+from fabrique.gestures.promote import PASS_STATES
 from fabrique.validate import Schemas
 
 from .conftest import ROOT, Repo
@@ -22,6 +23,8 @@ def test_every_state_a_pass_gives_is_counted() -> None:
     states = {DONE.get(action, action) for action in get_args(Action)}
     # a write-back that finds the app moved on or held, and a check that failed
     states |= {"superseded", "held", "error"}
+    # an environment the safety net promotes into (promote: auto), or that waits for it
+    states |= {s for s in PASS_STATES.values() if not s.startswith("would-")} | {"waiting"}
     assert states == set(DECISIONS)
 
 

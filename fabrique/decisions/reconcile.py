@@ -269,7 +269,7 @@ class Reconciler:
                 return AppResult(app.name, f"would-{action}", detail, facts)
             return _Pending(app, action, detail, facts)
         except FabriqueError as err:
-            return _error(app.name, err)
+            return error_result(app.name, err)
 
     def _submit(self, todo: _Pending) -> AppResult:
         app, facts = todo.app, todo.facts
@@ -278,7 +278,7 @@ class Reconciler:
             body = build_workflow(self.site, app.name, facts.want, submitted_by="reconciler")
             created = submit(self.kube, body, wait_seconds=submission.PASS_CLAIM_WAIT_SECONDS)
         except FabriqueError as err:
-            return _error(app.name, err)
+            return error_result(app.name, err)
         if created.outcome == "exists":  # the Sensor got there first: same name, same build
             return AppResult(app.name, "in-flight", f"{created.name} already exists", facts)
         if created.outcome == "waiting":  # an earlier one's claim: a later pass submits
@@ -303,14 +303,14 @@ class Reconciler:
             outcomes = write_back_file(self.site, transport, deploys, gate=gate)
         except (TargetError, ProvenanceError) as err:
             if len(todos) == 1:
-                return [_error(todos[0].app.name, err)]
+                return [error_result(todos[0].app.name, err)]
             # one app's refusal (its deployed tag names no commit, its digest is unsigned)
             # must not hold back the others of the file: each is written alone, and only
             # that one fails
             log.warning("%s; writing the %d pins one by one", err, len(todos))
             return [result for todo in todos for result in self._write_back(transport, [todo])]
         except FabriqueError as err:
-            return [_error(todo.app.name, err) for todo in todos]
+            return [error_result(todo.app.name, err) for todo in todos]
         results = []
         for todo, outcome in zip(todos, outcomes, strict=True):
             if outcome.state == "held":  # it moved since the facts were read
@@ -373,7 +373,7 @@ class Reconciler:
             try:
                 seen, memory = survey(site, transport, apps, remembered, pool)
             except FabriqueError as err:
-                return [_error(app.name, err) for app in apps]
+                return [error_result(app.name, err) for app in apps]
             # a current app's status is read until its success was seen for that want
             reported = remembered.reported if remembered else {}
             unreported = {
@@ -573,7 +573,9 @@ def _reported(before: dict[str, str], results: Sequence[AppResult]) -> dict[str,
     return reported
 
 
-def _error(app: str, err: FabriqueError) -> AppResult:
+def error_result(app: str, err: FabriqueError) -> AppResult:
+    """An app (or ``app/env``) whose check failed, logged; transient when a later pass
+    may succeed."""
     log.warning("%s: %s", app, err)
     transient = isinstance(err, RemoteError) and err.transient
     return AppResult(app, "error", str(err), transient=transient)
@@ -582,6 +584,7 @@ def _error(app: str, err: FabriqueError) -> AppResult:
 # every state a pass gives an app; the reconcile CronWorkflow counts each one (a metric)
 DECISIONS = (
     *("ok", "held", "in-flight", "written-back", "superseded", "submitted", "failed", "error"),
+    *("promoted", "waiting"),  # an environment's, with promote: auto
 )
 
 

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from fabrique.clients.kube import KubeClient
 from fabrique.clients.registry import RegistryClient
 from fabrique.decisions.provenance import check_built_here
+from fabrique.decisions.reconcile import AppResult, error_result
+from fabrique.decisions.signature import signature_gate
 from fabrique.decisions.status import Report, StatusReporter
 from fabrique.decisions.targets import ImagePin
 from fabrique.decisions.writeback import (
@@ -39,7 +41,7 @@ from fabrique.decisions.writeback import (
     write_back,
 )
 from fabrique.site.config import AppConfig, Environment, Site
-from fabrique.site.errors import InputError, NotPassed
+from fabrique.site.errors import FabriqueError, InputError, NotPassed
 
 REVISION_PREFIX_RE = re.compile(r"[0-9a-f]{7,64}")
 
@@ -223,3 +225,70 @@ def promote(
             name=status_context(app.name, env.name),
         )
     return outcome
+
+
+# what a pass says of an environment it promotes into (``promote: auto``), by outcome
+PASS_STATES = {
+    "changed": "promoted",
+    "would-change": "would-promote",
+    "unchanged": "ok",
+    "held": "held",
+    "superseded": "superseded",
+}
+
+
+def auto_promote(
+    site: Site,
+    transport: Transport,
+    statuses: StatusReporter,
+    registry: RegistryClient,
+    kube: KubeClient,
+    apps: list[AppConfig],
+    *,
+    dry_run: bool = False,
+) -> list[AppResult]:
+    """The safety net's promotions: into each ``promote: auto`` environment whose
+    previous one deploys another digest, what passed there, checked and written as
+    ``fabrique promote`` does. One result per such environment, ``<app>/<env>``:
+    ``promoted`` (``would-promote``), ``waiting`` with what has not passed yet, ``held``,
+    ``superseded``, or ``error``. An environment that already deploys the digest before
+    it asks nothing of any cluster. ``kube`` is the cluster the pass runs in, where the
+    site says the previous environments' Argo CD is (``targets.<name>.inCluster``)."""
+    results: list[AppResult] = []
+    gate = None
+    for app in apps:
+        auto = app.auto_promotions()
+        if not auto:
+            continue
+        try:
+            found = {stage.environment: stage for stage in stages(site, transport, app)}
+        except FabriqueError as err:
+            results += [error_result(f"{app.name}/{env.name}", err) for env, _ in auto]
+            continue
+        for env, previous in auto:
+            name, waiting = f"{app.name}/{env.name}", found[env.name].waiting
+            if waiting is None:
+                continue  # deploys what the one before does (or that one deploys nothing)
+            try:
+                if gate is None:
+                    gate = signature_gate(site, registry)
+                outcome = promote(
+                    *(site, transport, statuses, registry, lambda _target: kube),
+                    *(app.name, env.name),
+                    dry_run=dry_run,
+                    gate=gate,
+                )
+            except NotPassed as err:
+                results.append(AppResult(name, "waiting", f"{waiting} from {previous.name}: {err}"))
+                continue
+            except FabriqueError as err:
+                results.append(error_result(name, err))
+                continue
+            state = PASS_STATES[outcome.state]
+            detail = f"{outcome.pin.reference} from {previous.name} -> {outcome.where}"
+            if outcome.commit:
+                detail += f" (commit {outcome.commit})"
+            elif outcome.detail:
+                detail = f"{outcome.detail}; nothing written to {outcome.where}"
+            results.append(AppResult(name, state, detail))
+    return results

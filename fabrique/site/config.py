@@ -510,9 +510,13 @@ ObjectRef = Annotated[str, AfterValidator(_object_ref)]
 
 
 class Target(_Model):
-    """A cluster the operator seeds (``targets.<name>``): the kube context it must be."""
+    """A cluster (``targets.<name>``): the kube context an operator's gesture must be in
+    (``seed``, ``promote``)."""
 
     context: Annotated[str, Field(min_length=1)]
+    # fabrique runs in this cluster: the safety net reads it with its own account (the
+    # Application of an environment that promotes into a ``promote: auto`` one)
+    in_cluster: bool = False
 
 
 class DerivedSecret(_Model):
@@ -697,12 +701,6 @@ class AppConfig(_Model):
                 if env.promote == "auto":
                     raise ValueError(f"{at}.promote: nothing comes before the first environment")
                 continue
-            if env.promote == "auto":
-                # said, not ignored: a promotion the site asks for must happen
-                raise ValueError(
-                    f"{at}.promote: auto is not done by the safety net yet; promote with "
-                    "`fabrique promote` (promote: manual)"
-                )
             if env.writeback is None:
                 raise ValueError(f"{at}.writeback: required (where promote writes {env.name})")
             key = (env.writeback.repo, env.writeback.branch, env.writeback.path)
@@ -723,6 +721,14 @@ class AppConfig(_Model):
                 return env, self.environments[index - 1] if index else None
         known = ", ".join(env.name for env in self.environments) or "none"
         raise InputError(f"{option} {name!r}: not an environment of {self.name} (its: {known})")
+
+    def auto_promotions(self) -> list[tuple[Environment, Environment]]:
+        """Each ``promote: auto`` environment, with the one before it."""
+        return [
+            (env, self.environments[index - 1])
+            for index, env in enumerate(self.environments)
+            if index and env.promote == "auto"
+        ]
 
     def at(self, env: Environment) -> AppConfig:
         """This app as written in ``env``: its target is the environment's."""
@@ -790,6 +796,20 @@ class Site(_Model):
                     raise ValueError(
                         f"apps[{index}].environments[{position}].target: {env.target!r} is "
                         f"not a key of targets (its: {known})"
+                    )
+                previous = app.environments[position - 1] if position else None
+                if (
+                    env.promote == "auto"
+                    and previous is not None
+                    and not self.targets[previous.target].in_cluster
+                ):
+                    # said, not ignored: a promotion the site asks for must be one the
+                    # safety net can check
+                    raise ValueError(
+                        f"apps[{index}].environments[{position}].promote: auto needs "
+                        f"targets.{previous.target}.inCluster: true: the safety net reads "
+                        f"{previous.name}'s Application in the cluster it runs in (elsewhere, "
+                        "promote with `fabrique promote`)"
                     )
         return self
 
