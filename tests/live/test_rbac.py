@@ -9,9 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+
+from fabrique.site.config import load_site
 
 from .. import payloads
 from .cluster import ARGO, Cluster
+from .controlplane import render
 from .test_workflows import sensor_workflow
 
 BUILD, CONTROL = "fabrique-build", "fabrique"
@@ -152,3 +156,36 @@ def in_control(body: dict[str, Any]) -> dict[str, Any]:
     moved = copy.deepcopy(body)
     moved["metadata"]["namespace"] = CONTROL
     return moved
+
+
+def test_an_auto_promotion_reads_the_application_before_it_and_nothing_else(
+    cluster: Cluster, applied: Path, tmp_path: Path
+) -> None:
+    """``promote: auto``: the reconciler may get the one Application it checks, in Argo
+    CD's namespace, and no other, and list none; without it, not even that one."""
+    assert not cluster.can(RECONCILER, "get", "applications", "argocd", G, name="citation")
+    values = load_site(env={}).to_values()
+    values["targets"] = {"bench": {"context": "bench", "inCluster": True}, **values["targets"]}
+    values["apps"][0]["environments"] = [
+        {"name": "bench", "target": "bench"},
+        {
+            "name": "prod",
+            "target": "prod",
+            "promote": "auto",
+            "writeback": {"repo": "atlas/atlas", "path": "deploy/prod/kustomization.yaml"},
+        },
+    ]
+    (tmp_path / "site.yaml").write_text(yaml.safe_dump(values))
+    rbac = render(tmp_path / "site.yaml", tmp_path / "tree") / "reconcile" / "rbac.yaml"
+    cluster.kubectl("create", "namespace", "argocd", check=False)
+    cluster.kubectl("apply", "--server-side", "--field-manager=fabrique", "-f", str(rbac))
+    try:
+        assert cluster.can(RECONCILER, "get", "applications", "argocd", G, name="citation")
+        assert not cluster.can(RECONCILER, "get", "applications", "argocd", G, name="other")
+        assert not cluster.can(RECONCILER, "list", "applications", "argocd", G)
+        assert not cluster.can(RECONCILER, "update", "applications", "argocd", G, name="citation")
+    finally:
+        cluster.kubectl(
+            "delete", "-n", "argocd", "role,rolebinding", "fabrique-reconciler-read-applications",
+            check=False,
+        )  # fmt: skip
