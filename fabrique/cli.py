@@ -1015,7 +1015,12 @@ def seed(
     from fabrique.clients.kube import KubeClient, kubeconfig_context
     from fabrique.clients.registry import RegistryClient
     from fabrique.decisions.writeback import open_transport
-    from fabrique.gestures.seed import Seeder, check_target, gitea_admin_token
+    from fabrique.gestures.seed import (
+        Seeder,
+        check_target,
+        gitea_admin_token,
+        seeded_environments,
+    )
     from fabrique.gestures.webhook import Credentials, allowed_host_notice
 
     from .validate import Schemas, find_specs
@@ -1024,6 +1029,7 @@ def seed(
     app_config = site.app(app)
     context = kubeconfig_context(kube_context)
     check_target(site, target, context)
+    environments = seeded_environments(app_config, target)
     credentials = Credentials.from_env()
     kube = KubeClient.for_site(site, context)
     token = token_from_env() or gitea_admin_token(kube, site)
@@ -1042,6 +1048,7 @@ def seed(
             registry=registry,
             webhook=credentials,
             specs_schemas=schemas,
+            environments=environments,
         )
         plan = seeder.run(dry_run=True)
         click.echo(f"plan for {app} on {target} ({context}):")

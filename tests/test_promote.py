@@ -326,11 +326,34 @@ def test_an_app_without_environments_has_nothing_to_promote(
                     "name": "prod",
                     "target": "prod",
                     "promote": "auto",
+                    "application": "argocd/citation-prod",
+                    "namespace": "dagster-prod",
                     "writeback": {"repo": "a/b", "path": "k.yaml"},
                 },
             ],
             "apps[0].environments[1].promote: auto needs targets.prod.inCluster: true: the "
             "safety net reads bench's Application in the cluster it runs in",
+        ),
+        (
+            [
+                {"name": "bench", "target": "prod"},
+                {"name": "prod", "target": "prod", "writeback": {"repo": "a/b", "path": "k.yaml"}},
+            ],
+            "apps[0].environments[1].application: argocd/citation is already bench's, in the "
+            "same cluster (context cluster-prod): name another",
+        ),
+        (
+            [
+                {"name": "bench", "target": "prod"},
+                {
+                    "name": "prod",
+                    "target": "prod",
+                    "application": "argocd/citation-prod",
+                    "writeback": {"repo": "a/b", "path": "k.yaml"},
+                },
+            ],
+            "apps[0].environments[1].namespace: dagster is already where bench runs, in the "
+            "same cluster (context cluster-prod): name another",
         ),
         (
             [{"name": "bench", "target": "staging"}],
@@ -466,3 +489,82 @@ def test_an_auto_promotion_reads_its_application_by_name_and_nothing_else(
         }
     ]
     assert run_cli("validate", str(out)).exit_code == 0
+
+
+def test_seed_gives_each_environment_of_its_cluster_an_application_and_prod_none_before_a_promotion(
+    values: Path,
+    code_repo: Repo,
+    apps_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    kube: KubeApiDouble,
+    env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    site = yaml.safe_load(values.read_text())
+    site["apps"][0]["application"] |= {
+        "path": "apps/citation-seeded.yaml",
+        "sourcePath": BENCH.rsplit("/", 1)[0],
+    }
+    values.write_text(yaml.safe_dump(site))
+    revision, digest = _built(code_repo, registry, gitea.url, "v1\n", values, env)
+    seeding = {**env, "FABRIQUE_WEBHOOK_TOKEN": "bearer-seed-19ab"}
+    prod = {
+        **seeding,
+        "KUBECONFIG": str(kube.kubeconfig(tmp_path / "prod", context="cluster-prod")),
+    }
+
+    def seed(where: dict[str, str], target: str) -> list[str]:
+        result = fab(values, where, "seed", "--app", "citation", "--target", target, "--yes")
+        assert result.exit_code == 0, result.stdout + result.stderr
+        return [line.split(" (")[0] for line in result.stdout.splitlines() if ": " in line]
+
+    assert seed(env | seeding, "bench")[-6:] == [
+        "registry-name: skipped",
+        "image: unchanged",
+        "write-back bench: unchanged",
+        "secrets: skipped",
+        "webhook: changed",
+        "application bench: changed",
+    ]
+    bench_app = yaml.safe_load(apps_repo.show("apps/citation-seeded.yaml"))
+    assert (bench_app["metadata"], bench_app["spec"]["source"]["path"]) == (
+        {"name": "citation", "namespace": "argocd",
+         "finalizers": ["resources-finalizer.argocd.argoproj.io"]},
+        BENCH.rsplit("/", 1)[0],
+    )  # fmt: skip
+
+    # prod deploys nothing promote wrote: seed there writes nothing and says what to do
+    head = apps_repo.head()
+    refused = fab(values, prod, "seed", "--app", "citation", "--target", "prod", "--yes")
+    assert refused.exit_code == 2, refused.stdout + refused.stderr
+    assert refused.stderr.strip().endswith(
+        "promote into it first (fabrique promote --app citation --to prod); nothing was written"
+    ), refused.stderr
+    assert apps_repo.head() == head
+
+    reference = f"{registry.host}/citation-dagster:{revision[:12]}@{digest}"
+    _application(kube, "Synced", "Healthy", [reference])
+    _post(gitea, revision, CHECK, "success")
+    assert fab(values, env, "promote", "--app", "citation", "--to", "prod").exit_code == 0
+    assert seed(prod, "prod")[-5:] == [
+        "registry-name: skipped",
+        "promoted prod: unchanged",
+        "secrets: skipped",
+        "webhook: unchanged",
+        "application prod: changed",
+    ]
+    prod_app = yaml.safe_load(apps_repo.show("apps/citation-seeded-prod.yaml"))
+    assert prod_app["metadata"]["name"] == "citation"
+    assert prod_app["spec"]["source"]["path"] == PROD.rsplit("/", 1)[0]
+    assert prod_app["spec"]["destination"]["namespace"] == "dagster"
+
+    # a replay, on each cluster: nothing changes
+    heads = (code_repo.head(), apps_repo.head())
+    assert {line.split(": ")[1] for line in seed(env | seeding, "bench")[-6:]} <= {
+        "unchanged", "skipped", "missing"
+    }  # fmt: skip
+    assert {line.split(": ")[1] for line in seed(prod, "prod")[-5:]} <= {
+        "unchanged", "skipped", "missing"
+    }  # fmt: skip
+    assert (code_repo.head(), apps_repo.head()) == heads

@@ -26,11 +26,12 @@ from fabrique.decisions.provenance import check_built_here
 from fabrique.decisions.signature import signature_gate
 from fabrique.decisions.writeback import Transport, write_back
 from fabrique.gestures.webhook import Credentials, seed_webhook
-from fabrique.site.config import AppConfig, Site
-from fabrique.site.errors import ImageNotFound, InputError
+from fabrique.site.config import AppConfig, Deployment, Environment, Site
+from fabrique.site.errors import ImageNotFound, InputError, NotPassed
 from fabrique.site.names import short_sha
 
 from .lint import lint_application
+from .promote import deployed_in
 from .secrets import derive, wanted
 
 GITEA_ADMIN_SECRET = "gitea-admin"
@@ -103,26 +104,37 @@ def gitea_admin_token(kube: KubeClient, site: Site) -> str:
     return base64.b64decode(value).decode("utf-8").strip()
 
 
-def application_document(site: Site, app: AppConfig) -> dict[str, Any]:
-    assert app.application is not None
+def seeded_environments(app: AppConfig, target: str) -> list[Environment]:
+    """The environments of ``app`` whose cluster is ``target`` (none: an app without
+    environments); an InputError when it has environments and none there."""
+    if not app.environments:
+        return []
+    found = [env for env in app.environments if env.target == target]
+    if not found:
+        known = ", ".join(f"{env.name} on {env.target}" for env in app.environments)
+        raise InputError(f"--target {target!r}: {app.name} has no environment there ({known})")
+    return found
+
+
+def application_document(site: Site, deployment: Deployment) -> dict[str, Any]:
     return {
         "apiVersion": "argoproj.io/v1alpha1",
         "kind": "Application",
         "metadata": {
-            "name": app.name,
-            "namespace": "argocd",
+            "name": deployment.name,
+            "namespace": deployment.namespace,
             "finalizers": ["resources-finalizer.argocd.argoproj.io"],
         },
         "spec": {
-            "project": app.application.project,
+            "project": deployment.project,
             "source": {
                 "repoURL": site.gitea.repo_url(site.gitea.code_repo),
                 "targetRevision": site.gitea.branch,
-                "path": app.application.source_path,
+                "path": deployment.source_path,
             },
             "destination": {
                 "server": "https://kubernetes.default.svc",
-                "namespace": app.application.namespace,
+                "namespace": deployment.destination,
             },
             "syncPolicy": {
                 "automated": {"prune": True, "selfHeal": True},
@@ -144,19 +156,48 @@ class Seeder:
         registry: RegistryClient,
         webhook: Credentials,
         specs_schemas: Any,
+        environments: list[Environment] | None = None,
     ) -> None:
         self.site, self.app, self.kube, self.gitea = site, app, kube, gitea
         self.transport, self.registry, self.webhook = transport, registry, webhook
         self.schemas = specs_schemas
+        # the app's environments in the target's cluster (seeded_environments)
+        self.environments = environments or []
 
     def run(self, *, dry_run: bool) -> list[Step]:
-        revision, digest, image = self.image()
-        steps = [registry_name(self.site, self.kube), image]
-        steps.append(self.write_back(revision, digest, dry_run))
+        """Each step in order; the first environment (or the app without any) gets the
+        build's digest, each later one must deploy what a promotion wrote there."""
+        envs: list[Environment | None] = list(self.environments) or [None]
+        steps = [registry_name(self.site, self.kube)]
+        for env in envs:
+            suffix = f" {env.name}" if env else ""
+            if env is None or env == self.app.environments[0]:
+                revision, digest, image = self.image()
+                steps.append(image)
+                steps.append(self.write_back(revision, digest, dry_run, suffix))
+            else:
+                steps.append(self.promoted(env))
         steps.append(self.secrets(dry_run))
         steps.append(self.webhook_step(dry_run))
-        steps.append(self.application(dry_run))
+        steps += [self.application(env, dry_run) for env in envs]
         return steps
+
+    def promoted(self, env: Environment) -> Step:
+        """An environment after the first deploys only what a promotion wrote: seed writes
+        none there, and gives it no Application until it deploys a digest built here."""
+        transport = self.transport
+        try:
+            candidate = deployed_in(self.site, transport, self.app, env)
+        except NotPassed as err:
+            raise InputError(
+                f"{err}; promote into it first (fabrique promote --app {self.app.name} "
+                f"--to {env.name}); nothing was written"
+            ) from None
+        digest = candidate.pin.digest or ""
+        check_built_here(self.site, self.registry, self.app, candidate.revision, digest)
+        return Step(
+            f"promoted {env.name}", "unchanged", f"{candidate.where}: {candidate.pin.reference}"
+        )
 
     def image(self) -> tuple[str, str, Step]:
         site, app = self.site, self.app
@@ -181,7 +222,7 @@ class Seeder:
         check_built_here(site, self.registry, app, want, digest)
         return want, digest, Step("image", "unchanged", f"{ref}@{digest}")
 
-    def write_back(self, revision: str, digest: str, dry_run: bool) -> Step:
+    def write_back(self, revision: str, digest: str, dry_run: bool, suffix: str = "") -> Step:
         outcome = write_back(
             self.site,
             self.transport,
@@ -195,7 +236,8 @@ class Seeder:
         state = {"changed": "changed", "would-change": "changed", "unchanged": "unchanged"}.get(
             outcome.state, "skipped"
         )
-        return Step("write-back", state, outcome.where if state != "skipped" else outcome.detail)
+        detail = outcome.where if state != "skipped" else outcome.detail
+        return Step(f"write-back{suffix}", state, detail)
 
     def secrets(self, dry_run: bool) -> Step:
         derivations = wanted(self.site, self.app.name)
@@ -210,21 +252,28 @@ class Seeder:
         state = "unchanged" if all(a.verb == "unchanged" for a in actions) else "changed"
         return Step("webhook", state, "; ".join(a.line(False) for a in actions))
 
-    def application(self, dry_run: bool) -> Step:
-        config = self.app.application
-        if config is None:
-            return Step("application", "skipped", "no apps[].application in the site")
+    def application(self, env: Environment | None, dry_run: bool) -> Step:
+        name = f"application {env.name}" if env else "application"
+        deployment = self.app.deployment(env)
+        if deployment is None:
+            why = (
+                "no apps[].application in the site"
+                if self.app.application is None
+                else "its target is its Application (kind argocd-application)"
+            )
+            return Step(name, "skipped", why)
         repo, branch = self.site.gitea.apps_repo, self.site.gitea.branch
-        where = f"{repo}@{branch}:{config.path}"
-        snapshot = self.transport.read(repo, branch, config.path)
+        where = f"{repo}@{branch}:{deployment.path}"
+        snapshot = self.transport.read(repo, branch, deployment.path)
         if snapshot.text is None:
-            document = application_document(self.site, self.app)
+            document = application_document(self.site, deployment)
             if not dry_run:
                 text = "# Written by `fabrique seed`: Argo CD deploys this app from Gitea.\n"
                 text += yaml.safe_dump(document, sort_keys=False)
-                message = f"fabrique: Argo CD Application for {self.app.name}\n"
-                self.transport.write(repo, branch, config.path, text, snapshot, message)
-            return Step("application", "changed", f"created {where}")
+                what = f"{self.app.name} in {env.name}" if env else self.app.name
+                message = f"fabrique: Argo CD Application for {what}\n"
+                self.transport.write(repo, branch, deployment.path, text, snapshot, message)
+            return Step(name, "changed", f"created {where}")
         try:
             existing = yaml.safe_load(snapshot.text)
         except yaml.YAMLError:
@@ -234,4 +283,4 @@ class Seeder:
         problems = list(lint_application(existing, self.site, self.schemas))
         if problems:
             raise InputError(f"{where}: {problems[0]} (fix it in the apps repository)")
-        return Step("application", "unchanged", where)
+        return Step(name, "unchanged", where)

@@ -20,6 +20,7 @@ import ipaddress
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
@@ -667,10 +668,27 @@ class Environment(_Model):
     checks: list[Annotated[str, Field(min_length=1, max_length=255)]] = Field(default_factory=list)
     # auto: the safety net promotes into it what passed in the one before
     promote: Literal["manual", "auto"] = "manual"
+    # where the app runs in it (default apps[].application.namespace): two environments
+    # in one cluster run in two namespaces
+    namespace: DnsLabel | None = None
 
     def application_ref(self, app: str) -> tuple[str, str]:
         namespace, _, name = (self.application or f"argocd/{app}").partition("/")
         return namespace, name
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """An Argo CD Application that deploys an app (or one environment of it): its file
+    in the apps repository, its namespace and name, its project, the overlay it deploys
+    from the code repository and the namespace it deploys into."""
+
+    path: str
+    namespace: str
+    name: str
+    project: str
+    source_path: str
+    destination: str
 
 
 class AppConfig(_Model):
@@ -721,6 +739,31 @@ class AppConfig(_Model):
                 return env, self.environments[index - 1] if index else None
         known = ", ".join(env.name for env in self.environments) or "none"
         raise InputError(f"{option} {name!r}: not an environment of {self.name} (its: {known})")
+
+    def deployment(self, env: Environment | None = None) -> Deployment | None:
+        """The Argo CD Application that ``fabrique seed`` keeps for ``env`` (None: the
+        app's, without environments) in the apps repository; None when the site names
+        none (``apps[].application``) or the environment's target is an Application
+        already (kind argocd-application)."""
+        config = self.application
+        if config is None:
+            return None
+        first = env is None or env == self.environments[0]
+        namespace, name = env.application_ref(self.name) if env else ("argocd", self.name)
+        destination = (env.namespace if env else None) or config.namespace
+        if first:
+            return Deployment(config.path, namespace, name, config.project,
+                              config.source_path, destination)  # fmt: skip
+        assert env is not None and env.writeback is not None
+        if env.writeback.kind != "kustomize-images":
+            return None
+        path = PurePosixPath(config.path)
+        return Deployment(
+            str(path.with_name(f"{path.stem}-{env.name}{path.suffix}")),
+            *(namespace, name, config.project),
+            str(PurePosixPath(env.writeback.path).parent),
+            destination,
+        )
 
     def auto_promotions(self) -> list[tuple[Environment, Environment]]:
         """Each ``promote: auto`` environment, with the one before it."""
@@ -797,6 +840,23 @@ class Site(_Model):
                         f"apps[{index}].environments[{position}].target: {env.target!r} is "
                         f"not a key of targets (its: {known})"
                     )
+                context = self.targets[env.target].context
+                for other in app.environments[:position]:
+                    if self.targets[other.target].context != context:
+                        continue
+                    if other.application_ref(app.name) == env.application_ref(app.name):
+                        raise ValueError(
+                            f"apps[{index}].environments[{position}].application: "
+                            f"{'/'.join(env.application_ref(app.name))} is already "
+                            f"{other.name}'s, in the same cluster (context {context}): name another"
+                        )
+                    mine, theirs = app.deployment(env), app.deployment(other)
+                    if mine and theirs and mine.destination == theirs.destination:
+                        raise ValueError(
+                            f"apps[{index}].environments[{position}].namespace: "
+                            f"{mine.destination} is already where {other.name} runs, in the "
+                            f"same cluster (context {context}): name another"
+                        )
                 previous = app.environments[position - 1] if position else None
                 if (
                     env.promote == "auto"
