@@ -568,3 +568,39 @@ def test_seed_gives_each_environment_of_its_cluster_an_application_and_prod_none
         "unchanged", "skipped", "missing"
     }  # fmt: skip
     assert (code_repo.head(), apps_repo.head()) == heads
+
+
+def test_seed_of_a_cluster_holding_bench_and_prod_seeds_bench_and_skips_prod_until_promoted(
+    values: Path,
+    code_repo: Repo,
+    apps_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    env: dict[str, str],
+) -> None:
+    site = yaml.safe_load(values.read_text())
+    site["apps"][0]["application"]["path"] = "apps/citation-seeded.yaml"
+    site["apps"][0]["environments"][1] |= {
+        "target": "bench",
+        "application": "argocd/citation-prod",
+        "namespace": "dagster-prod",
+    }
+    values.write_text(yaml.safe_dump(site))
+    _built(code_repo, registry, gitea.url, "v1\n", values, env)
+    result = fab(
+        values, {**env, "FABRIQUE_WEBHOOK_TOKEN": "bearer-seed-19ab"},
+        "seed", "--app", "citation", "--target", "bench", "--yes",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert (
+        "application bench: changed (created cluster/apps@main:apps/citation-seeded.yaml)" in lines
+    )
+    assert "application prod: skipped (no promotion yet)" in lines
+    skipped = next(line for line in lines if line.startswith("promoted prod: "))
+    assert skipped.startswith("promoted prod: skipped (prod: ") and skipped.endswith(
+        "promote into it first (fabrique promote --app citation --to prod))"
+    ), skipped
+    assert "apps/citation-seeded-prod.yaml" not in apps_repo.git(
+        "ls-tree", "-r", "--name-only", "main"
+    )

@@ -213,3 +213,41 @@ def test_timings_reads_each_stage_from_the_objects_own_times() -> None:
         "synced": 50.5,
         "pod_ready": 55.5,
     }
+
+
+def _environments(values: Path | None, app: str = "citation") -> subprocess.CompletedProcess[str]:
+    script = ROOT / "bench" / "scenarios" / "environments.py"
+    env = {"PATH": "/usr/bin:/bin", **({"FABRIQUE_VALUES": str(values)} if values else {})}
+    return subprocess.run(
+        [sys.executable, str(script), app], env=env, capture_output=True, text=True, check=False
+    )
+
+
+def test_the_scenario_walks_the_environments_with_seed_s_and_promote_s_defaults(
+    tmp_path: Path,
+) -> None:
+    alone = _environments(None)
+    assert alone.returncode == 0, alone.stderr
+    assert alone.stdout.splitlines() == ["-\t-\t-\targocd\tcitation\tdagster"]
+    from fabrique.site.config import load_site
+
+    app = load_site(env={}).to_values()["apps"][0]
+    app["environments"] = [
+        {"name": "bench", "target": "bench", "checks": ["bench/scenario-34", "bench/smoke"]},
+        {"name": "prod", "target": "prod", "application": "argocd/citation-prod",
+         "writeback": {"repo": "atlas/atlas", "path": "deploy/prod/kustomization.yaml"}},
+    ]  # fmt: skip
+    values = tmp_path / "site.yaml"
+    values.write_text(
+        json.dumps({"targets": {"bench": {"context": "lab"}, "prod": {"context": "p"}},
+                    "apps": [app]})
+    )  # fmt: skip
+    walked = _environments(values)
+    assert walked.returncode == 0, walked.stderr
+    assert [line.split("\t") for line in walked.stdout.splitlines()] == [
+        ["bench", "bench", "lab", "argocd", "citation", "dagster", "bench/scenario-34",
+         "bench/smoke"],
+        ["prod", "prod", "p", "argocd", "citation-prod", "dagster"],
+    ]  # fmt: skip
+    unknown = _environments(values, "nope")
+    assert unknown.returncode == 2 and unknown.stderr.startswith("error: app 'nope'")

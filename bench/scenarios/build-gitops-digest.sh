@@ -13,6 +13,12 @@
 # Safe to run again: it pushes new toy commits each time, and its EXIT trap puts the
 # EventSource back and removes its scratch directory.
 #
+# An app with environments (apps[].environments) is seeded and checked in its first one,
+# the bench (its Application and namespace, TARGET its target); once every gate passed,
+# the script posts each of that environment's checks as `success` on the built commit,
+# then (PROMOTE=0 leaves it out) promotes into the next environment and, when that one
+# is in the same kube context, seeds it and waits for its pods on the same digest.
+#
 # TIMINGS=FILE writes the chain's stage times of the second push there (JSON, seconds
 # since the push). POLL (default 5) is the seconds between two looks; TIMEOUT (900) bounds
 # each wait. SAFETY_NET=0 leaves out the last step (a push the event path never sees),
@@ -22,10 +28,8 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 app="${APP:-citation}"
-target="${TARGET:-prod}"
 control_ns="${CONTROL_NAMESPACE:-fabrique}"
 build_ns="${BUILD_NAMESPACE:-fabrique-build}"
-argocd_ns="${ARGOCD_NAMESPACE:-argocd}"
 timeout_s="${TIMEOUT:-900}"
 poll_s="${POLL:-5}"
 python="${PYTHON:-$root/.venv/bin/python}"
@@ -79,7 +83,17 @@ workers="$(k get nodes -l '!node-role.kubernetes.io/control-plane' -o name | wc 
 config() { "$fabrique" config show | "$python" -c "import sys,yaml; c=yaml.safe_load(sys.stdin); print($1)"; }
 code_repo="$(config 'c["gitea"]["codeRepo"]')"
 context_dir="$(config "next(a['context'] for a in c['apps'] if a['name']=='$app')")"
-app_ns="$(config "next(a['application']['namespace'] for a in c['apps'] if a['name']=='$app')")"
+# each environment: name, target, context, Argo CD's namespace, the Application, the app's
+# namespace, its checks (one line, no environment: the app's own Application)
+mapfile -t stages < <("$python" "$here/environments.py" "$app")
+[ "${#stages[@]}" -gt 0 ] || { echo "FAIL: no environment of $app in the site"; exit 1; }
+IFS=$'\t' read -r -a bench_stage <<< "${stages[0]}"
+env_name="${bench_stage[0]}"
+argocd_ns="${ARGOCD_NAMESPACE:-${bench_stage[3]}}"
+application="${bench_stage[4]}"
+app_ns="${bench_stage[5]}"
+checks=("${bench_stage[@]:6}")
+if [ "$env_name" = "-" ]; then target="${TARGET:-prod}"; else target="${TARGET:-${bench_stage[1]}}"; fi
 
 push_toy_commit() {  # prints the new commit id
   local dir="$scratch/code-$1"
@@ -110,10 +124,11 @@ built() {  # built REVISION: waits for its Workflow to succeed; prints the diges
     'next(p["value"] for v in d["status"]["nodes"].values() for p in (v.get("outputs") or {}).get("parameters", []) if p["name"]=="digest")'
 }
 
-deployed() {  # deployed DIGEST: the Application Synced/Healthy, every pod Ready on DIGEST
-  k -n "$argocd_ns" get application "$app" -o json > "$scratch/app.json" &&
+deployed() {  # deployed DIGEST [ARGOCD_NS APPLICATION NAMESPACE]: the Application Synced
+  # and Healthy, every pod of its namespace Ready on DIGEST (the bench's by default)
+  k -n "${2:-$argocd_ns}" get application "${3:-$application}" -o json > "$scratch/app.json" &&
     gate application-synced-healthy "$scratch/app.json" &&
-    k -n "$app_ns" get pods -o json > "$scratch/pods.json" &&
+    k -n "${4:-$app_ns}" get pods -o json > "$scratch/pods.json" &&
     gate pods-ready-by-digest "$scratch/pods.json" &&
     "$python" -c 'import json,sys; pods=json.load(open(sys.argv[1]))["items"]
 sys.exit(not pods or any(sys.argv[2] not in c["image"] for p in pods for c in p["spec"]["containers"]))' \
@@ -146,9 +161,9 @@ echo "4. fabrique seed: the Application, the derived Secrets, webhook #2, the di
 echo "5. Argo CD deploys it"
 started=$SECONDS
 refresh
-wait_for "Application $app" k -n "$argocd_ns" get application "$app"
+wait_for "Application $application" k -n "$argocd_ns" get application "$application"
 refresh
-wait_for "Application $app Synced and Healthy, its pods Ready on $first_digest" deployed "$first_digest"
+wait_for "Application $application Synced and Healthy, its pods Ready on $first_digest" deployed "$first_digest"
 
 echo "6. push again: the chain's own time, from the push to the pod"
 started=$SECONDS
@@ -158,7 +173,7 @@ echo "   pushed $revision"
 digest="$(built "$revision")"
 echo "   built $digest"
 refresh
-wait_for "Application $app Synced and Healthy, its pods Ready on $digest" deployed "$digest"
+wait_for "Application $application Synced and Healthy, its pods Ready on $digest" deployed "$digest"
 workflow="fabrique-$app-${revision:0:12}"
 
 echo "gates"
@@ -179,6 +194,31 @@ gate replay-is-noop "$scratch/submit.out" "$scratch/writeback.out" "$scratch/bef
 
 api "repos/$code_repo/commits/$revision/statuses?limit=50" > "$scratch/statuses.json"
 gate status-success "$scratch/statuses.json" "$app" "$digest"
+
+for check in "${checks[@]}"; do  # the bench's own checks: what promote reads
+  body="$("$python" -c 'import json,sys; print(json.dumps({"context": sys.argv[1], "state": "success",
+"description": "scenario 34: every gate passed"}))' "$check")"
+  curl -fsS --max-time 10 -X POST -H "Authorization: token $FABRIQUE_GITEA_TOKEN" \
+    -H "Content-Type: application/json" -d "$body" \
+    "$GITEA_URL/api/v1/repos/$code_repo/statuses/$revision" >/dev/null
+  echo "   posted $check: success on ${revision:0:12}"
+done
+
+if [ "${#stages[@]}" -gt 1 ] && [ "${PROMOTE:-1}" = "1" ]; then
+  IFS=$'\t' read -r -a next_stage <<< "${stages[1]}"
+  echo "promote: $env_name -> ${next_stage[0]}, the same digest"
+  "$fabrique" promote --app "$app" --to "${next_stage[0]}"
+  if [ "${next_stage[2]}" = "${ctx[1]}" ]; then
+    "$fabrique" seed --app "$app" --target "${next_stage[1]}" "${ctx[@]}" --yes
+    refresh
+    wait_for "Application ${next_stage[4]}" k -n "${next_stage[3]}" get application "${next_stage[4]}"
+    refresh
+    wait_for "Application ${next_stage[4]} Synced and Healthy, its pods Ready on $digest" \
+      deployed "$digest" "${next_stage[3]}" "${next_stage[4]}" "${next_stage[5]}"
+  else
+    echo "   ${next_stage[0]} is in context ${next_stage[2]}: seed it from there"
+  fi
+fi
 
 if [ -n "${TIMINGS:-}" ]; then
   k -n "$build_ns" get workflow "$workflow" -o json > "$scratch/workflow.json"

@@ -169,30 +169,37 @@ class Seeder:
         build's digest, each later one must deploy what a promotion wrote there."""
         envs: list[Environment | None] = list(self.environments) or [None]
         steps = [registry_name(self.site, self.kube)]
+        waiting: dict[str, str] = {}  # an environment no promotion reached yet: why
         for env in envs:
             suffix = f" {env.name}" if env else ""
             if env is None or env == self.app.environments[0]:
                 revision, digest, image = self.image()
                 steps.append(image)
                 steps.append(self.write_back(revision, digest, dry_run, suffix))
-            else:
+                continue
+            try:
                 steps.append(self.promoted(env))
+            except NotPassed as err:
+                waiting[env.name] = (
+                    f"{err}; promote into it first (fabrique promote --app {self.app.name} "
+                    f"--to {env.name})"
+                )
+                steps.append(Step(f"promoted {env.name}", "skipped", waiting[env.name]))
+        if len(waiting) == len(envs):  # nothing here to seed yet
+            raise InputError(f"{next(iter(waiting.values()))}; nothing was written")
         steps.append(self.secrets(dry_run))
         steps.append(self.webhook_step(dry_run))
-        steps += [self.application(env, dry_run) for env in envs]
+        for env in envs:
+            if env is not None and env.name in waiting:  # an Application would deploy a tag
+                steps.append(Step(f"application {env.name}", "skipped", "no promotion yet"))
+            else:
+                steps.append(self.application(env, dry_run))
         return steps
 
     def promoted(self, env: Environment) -> Step:
-        """An environment after the first deploys only what a promotion wrote: seed writes
-        none there, and gives it no Application until it deploys a digest built here."""
-        transport = self.transport
-        try:
-            candidate = deployed_in(self.site, transport, self.app, env)
-        except NotPassed as err:
-            raise InputError(
-                f"{err}; promote into it first (fabrique promote --app {self.app.name} "
-                f"--to {env.name}); nothing was written"
-            ) from None
+        """An environment after the first deploys only what a promotion wrote, a digest
+        built here: seed writes none there (NotPassed: none yet)."""
+        candidate = deployed_in(self.site, self.transport, self.app, env)
         digest = candidate.pin.digest or ""
         check_built_here(self.site, self.registry, self.app, candidate.revision, digest)
         return Step(

@@ -665,7 +665,9 @@ class Environment(_Model):
     writeback: WriteBackTarget | None = None
     # what passing here means beyond Synced and Healthy: commit statuses on the built
     # commit that must be ``success`` before its digest goes further (bench/scenario-34)
-    checks: list[Annotated[str, Field(min_length=1, max_length=255)]] = Field(default_factory=list)
+    checks: list[
+        Annotated[str, Field(min_length=1, max_length=255, pattern=r"^[^\x00-\x1f]+$")]
+    ] = Field(default_factory=list)
     # auto: the safety net promotes into it what passed in the one before
     promote: Literal["manual", "auto"] = "manual"
     # where the app runs in it (default apps[].application.namespace): two environments
