@@ -238,30 +238,6 @@ PROD_OVERLAY = "deploy/citation/production/kustomization.yaml"
 DOCKERFILE = f"{CONTEXT}/Dockerfile"
 
 
-def _environment_application(bench: Bench, name: str, path: str, namespace: str) -> None:
-    site = load_site(env={})
-    bench.argocd.apply(
-        {
-            "apiVersion": "argoproj.io/v1alpha1",
-            "kind": "Application",
-            "metadata": {"name": name, "namespace": "argocd"},
-            "spec": {
-                "project": "default",
-                "source": {
-                    "repoURL": f"{site.gitea.url}/{CODE_REPO}.git",
-                    "targetRevision": BRANCH,
-                    "path": path.rsplit("/", 1)[0],
-                },
-                "destination": {"server": "https://kubernetes.default.svc", "namespace": namespace},
-                "syncPolicy": {
-                    "automated": {"prune": True, "selfHeal": True},
-                    "syncOptions": ["CreateNamespace=true"],
-                },
-            },
-        }
-    )
-
-
 def _built(bench: Bench, cluster: Cluster, revision: str) -> None:
     name = f"fabrique-{APP}-{revision[:12]}"
 
@@ -276,17 +252,19 @@ def _built(bench: Bench, cluster: Cluster, revision: str) -> None:
 
 
 def test_promote_gives_prod_the_digest_the_bench_ran_once_it_passed_there(bench: Bench) -> None:
-    """Two Applications of the same app, bench and prod; builds reach bench only;
-    ``fabrique promote --to prod`` is refused while bench is not Healthy, then gives prod
-    the digest bench runs, whose pod then runs by it."""
+    """Two Applications of the same app, bench and prod, each made by ``fabrique seed``;
+    builds reach bench only; ``fabrique promote --to prod`` is refused while bench is not
+    Healthy, then gives prod the digest bench runs, whose pod then runs by it."""
     plane, argocd = bench.plane, bench.argocd
     cluster = Cluster(plane)
     site = load_site(env={})
     app = site.to_values()["apps"][0]
+    app["application"]["path"] = "apps/citation-staged.yaml"  # prod's: …-staged-prod.yaml
     app["environments"] = [
-        {"name": "bench", "target": "bench", "application": "argocd/citation-bench"},
+        {"name": "bench", "target": "bench", "application": "argocd/citation-bench",
+         "namespace": "citation-bench"},
         {"name": "prod", "target": "prod", "application": "argocd/citation-prod",
-         "writeback": {"repo": CODE_REPO, "path": PROD_OVERLAY}},
+         "namespace": "citation-prod", "writeback": {"repo": CODE_REPO, "path": PROD_OVERLAY}},
     ]  # fmt: skip
     values = bench.folder / "environments.yaml"
     values.write_text(
@@ -303,26 +281,38 @@ def test_promote_gives_prod_the_digest_the_bench_ran_once_it_passed_there(bench:
         **os.environ,
         "KUBECONFIG": str(plane.kubeconfig),
         "FABRIQUE_GITEA_TOKEN": bench.gitea.token,
+        "FABRIQUE_WEBHOOK_TOKEN": bench.bearer,
     }
 
-    def promote() -> subprocess.CompletedProcess[str]:
-        argv = [str(ROOT / ".venv" / "bin" / "fabrique"), "--values", str(values), "promote",
-                "--app", APP, "--to", "prod"]  # fmt: skip
+    def fabrique(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [str(ROOT / ".venv" / "bin" / "fabrique"), "--values", str(values), *args]
         return subprocess.run(
             resolving(bench.hosts, argv),
             env=env, capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
 
+    def promote() -> subprocess.CompletedProcess[str]:
+        return fabrique("promote", "--app", APP, "--to", "prod")
+
+    def seed(target: str, name: str) -> None:
+        """``fabrique seed`` there, then Argo CD's root Application takes its file."""
+        done = fabrique("seed", "--app", APP, "--target", target, "--yes")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"application {target}: changed (created " in done.stdout, done.stdout
+        argocd.refresh("root")
+        cluster.wait(
+            f"Argo CD to take Application {name} from the apps repository",
+            lambda: argocd.application(name),
+            timeout=60,
+        )
+
     try:
-        bench_overlay = site.apps[0].writeback.path
         bench.gitea.commit(
             CODE_REPO, BRANCH,
             {PROD_OVERLAY: "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
                            f"resources:\n  - ../../../{CONTEXT}/deploy/base\n"},
             "citation: a prod overlay, written by promote only",
         )  # fmt: skip
-        _environment_application(bench, "citation-bench", bench_overlay, "citation-bench")
-        _environment_application(bench, "citation-prod", PROD_OVERLAY, "citation-prod")
         dockerfile = app_files(site, images.pinned(images.APP_BASE, plane.images))[DOCKERFILE]
 
         # a build whose container never gets Ready: bench takes it, and is not Healthy
@@ -331,6 +321,12 @@ def test_promote_gives_prod_the_digest_the_bench_ran_once_it_passed_there(bench:
             CODE_REPO, BRANCH, {DOCKERFILE: crashing}, "citation: a broken start"
         )
         _built(bench, cluster, broken)
+        # prod deploys nothing a promotion wrote: seed gives it no Application yet
+        early = fabrique("seed", "--app", APP, "--target", "prod", "--yes")
+        assert early.returncode == 2 and "promote into it first" in early.stderr, (
+            early.stdout + early.stderr
+        )
+        seed("bench", "citation-bench")
         argocd.refresh("citation-bench")
 
         def unhealthy() -> dict[str, Any] | None:
@@ -377,6 +373,7 @@ def test_promote_gives_prod_the_digest_the_bench_ran_once_it_passed_there(bench:
         assert again.returncode == 0 and again.stdout.startswith("unchanged: "), (
             again.stdout + again.stderr
         )
+        seed("prod", "citation-prod")
         argocd.refresh("citation-prod")
         cluster.wait(
             "prod Synced and Healthy on the promoted digest",
