@@ -1,4 +1,4 @@
-"""The two kinds of write-back target, edited in place.
+"""The three kinds of write-back target, edited in place.
 
 - ``kustomize-images``: a kustomization's ``images[]`` entry for the image gets
   ``newName: <registry>/<image>``, ``newTag: <sha12>`` and ``digest: sha256:…``
@@ -7,6 +7,10 @@
 - ``argocd-application``: an Argo CD Application's ``spec.source.kustomize.images`` (or
   the right ``spec.sources[]`` entry's) gets ``<image>=<registry>/<image>:<sha12>@sha256:…``,
   replacing any earlier entry for the same image.
+- ``helm-values``: a Helm values file's keys at the target's paths (``HelmPaths``) get
+  the repository, the tag and the digest (by default ``image.repository``, ``image.tag``
+  and ``image.digest``), or one string with all three. The keys must be there (an empty
+  value will do): a chart's values are the team's, and fabrique adds none.
 
 Not one other byte of the file changes: comments, key order, quoting, indentation, flow
 style elsewhere, other images and the final newline. ruamel.yaml round-trip locates the
@@ -40,9 +44,10 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 
+from fabrique.site.config import HelmPaths
 from fabrique.site.errors import TargetError
 
-Kind = Literal["kustomize-images", "argocd-application"]
+Kind = Literal["kustomize-images", "argocd-application", "helm-values"]
 KUSTOMIZE_FIELDS = ("name", "newName", "newTag", "digest")
 
 
@@ -73,10 +78,18 @@ class ImagePin:
 
 
 def read_pin(
-    text: str, kind: Kind, pin_for: ImagePin, *, where: str, source_index: int | None = None
+    text: str,
+    kind: Kind,
+    pin_for: ImagePin,
+    *,
+    where: str,
+    source_index: int | None = None,
+    helm: HelmPaths | None = None,
 ) -> ImagePin | None:
     """What the target says now about ``pin_for.image``, or None if it has no entry."""
     data = _read_shared(text, where)
+    if kind == "helm-values":
+        return _helm_pin(data, pin_for, helm or HelmPaths(), where)
     if kind == "kustomize-images":
         found = _kustomize_entry(_kustomize_images(data, where), pin_for, where)
         if found is None:
@@ -101,14 +114,31 @@ def read_pin(
 
 
 def apply_pin(
-    text: str, kind: Kind, pin: ImagePin, *, where: str, source_index: int | None = None
+    text: str,
+    kind: Kind,
+    pin: ImagePin,
+    *,
+    where: str,
+    source_index: int | None = None,
+    helm: HelmPaths | None = None,
 ) -> str:
     """The file's text with ``pin`` written in, and nothing else changed."""
     # kustomize reads every field as a string: compare the documents as source text
     raw = _read_shared(text, where)  # first: what a reader refuses, the edit refuses
     data = _load(text, where)
     splicer = _Splicer(text, where)
-    if kind == "kustomize-images":
+    if kind == "helm-values":
+        expected = _plain(data)
+        for path, value in _helm_values(helm or HelmPaths(), pin).items():
+            mapping, key = _helm_key(data, path, where)
+            node = expected
+            for part in path.split(".")[:-1]:
+                node = node[part]
+            node[key] = value
+            first, last = _value_line(mapping, key), _value_line(mapping, key)
+            _refuse_anchors(splicer, first, last, f"{path}")
+            _set_scalar(splicer, mapping, key, value)
+    elif kind == "kustomize-images":
         _pin_kustomize(splicer, data, raw, pin, where)
         expected = copy.deepcopy(raw)
         _expect_kustomize(expected, pin)
@@ -119,7 +149,8 @@ def apply_pin(
         spec = expected["spec"]
         _expect_application(spec["sources"][index] if index is not None else spec["source"], pin)
     result = splicer.result()
-    # read back as the expectation was made: a Kustomization as source text
+    # read back as the expectation was made: a Kustomization as source text (a values
+    # file as Helm reads it: a tag that would turn into a number is a defect)
     if kind == "kustomize-images":
         got = _read_shared(result, where)
     else:
@@ -134,6 +165,11 @@ def apply_pin(
 
 def new_target(kind: Kind, pin: ImagePin, *, where: str) -> str:
     """The text of a new target file holding only ``pin`` (for targets marked create)."""
+    if kind == "helm-values":
+        raise TargetError(
+            f"{where}: a values file cannot be created from nothing (it holds the chart's "
+            "other values); create it with the image's keys first"
+        )
     if kind != "kustomize-images":
         raise TargetError(
             f"{where}: an Argo CD Application cannot be created from nothing (it needs a "
@@ -299,6 +335,68 @@ def _plain(node: Any) -> Any:
 
 def _str_or_none(value: Any) -> str | None:
     return None if value is None else str(value)
+
+
+NULLS = ("", "~", "null", "Null", "NULL")
+
+
+def _helm_values(helm: HelmPaths, pin: ImagePin) -> dict[str, str]:
+    """Each path of a helm-values target and what ``pin`` puts there."""
+    what = {
+        "repository": pin.new_name,
+        "tag": pin.tag or "",
+        "digest": pin.digest or "",
+        "image": pin.reference,
+    }
+    return {path: what[role] for role, path in helm.leaves().items()}
+
+
+def _helm_key(data: CommentedMap, path: str, where: str) -> tuple[CommentedMap, str]:
+    """The mapping holding the last key of ``path``, and that key; a TargetError naming
+    the path when a key is missing or a step is not a mapping."""
+    node: Any = data
+    parts = path.split(".")
+    for depth, part in enumerate(parts):
+        at = ".".join(parts[: depth + 1])
+        if not isinstance(node, CommentedMap):
+            raise TargetError(f"{where}: {at}: {'.'.join(parts[:depth])} is not a mapping")
+        if part not in node:
+            raise TargetError(
+                f"{where}: {path}: no key {at}; add it to the values file (an empty value "
+                "will do): fabrique writes only keys the chart's values have"
+            )
+        if depth == len(parts) - 1:
+            if isinstance(node[part], (CommentedMap, CommentedSeq)):
+                raise TargetError(f"{where}: {path}: a mapping or a list, not a value")
+            return node, part
+        node = node[part]
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _helm_pin(
+    data: dict[str, Any], pin_for: ImagePin, helm: HelmPaths, where: str
+) -> ImagePin | None:
+    """What a values file deploys for the app's image: None when a key is missing or
+    every value is empty."""
+    found: dict[str, str | None] = {}
+    for role, path in helm.leaves().items():
+        node: Any = data
+        for part in path.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return None
+            node = node[part]
+        if isinstance(node, (dict, list)):
+            raise TargetError(f"{where}: {path}: a mapping or a list, not a value")
+        found[role] = None if node in NULLS else str(node)
+    if "image" in found:
+        image = found["image"]
+        if image is None:
+            return None
+        parsed = parse_argocd_image(image)
+        return ImagePin(pin_for.image, parsed.new_name, parsed.tag, parsed.digest)
+    if not any(found.values()):
+        return None
+    return ImagePin(pin_for.image, found["repository"] or "", found["tag"], found["digest"])
 
 
 def _kustomize_images(data: dict[str, Any], where: str) -> Any:

@@ -134,6 +134,7 @@ def deployed_pin(site: Site, app: AppConfig, text: str) -> ImagePin | None:
         probe,
         where=f"{target.repo}:{target.path}",
         source_index=target.source_index,
+        helm=target.helm_paths,
     )
 
 
@@ -220,11 +221,12 @@ def write_back(
             if held is not None and rollback is None:
                 log.warning("%s: %s; not writing %s", where, held.describe(), pin.reference)
                 return Outcome("held", app.name, where, pin, detail=held.describe())
+            index, helm = target.source_index, target.helm_paths
             deployed = read_pin(
-                old_text, target.kind, pin, where=where, source_index=target.source_index
+                old_text, target.kind, pin, where=where, source_index=index, helm=helm
             )
             new_text = apply_pin(
-                old_text, target.kind, pin, where=where, source_index=target.source_index
+                old_text, target.kind, pin, where=where, source_index=index, helm=helm
             )
         if rollback is not None and (new_text != old_text or held is None):
             # a replay of the same rollback keeps the hold it made: no commit
@@ -317,7 +319,11 @@ def write_back_file(
                 )
         text = old
         for app, d, pin in zip(apps, deploys, pins, strict=True):
-            kind, index = app.writeback.kind, app.writeback.source_index
+            kind, index, helm = (
+                app.writeback.kind,
+                app.writeback.source_index,
+                app.writeback.helm_paths,
+            )
             held = None if old is None else read_hold(old, where, app.name)
             if held is not None:  # this app's hold, or the file-wide one: the others go on
                 log.warning("%s: %s; not writing %s", where, held.describe(), pin.reference)
@@ -326,8 +332,8 @@ def write_back_file(
             if text is None:
                 deployed, new_text = None, new_target(kind, pin, where=where)
             else:
-                deployed = read_pin(text, kind, pin, where=where, source_index=index)
-                new_text = apply_pin(text, kind, pin, where=where, source_index=index)
+                deployed = read_pin(text, kind, pin, where=where, source_index=index, helm=helm)
+                new_text = apply_pin(text, kind, pin, where=where, source_index=index, helm=helm)
             if new_text == text:
                 decided.append(Outcome("unchanged", app.name, where, pin))
                 continue

@@ -263,10 +263,12 @@ class Seeder:
         name = f"application {env.name}" if env else "application"
         deployment = self.app.deployment(env)
         if deployment is None:
+            kind = self.app.at(env).writeback.kind if env else self.app.writeback.kind
             why = (
                 "no apps[].application in the site"
                 if self.app.application is None
-                else "its target is its Application (kind argocd-application)"
+                else f"its target is of kind {kind}: seed writes the Application of a "
+                "kustomize overlay only"
             )
             return Step(name, "skipped", why)
         repo, branch = self.site.gitea.apps_repo, self.site.gitea.branch

@@ -570,15 +570,63 @@ class ApplicationConfig(_Model):
     source_path: RelativePath  # the overlay in the code repository
 
 
+# a path of mapping keys in a Helm values file: image.tag
+ValuesPath = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")]
+
+
+class HelmPaths(_Model):
+    """Where a ``helm-values`` target holds the image (``apps[].writeback.helm``), as
+    paths of keys: the repository, tag and digest apart (by default ``image.repository``,
+    ``image.tag`` and ``image.digest``, as most charts name them), or ``image``: one
+    string holding all three (``registry:80/<app>:<sha12>@sha256:…``)."""
+
+    repository: ValuesPath | None = None
+    tag: ValuesPath | None = None
+    digest: ValuesPath | None = None
+    image: ValuesPath | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> HelmPaths:
+        apart = [name for name in ("repository", "tag", "digest") if getattr(self, name)]
+        if self.image is not None and apart:
+            raise ValueError(
+                f"image: one string holds the repository, tag and digest; leave "
+                f"{', '.join(apart)} out"
+            )
+        return self
+
+    def leaves(self) -> dict[str, str]:
+        """Each path written, by what it holds: repository, tag, digest, or image."""
+        if self.image is not None:
+            return {"image": self.image}
+        return {
+            "repository": self.repository or "image.repository",
+            "tag": self.tag or "image.tag",
+            "digest": self.digest or "image.digest",
+        }
+
+
 class WriteBackTarget(_Model):
     """The file an app's digest is written into (``apps[].writeback``)."""
 
-    kind: Literal["kustomize-images", "argocd-application"] = "kustomize-images"
+    kind: Literal["kustomize-images", "argocd-application", "helm-values"] = "kustomize-images"
     repo: RepoSlug
     path: RelativePath
     branch: Annotated[str, AfterValidator(_branch)] | None = None  # default: gitea.branch
     create: bool = False  # create the file if it is missing (kustomize-images only)
     source_index: Annotated[int, Field(ge=0)] | None = None  # which spec.sources[] entry
+    helm: HelmPaths | None = None  # kind helm-values: where the image is in the values
+
+    @model_validator(mode="after")
+    def _helm_paths(self) -> WriteBackTarget:
+        if self.helm is not None and self.kind != "helm-values":
+            raise ValueError(f"helm: only for kind helm-values (this target is {self.kind})")
+        return self
+
+    @property
+    def helm_paths(self) -> HelmPaths | None:
+        """Where a helm-values target holds the image (the default paths unless given)."""
+        return (self.helm or HelmPaths()) if self.kind == "helm-values" else None
 
 
 class Person(_Model):
@@ -807,7 +855,8 @@ class Site(_Model):
             if app.writeback.create and app.writeback.kind != "kustomize-images":
                 raise ValueError(
                     f"apps[{index}].writeback.create: only a kustomize-images target can be "
-                    "created; an Argo CD Application needs a source and a destination"
+                    "created; an Argo CD Application needs a source and a destination, a "
+                    "values file the chart's other values"
                 )
         return self
 

@@ -157,6 +157,12 @@ class Peer:
         if self.name == "buildkit":
             pkg = "github.com/moby/buildkit"
             return f"-X {pkg}/version.Version={self.required(pkg)} -X {pkg}/version.Package={pkg}"
+        if self.name == "helm":
+            # its Makefile's LDFLAGS: `helm version` says the release, clean
+            pkg = "helm.sh/helm/v4/internal/version"
+            return (
+                f"-X {pkg}.version={self.required('helm.sh/helm/v4')} -X {pkg}.gitTreeState=clean"
+            )
         if self.name == "cosign":
             pkg = "sigs.k8s.io/release-utils/version"
             return f"-X {pkg}.gitVersion={self.required('github.com/sigstore/cosign/v2')}"

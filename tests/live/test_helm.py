@@ -1,0 +1,70 @@
+"""A helm-values target, rendered by the real ``helm template`` (``tests/peers/helm``,
+Helm 4): the values file fabrique wrote makes the chart's Deployment name the image by
+digest, whatever the tag looks like, held or not."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fabrique.decisions.holds import Hold, apply_hold
+from fabrique.decisions.targets import ImagePin, apply_pin
+from fabrique.site.config import HelmPaths
+
+from . import controlplane
+from .fixtures import need_go
+
+CHART = Path(__file__).resolve().parent.parent / "data" / "chart"
+DIGEST = "sha256:" + "7" * 64
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    need_go()
+    return str(controlplane.binaries(("helm",))["helm"])
+
+
+def _image(helm: str, chart: Path) -> str:
+    """The image of the Deployment ``helm template`` renders from ``chart``."""
+    done = subprocess.run(
+        [helm, "template", "citation", str(chart)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (deployment,) = [d for d in yaml.safe_load_all(done.stdout) if d and d["kind"] == "Deployment"]
+    return str(deployment["spec"]["template"]["spec"]["containers"][0]["image"])
+
+
+@pytest.mark.parametrize("tag", ["abcdefabcdef", "123456789012", "1e5678901234"])
+def test_helm_renders_the_pinned_digest(helm: str, tmp_path: Path, tag: str) -> None:
+    chart = Path(shutil.copytree(CHART, tmp_path / "chart"))
+    values = chart / "values.yaml"
+    assert _image(helm, chart) == "registry:80/citation-dagster:0f0f0f0f0f0f", "by tag first"
+    pin = ImagePin("citation-dagster", "registry:80/citation-dagster", tag, DIGEST)
+    values.write_text(
+        apply_pin(values.read_text(), "helm-values", pin, where="v", helm=HelmPaths())
+    )
+    assert _image(helm, chart) == f"registry:80/citation-dagster:{tag}@{DIGEST}"
+    # a hold lives in the values file's metadata.annotations: the chart renders the same
+    hold = Hold(by="alice", at="2026-12-05T10:00:00Z", reason="freeze")
+    values.write_text(apply_hold(values.read_text(), hold, where="v", app="citation"))
+    assert _image(helm, chart) == f"registry:80/citation-dagster:{tag}@{DIGEST}"
+
+
+def test_helm_renders_one_image_string(helm: str, tmp_path: Path) -> None:
+    chart = Path(shutil.copytree(CHART, tmp_path / "chart"))
+    template = chart / "templates" / "deployment.yaml"
+    lines = template.read_text().splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if "if .Values.image.digest" in line)
+    lines[start : start + 5] = ['          image: "{{ .Values.app.image }}"\n']
+    template.write_text("".join(lines))
+    values = chart / "values.yaml"
+    values.write_text(values.read_text() + "app:\n  image: registry:80/citation-dagster:old\n")
+    pin = ImagePin("citation-dagster", "registry:80/citation-dagster", "abcdefabcdef", DIGEST)
+    helm_paths = HelmPaths(image="app.image")
+    values.write_text(apply_pin(values.read_text(), "helm-values", pin, where="v", helm=helm_paths))
+    assert _image(helm, chart) == pin.reference

@@ -1,0 +1,169 @@
+"""A ``helm-values`` target: a chart's values file, the image's keys rewritten in place,
+nothing else of the file changed; the real ``helm template`` renders it in
+``tests/live/test_helm.py``."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fabrique.decisions.holds import read_hold
+from fabrique.decisions.targets import ImagePin, apply_pin, new_target, read_pin
+from fabrique.site.config import HelmPaths, load_site
+from fabrique.site.errors import TargetError
+
+from .conftest import GITEA_TOKEN, KUSTOMIZATION, Repo, run_cli, write_values
+from .doubles.gitea import GiteaDouble
+
+DIGEST = "sha256:" + "3" * 64
+PIN = ImagePin("citation-dagster", "registry:80/citation-dagster", "abcdefabcdef", DIGEST)
+VALUES = """\
+# citation's chart values (prod)
+replicaCount: 2
+image:
+  repository: registry:80/citation-dagster   # fabrique writes these three
+  tag: "0f0f0f0f0f0f"
+  digest: ""
+  pullPolicy: IfNotPresent
+resources: {limits: {memory: 512Mi}}
+"""
+
+
+def _changes(before: str, after: str) -> list[str]:
+    return [
+        line.rstrip("\n")
+        for line in difflib.unified_diff(before.splitlines(True), after.splitlines(True), n=0)
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    ]
+
+
+def test_the_three_keys_are_written_and_nothing_else() -> None:
+    after = apply_pin(VALUES, "helm-values", PIN, where="v", helm=HelmPaths())
+    assert _changes(VALUES, after) == [
+        '-  tag: "0f0f0f0f0f0f"',
+        '-  digest: ""',
+        '+  tag: "abcdefabcdef"',
+        f'+  digest: "{DIGEST}"',
+    ]
+    assert read_pin(after, "helm-values", PIN, where="v", helm=HelmPaths()) == PIN
+    assert apply_pin(after, "helm-values", PIN, where="v", helm=HelmPaths()) == after
+
+
+def test_a_tag_that_would_read_as_a_number_is_quoted() -> None:
+    """Helm reads its values with YAML types: ``tag: 123456789012`` is a number, which
+    renders as 1.23456789012e+11."""
+    values = "image:\n  repository: r\n  tag: latest\n  digest:\n"
+    for tag in ("123456789012", "1e5678901234", "0b1010101010"):
+        pin = ImagePin("citation-dagster", "registry:80/citation-dagster", tag, DIGEST)
+        after = apply_pin(values, "helm-values", pin, where="v", helm=HelmPaths())
+        assert yaml.safe_load(after)["image"]["tag"] == tag, after
+
+
+def test_one_image_string_and_other_paths() -> None:
+    values = "app:\n  main:\n    image: registry:80/citation-dagster:0f0f0f0f0f0f  # by tag\n"
+    helm = HelmPaths(image="app.main.image")
+    after = apply_pin(values, "helm-values", PIN, where="v", helm=helm)
+    assert _changes(values, after) == [
+        "-    image: registry:80/citation-dagster:0f0f0f0f0f0f  # by tag",
+        f"+    image: registry:80/citation-dagster:abcdefabcdef@{DIGEST}  # by tag",
+    ]
+    assert read_pin(after, "helm-values", PIN, where="v", helm=helm) == PIN
+    before = read_pin(values, "helm-values", PIN, where="v", helm=helm)
+    assert before == ImagePin(PIN.image, PIN.new_name, "0f0f0f0f0f0f", None)
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        (
+            "image:\n  repository: r\n  tag: t\n",
+            "v: image.digest: no key image.digest; add it to the values file (an empty value "
+            "will do)",
+        ),
+        ("image: nginx\n", "v: image.repository: image is not a mapping"),
+        (
+            "image:\n  repository: r\n  tag: [a]\n  digest: d\n",
+            "v: image.tag: a mapping or a list, not a value",
+        ),
+    ],
+)
+def test_a_values_file_without_the_keys_is_refused_with_the_path(
+    values: str, expected: str
+) -> None:
+    with pytest.raises(TargetError) as refused:
+        apply_pin(values, "helm-values", PIN, where="v", helm=HelmPaths())
+    assert str(refused.value).startswith(expected), refused.value
+
+
+def test_a_values_file_is_never_created() -> None:
+    with pytest.raises(TargetError, match="a values file cannot be created from nothing"):
+        new_target("helm-values", PIN, where="v")
+
+
+@pytest.mark.parametrize(
+    ("writeback", "expected"),
+    [
+        (
+            {"kind": "kustomize-images", "helm": {"tag": "image.tag"}},
+            "helm: only for kind helm-values (this target is kustomize-images)",
+        ),
+        (
+            {"kind": "helm-values", "helm": {"image": "image.ref", "tag": "image.tag"}},
+            "image: one string holds the repository, tag and digest; leave tag out",
+        ),
+        ({"kind": "helm-values", "helm": {"tag": "image..tag"}}, "apps[0].writeback.helm.tag"),
+        ({"kind": "helm-values", "create": True}, "apps[0].writeback.create: only a"),
+    ],
+)
+def test_the_config_says_what_is_wrong_with_a_helm_target(
+    tmp_path: Path, writeback: dict[str, object], expected: str
+) -> None:
+    app = load_site(env={}).to_values()["apps"][0]
+    app["writeback"] = {**app["writeback"], **writeback}
+    values = write_values(tmp_path / "site.yaml", apps=[app])
+    result = run_cli("--values", str(values), "render", "--out", str(tmp_path / "m"))
+    assert result.exit_code == 2, result.stdout
+    assert expected in result.stderr.splitlines()[0], result.stderr
+
+
+def test_the_write_back_and_a_hold_on_a_values_file(
+    tmp_path: Path, code_repo: Repo, gitea: GiteaDouble
+) -> None:
+    """The write-back command into a values file through the Contents API; a replay is
+    unchanged; a hold there stops it, as on any target."""
+    path = "dataops/citation-dagster/chart/values-prod.yaml"
+    code_repo.commit({path: VALUES})
+    app = load_site(env={}).to_values()["apps"][0]
+    app["writeback"] = {"kind": "helm-values", "repo": "atlas/atlas", "path": path}
+    values = write_values(tmp_path / "site.yaml", **{"gitea.url": gitea.url, "apps": [app]})
+    env = {"FABRIQUE_GITEA_TOKEN": GITEA_TOKEN}
+    revision = code_repo.head()
+
+    def writeback() -> str:
+        result = run_cli(
+            "--values", str(values), "writeback", "--app", "citation", "--revision", revision,
+            "--digest", DIGEST, env=env,
+        )  # fmt: skip
+        assert result.exit_code == 0, result.stdout + result.stderr
+        return result.stdout
+
+    assert writeback().startswith("changed: citation ")
+    written = yaml.safe_load(code_repo.show(path))["image"]
+    assert written == {
+        "repository": "registry:80/citation-dagster",
+        "tag": revision[:12],
+        "digest": DIGEST,
+        "pullPolicy": "IfNotPresent",
+    }
+    assert code_repo.show(path).startswith("# citation's chart values (prod)\n")
+    assert writeback().startswith("unchanged: ")
+    held = run_cli(
+        "--values", str(values), "hold", "--app", "citation", "--reason", "freeze",
+        "--by", "alice", env=env,
+    )  # fmt: skip
+    assert held.exit_code == 0, held.stderr
+    assert read_hold(code_repo.show(path), path, "citation") is not None
+    assert KUSTOMIZATION not in held.stdout
