@@ -26,9 +26,10 @@ ARG COSIGN_IMAGE
 # cosign, pinned: refuse to build from a tag alone
 RUN case "${COSIGN_IMAGE}" in *@sha256:*) ;; *) echo "COSIGN_IMAGE must be pinned by digest (…@sha256:…)" >&2; exit 1;; esac
 COPY --from=cosign /ko-app/cosign /usr/local/bin/cosign
-# git: the write-back's plain-git transport clones and pushes with it.
+# git: the write-back's plain-git transport clones and pushes with it; ssh-keygen
+# (openssh-client): git signs the write-back commits with it (writeback.signing).
 RUN apt-get update \
- && apt-get install -y --no-install-recommends git ca-certificates \
+ && apt-get install -y --no-install-recommends git openssh-client ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --gid 1000 fabrique \
  && useradd --uid 1000 --gid 1000 --home-dir /home/fabrique --create-home --shell /usr/sbin/nologin fabrique

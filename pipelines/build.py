@@ -85,6 +85,7 @@ from .steps import (
     retry,
     token,
     tools_step,
+    writes_git,
 )
 
 SERVICE_ACCOUNT = "fabrique-build"
@@ -499,7 +500,7 @@ def build_template(site: Site) -> WorkflowTemplate:
                 *("--out", WRITEBACK_DIR),
             ],
             labels=POD_LABELS,
-            extra_env=[token(site)],
+            **writes_git(site),
             inputs=inputs("digest"),
             retry_strategy=retry(site),
             outputs=[

@@ -24,7 +24,7 @@ from fabrique.site.config import Site
 from fabrique.site.names import LABEL_MANAGED_BY, LABEL_PART_OF
 
 from . import site_from_env
-from .steps import executor, executor_pod_patch, pod_security, resources, token, tools_step
+from .steps import executor, executor_pod_patch, pod_security, resources, tools_step, writes_git
 
 CRON_NAME = "fabrique-reconcile"
 SERVICE_ACCOUNT = "fabrique-reconciler"
@@ -62,7 +62,7 @@ def reconcile_cron(site: Site) -> CronWorkflow:
             "reconcile",
             ["reconcile", "--counts", COUNTS_DIR],
             labels=POD_LABELS,
-            extra_env=[token(site)],
+            **writes_git(site),
             sizing=resources("100m", "128Mi", "512Mi"),
             outputs=[
                 # "0" when the pass died before counting: the metric still reads a number

@@ -18,9 +18,11 @@ from hera.workflows import (
     Parameter,
     RetryStrategy,
     SecretEnv,
+    SecretVolume,
 )
 from hera.workflows import models as m
 
+from fabrique.clients.git import SIGNING_KEY_ENV
 from fabrique.clients.gitea import TOKEN_ENV
 from fabrique.site.config import Site
 from fabrique.site.errors import TRANSIENT_EXIT_CODE
@@ -134,6 +136,35 @@ def retry(site: Site) -> RetryStrategy:
         expression=f"asInt(lastRetry.exitCode) == {TRANSIENT_EXIT_CODE} || {POD_LOST}",
         backoff=backoff(),
     )
+
+
+WRITEBACK_SIGNING_MOUNT = "/etc/fabrique/writeback-signing"
+
+
+def writes_git(site: Site) -> dict[str, Any]:
+    """What a step that writes back needs: the Gitea token, and with
+    ``writeback.signing`` the SSH key that signs its commits (its Secret mounted in that
+    step alone, read-only, its file named by FABRIQUE_WRITEBACK_SIGNING_KEY)."""
+    signing = site.writeback.signing
+    if signing is None:
+        return {"extra_env": [token(site)]}
+    secret = signing.key_secret
+    return {
+        "extra_env": [
+            token(site),
+            *env(**{SIGNING_KEY_ENV: f"{WRITEBACK_SIGNING_MOUNT}/key"}),
+        ],
+        "extra_volumes": [
+            SecretVolume(
+                name="writeback-signing-key",
+                secret_name=secret.name,
+                mount_path=WRITEBACK_SIGNING_MOUNT,
+                items=[m.KeyToPath(key=secret.key, path="key")],
+                default_mode=0o400,
+                read_only=True,
+            )
+        ],
+    }
 
 
 def token(site: Site) -> SecretEnv:

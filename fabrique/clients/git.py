@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from fabrique.site.errors import GitError, StaleWrite
+from fabrique.site.errors import ConfigError, GitError, StaleWrite
 from fabrique.site.names import REVISION_RE, redact_urls
 from fabrique.site.retry import RetryPolicy
 
@@ -87,10 +87,12 @@ class GitRemote:
         timeout: float = 60.0,
         retry: RetryPolicy | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        signing_key: Path | None = None,
     ) -> None:
         self.url = url
         self.branch = branch
         self.workdir = workdir
+        self.signing_key = signing_key  # an SSH private key file: every commit signed
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
         self._sleep = sleep
@@ -199,7 +201,8 @@ class GitRemote:
             raise GitError(f"{self._what()}: {path} is not UTF-8 text") from None
 
     def commit_file(self, parent: str, path: str, text: str, message: str, author: Author) -> str:
-        """A new commit on ``parent`` in which ``path`` holds ``text``; nothing else changes."""
+        """A new commit on ``parent`` in which ``path`` holds ``text``; nothing else changes.
+        Signed with the SSH key of ``signing_key`` when there is one."""
         listed = self._git("ls-tree", parent, "--", path).split()
         mode = listed[0] if listed else "100644"
         blob = self._git("hash-object", "-w", "--stdin", input_text=text).strip()
@@ -213,9 +216,16 @@ class GitRemote:
             "GIT_COMMITTER_NAME": author.name,
             "GIT_COMMITTER_EMAIL": author.email,
         }
+        sign: list[str] = []
+        if self.signing_key is not None:
+            sign = ["-S"]
+            identity |= _config_env(
+                self._env, {"gpg.format": "ssh", "user.signingkey": str(self.signing_key)}
+            )
         return self._git(
-            "commit-tree", tree, "-p", parent, "-F", "-", input_text=message, extra_env=identity
-        ).strip()
+            "commit-tree", *sign, tree, "-p", parent, "-F", "-",
+            input_text=message, extra_env=identity,
+        ).strip()  # fmt: skip
 
     def resolve(self, ref: str) -> str | None:
         """The full id of a commit named by a (short) sha, or None if not in the history
@@ -363,6 +373,52 @@ class GitRemote:
                 transient=is_transient(result.returncode, result.stderr),
             )
         return result.stdout
+
+
+def _config_env(env: dict[str, str], settings: dict[str, str]) -> dict[str, str]:
+    """``settings`` as git configuration variables, after those ``env`` already holds."""
+    first = int(env.get("GIT_CONFIG_COUNT", "0"))
+    found = {"GIT_CONFIG_COUNT": str(first + len(settings))}
+    for index, (key, value) in enumerate(settings.items(), start=first):
+        found |= {f"GIT_CONFIG_KEY_{index}": key, f"GIT_CONFIG_VALUE_{index}": value}
+    return found
+
+
+SIGNING_KEY_ENV = "FABRIQUE_WRITEBACK_SIGNING_KEY"
+
+
+def ssh_signing_key(source: str | None, folder: Path) -> Path:
+    """A private copy (0600, as ssh-keygen wants it) of the SSH private key at ``source``
+    (``$FABRIQUE_WRITEBACK_SIGNING_KEY``), checked to be one that signs without a
+    passphrase; a ConfigError naming what is wrong, never the key."""
+    if not source:
+        raise ConfigError(
+            f"writeback.signing: {SIGNING_KEY_ENV} is not set: every write-back commit must "
+            "be signed; set it to the SSH private key's file (the Secret's, mounted)"
+        )
+    try:
+        key = Path(source).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{SIGNING_KEY_ENV} {source}: {exc.strerror}") from None
+    copy = folder / "signing-key"
+    fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(key)
+    try:
+        checked = subprocess.run(
+            ["ssh-keygen", "-y", "-P", "", "-f", str(copy)],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+    except FileNotFoundError:
+        raise ConfigError(
+            "writeback.signing: ssh-keygen is not installed (openssh-client): git signs with it"
+        ) from None
+    if checked.returncode != 0:
+        raise ConfigError(
+            f"{SIGNING_KEY_ENV} {source}: not an SSH private key that signs without a "
+            "passphrase (ssh-keygen -y refused it)"
+        )
+    return copy
 
 
 def is_transient(returncode: int, stderr: str) -> bool:

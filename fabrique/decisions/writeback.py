@@ -25,6 +25,7 @@ import dataclasses
 import difflib
 import functools
 import logging
+import os
 import re
 import tempfile
 import threading
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol, TypeVar
 
-from fabrique.clients.git import Author, GitRemote
+from fabrique.clients.git import SIGNING_KEY_ENV, Author, GitRemote, ssh_signing_key
 from fabrique.clients.gitea import Commit, FileContent, GiteaClient, Identity
 from fabrique.site.config import AppConfig, Environment, Site
 from fabrique.site.errors import ProvenanceError, StaleWrite, TargetError
@@ -631,11 +632,14 @@ class GitTransport:
 
     lease = "branch"  # a write moves the tip every other read was leased on
 
-    def __init__(self, site: Site, workdir: Path, token: str | None) -> None:
+    def __init__(
+        self, site: Site, workdir: Path, token: str | None, signing_key: Path | None = None
+    ) -> None:
         self._lock = threading.RLock()
         self.site = site
         self.workdir = workdir
         self.token = token
+        self.signing_key = signing_key
         self._remotes: dict[tuple[str, str], GitRemote] = {}
 
     @_locked
@@ -649,6 +653,7 @@ class GitTransport:
                 token=self.token,
                 timeout=max(30.0, self.site.network.timeout_seconds * 6),
                 retry=self.site.network.retry_policy(),
+                signing_key=self.signing_key,
             )
         return self._remotes[key]
 
@@ -705,4 +710,7 @@ def open_transport(site: Site, token: str | None) -> Iterator[Transport]:
             yield GiteaTransport(client, author)
     else:
         with tempfile.TemporaryDirectory(prefix="fabrique-git-") as scratch:
-            yield GitTransport(site, Path(scratch), token)
+            key = None
+            if site.writeback.signing is not None:  # checked before anything is read
+                key = ssh_signing_key(os.environ.get(SIGNING_KEY_ENV), Path(scratch))
+            yield GitTransport(site, Path(scratch), token, key)

@@ -55,6 +55,7 @@ ENV_RESERVED: Mapping[str, str] = MappingProxyType(
         "FABRIQUE_GITEA_TOKEN": "the Gitea token",
         "FABRIQUE_KUBECONTEXT": "the kube context (--context)",
         "FABRIQUE_WEBHOOK_TOKEN": "the EventSource's bearer token (seed-webhook)",
+        "FABRIQUE_WRITEBACK_SIGNING_KEY": "the SSH key file that signs write-back commits",
         "FABRIQUE_NATS_CLIENT_AUTH": "the EventBus Secret's client-auth (doctor eventbus)",
         "FABRIQUE_NATS_TOKEN": "a bare NATS token (doctor eventbus)",
         "FABRIQUE_SPECS": "the upstream specs directory (--specs)",
@@ -634,6 +635,13 @@ class Person(_Model):
     email: Annotated[str, Field(pattern=r"^[^@\s<>]+@[^@\s<>]+$")]
 
 
+class CommitSigning(_Model):
+    """Signed write-back commits (``writeback.signing``): an SSH private key (no
+    passphrase) in a Secret, with which every commit the git transport makes is signed."""
+
+    key_secret: SecretKeyRef
+
+
 class WriteBackConfig(_Model):
     """How digests are written into Git (``writeback``), for every app of the site."""
 
@@ -641,6 +649,17 @@ class WriteBackConfig(_Model):
     git_url: Annotated[str, AfterValidator(_git_url)] | None = None
     author: Person
     attempts: Annotated[int, Field(ge=1, le=100)]
+    signing: CommitSigning | None = None
+
+    @model_validator(mode="after")
+    def _signed_over_git(self) -> WriteBackConfig:
+        if self.signing is not None and self.transport != "git":
+            raise ValueError(
+                "signing: signs the commits the git transport makes (transport: git); "
+                "the Contents API's commits are Gitea's own: sign them with Gitea's "
+                "[repository.signing] (README, Signed write-back commits)"
+            )
+        return self
 
     def repo_url(self, site_url: str, repo: str) -> str:
         """Where the git transport fetches ``repo``: ``<gitUrl or gitea.url>/<repo>.git``."""

@@ -81,6 +81,8 @@ class Gitea:
     # a Gitea of the plane can take the port of the site's URL (3000)
     host: str = "127.0.0.1"
     fixed_port: int | None = None
+    # app.ini's [repository.signing] section: how Gitea signs and whose keys it trusts
+    signing: dict[str, str] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -272,6 +274,7 @@ class Gitea:
         static = controlplane.module_dir(GITEA_MODULE, version())
         root = os.getuid() == 0
         webhook = "\n".join(f"{key} = {value}" for key, value in self.webhook.items())
+        signing = "\n".join(f"{key} = {value}" for key, value in self.signing.items())
         # its SECRET_KEY and INTERNAL_TOKEN
         write_secret(
             self.app_ini,
@@ -301,6 +304,9 @@ PATH = {f / "data" / "gitea.db"}
 
 [repository]
 ROOT = {f / "repositories"}
+
+[repository.signing]
+{signing}
 
 [security]
 INSTALL_LOCK = true
