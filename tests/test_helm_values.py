@@ -108,7 +108,8 @@ def test_a_values_file_is_never_created() -> None:
     [
         (
             {"kind": "kustomize-images", "helm": {"tag": "image.tag"}},
-            "helm: only for kind helm-values (this target is kustomize-images)",
+            "helm: for kind helm-values, or argocd-application (its helm.valuesObject); this "
+            "target is kustomize-images",
         ),
         (
             {"kind": "helm-values", "helm": {"image": "image.ref", "tag": "image.tag"}},
@@ -167,3 +168,73 @@ def test_the_write_back_and_a_hold_on_a_values_file(
     assert held.exit_code == 0, held.stderr
     assert read_hold(code_repo.show(path), path, "citation") is not None
     assert KUSTOMIZATION not in held.stdout
+
+
+APPLICATION = """\
+apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata:
+  name: citation
+  namespace: argocd
+spec:
+  project: default
+  sources:
+    - repoURL: http://gitea-http.gitea.svc.cluster.local:3000/atlas/atlas.git
+      path: charts/citation
+      targetRevision: main
+      helm:
+        valuesObject:
+          replicaCount: 2   # prod
+          image:
+            repository: registry:80/citation-dagster
+            tag: "0f0f0f0f0f0f"
+            digest: ""
+    - repoURL: http://gitea-http.gitea.svc.cluster.local:3000/cluster/apps.git
+      targetRevision: main
+      ref: values
+  destination: {server: https://kubernetes.default.svc, namespace: dagster}
+"""
+
+
+SINGLE = """\
+apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata: {name: citation}
+spec:
+  source:
+    repoURL: http://gitea/atlas/atlas.git
+    path: chart
+    helm:
+      valuesObject:
+        image:
+          repository: r
+          tag: t
+          digest: d
+        other:
+          image:
+            tag: kept
+"""
+
+
+def test_an_application_s_helm_values_object_gets_the_pin() -> None:
+    helm = HelmPaths()
+    after = apply_pin(APPLICATION, "argocd-application", PIN, where="a", helm=helm)
+    assert _changes(APPLICATION, after) == [
+        '-            tag: "0f0f0f0f0f0f"',
+        '-            digest: ""',
+        '+            tag: "abcdefabcdef"',
+        f'+            digest: "{DIGEST}"',
+    ]
+    assert read_pin(after, "argocd-application", PIN, where="a", helm=helm) == PIN
+    edited = apply_pin(SINGLE, "argocd-application", PIN, where="a", helm=helm)
+    values = yaml.safe_load(edited)["spec"]["source"]["helm"]["valuesObject"]
+    assert values == {
+        "image": {"repository": PIN.new_name, "tag": "abcdefabcdef", "digest": DIGEST},
+        "other": {"image": {"tag": "kept"}},
+    }
+
+
+def test_an_application_without_a_values_object_is_refused() -> None:
+    without = APPLICATION.replace("valuesObject:", "valuesNope:")
+    with pytest.raises(TargetError, match=r"0 of spec\.sources have helm\.valuesObject"):
+        apply_pin(without, "argocd-application", PIN, where="a", helm=HelmPaths())

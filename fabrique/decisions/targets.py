@@ -88,8 +88,9 @@ def read_pin(
 ) -> ImagePin | None:
     """What the target says now about ``pin_for.image``, or None if it has no entry."""
     data = _read_shared(text, where)
-    if kind == "helm-values":
-        return _helm_pin(data, pin_for, helm or HelmPaths(), where)
+    if kind == "helm-values" or helm is not None:
+        _, root = _helm_root(data, kind, where, source_index)
+        return _helm_pin(root, pin_for, helm or HelmPaths(), where)
     if kind == "kustomize-images":
         found = _kustomize_entry(_kustomize_images(data, where), pin_for, where)
         if found is None:
@@ -127,12 +128,13 @@ def apply_pin(
     raw = _read_shared(text, where)  # first: what a reader refuses, the edit refuses
     data = _load(text, where)
     splicer = _Splicer(text, where)
-    if kind == "helm-values":
+    if kind == "helm-values" or helm is not None:
         expected = _plain(data)
+        at, root = _helm_root(data, kind, where, source_index)
         for path, value in _helm_values(helm or HelmPaths(), pin).items():
-            mapping, key = _helm_key(data, path, where)
+            mapping, key = _helm_key(root, path, where)
             node = expected
-            for part in path.split(".")[:-1]:
+            for part in [*at, *path.split(".")[:-1]]:
                 node = node[part]
             node[key] = value
             first, last = _value_line(mapping, key), _value_line(mapping, key)
@@ -349,6 +351,49 @@ def _helm_values(helm: HelmPaths, pin: ImagePin) -> dict[str, str]:
         "image": pin.reference,
     }
     return {path: what[role] for role, path in helm.leaves().items()}
+
+
+def _helm_root(
+    data: Any, kind: Kind, where: str, source_index: int | None
+) -> tuple[list[str | int], Any]:
+    """Where the helm paths start, and the keys that lead there: the values file itself,
+    or the ``helm.valuesObject`` of an Application's source (the one ``sourceIndex``
+    names, or the only one that has it)."""
+    if kind == "helm-values":
+        return [], data
+    if data.get("kind") != "Application":
+        raise TargetError(f"{where}: kind is {data.get('kind')!r}, not an Argo CD Application")
+    spec = data.get("spec")
+    if not isinstance(spec, dict):
+        raise TargetError(f"{where}: spec must be a mapping")
+    if "sources" in spec and isinstance(spec["sources"], list):
+        sources = list(enumerate(spec["sources"]))
+        if source_index is not None:
+            sources = sources[source_index : source_index + 1]
+        found = [
+            (i, src)
+            for i, src in sources
+            if isinstance(src, dict) and isinstance(src.get("helm"), dict)
+            and "valuesObject" in src["helm"]
+        ]  # fmt: skip
+        if len(found) != 1:
+            raise TargetError(
+                f"{where}: {len(found)} of spec.sources have helm.valuesObject"
+                + ("" if source_index is not None else "; set the app's writeback.sourceIndex")
+            )
+        index, picked = found[0]
+        source: Any = picked
+        at: list[str | int] = ["spec", "sources", index]
+    else:
+        source, at = spec.get("source"), ["spec", "source"]
+    helm = source.get("helm") if isinstance(source, dict) else None
+    values = helm.get("valuesObject") if isinstance(helm, dict) else None
+    if not isinstance(values, dict):
+        raise TargetError(
+            f"{where}: {'.'.join(map(str, at))}.helm.valuesObject: not a mapping; write the "
+            "image's keys there (an empty value will do)"
+        )
+    return [*at, "helm", "valuesObject"], values
 
 
 def _helm_key(data: CommentedMap, path: str, where: str) -> tuple[CommentedMap, str]:

@@ -616,18 +616,24 @@ class WriteBackTarget(_Model):
     branch: Annotated[str, AfterValidator(_branch)] | None = None  # default: gitea.branch
     create: bool = False  # create the file if it is missing (kustomize-images only)
     source_index: Annotated[int, Field(ge=0)] | None = None  # which spec.sources[] entry
-    helm: HelmPaths | None = None  # kind helm-values: where the image is in the values
+    # where the image is in the values: a helm-values file, or (given) an Application's
+    # helm.valuesObject
+    helm: HelmPaths | None = None
 
     @model_validator(mode="after")
     def _helm_paths(self) -> WriteBackTarget:
-        if self.helm is not None and self.kind != "helm-values":
-            raise ValueError(f"helm: only for kind helm-values (this target is {self.kind})")
+        if self.helm is not None and self.kind == "kustomize-images":
+            raise ValueError(
+                "helm: for kind helm-values, or argocd-application (its helm.valuesObject); "
+                "this target is kustomize-images"
+            )
         return self
 
     @property
     def helm_paths(self) -> HelmPaths | None:
-        """Where a helm-values target holds the image (the default paths unless given)."""
-        return (self.helm or HelmPaths()) if self.kind == "helm-values" else None
+        """Where a helm-values target (or an Application's helm.valuesObject) holds the
+        image: the default paths unless given; None for the kustomize forms."""
+        return (self.helm or HelmPaths()) if self.kind == "helm-values" else self.helm
 
 
 class Person(_Model):

@@ -68,3 +68,28 @@ def test_helm_renders_one_image_string(helm: str, tmp_path: Path) -> None:
     helm_paths = HelmPaths(image="app.image")
     values.write_text(apply_pin(values.read_text(), "helm-values", pin, where="v", helm=helm_paths))
     assert _image(helm, chart) == pin.reference
+
+
+def test_helm_renders_an_application_s_values_object(helm: str, tmp_path: Path) -> None:
+    """Argo CD hands an Application's ``helm.valuesObject`` to Helm as a values file:
+    the same, by hand, of the Application fabrique pinned."""
+    application = (
+        "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata: {name: citation}\n"
+        "spec:\n  source:\n    repoURL: http://gitea/atlas/atlas.git\n    path: chart\n"
+        "    helm:\n      valuesObject:\n        image:\n"
+        "          repository: registry:80/citation-dagster\n"
+        '          tag: "0f0f0f0f0f0f"   # pinned by fabrique\n          digest: ""\n'
+    )
+    pin = ImagePin("citation-dagster", "registry:80/citation-dagster", "123456789012", DIGEST)
+    helm_paths = HelmPaths()
+    pinned = yaml.safe_load(
+        apply_pin(application, "argocd-application", pin, where="a", helm=helm_paths)
+    )
+    values = tmp_path / "values-object.yaml"
+    values.write_text(yaml.safe_dump(pinned["spec"]["source"]["helm"]["valuesObject"]))
+    done = subprocess.run(
+        [helm, "template", "citation", str(CHART), "-f", str(values)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f'image: "{pin.reference}"' in done.stdout, done.stdout
