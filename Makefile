@@ -85,4 +85,4 @@ scenario: $(VENV)/.test
 	$(BIN)/python -m tests.live.controlplane scenario
 
 test: system-deps lint peers
-	$(BIN)/python -m pytest -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=15

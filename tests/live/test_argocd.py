@@ -179,7 +179,9 @@ def test_the_seeds_application_syncs_as_written(
 ) -> None:
     site = _site(real_gitea)
     app = site.apps[0]
-    document = application_document(site, app)
+    deployment = app.deployment()
+    assert deployment is not None
+    document = application_document(site, deployment)
     assert document["spec"]["source"]["repoURL"] == f"{real_gitea.url}/{CODE_REPO}.git"
     assert document["spec"]["destination"]["server"] == "https://kubernetes.default.svc"
     argocd.apply(document)
@@ -221,7 +223,9 @@ def test_a_root_application_deploys_the_apps_repository(argocd: ArgoCD, real_git
     _private(real_gitea, APPS_REPO)
     # the file seed writes into the apps repository (Seeder.application's text)
     text = "# Written by `fabrique seed`: Argo CD deploys this app from Gitea.\n"
-    text += yaml.safe_dump(application_document(site, app), sort_keys=False)
+    deployment = app.deployment()
+    assert deployment is not None
+    text += yaml.safe_dump(application_document(site, deployment), sort_keys=False)
     apps_commit = real_gitea.commit(
         APPS_REPO, "main", {app.application.path: text}, "fabrique: Argo CD Application"
     )
