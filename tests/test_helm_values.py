@@ -15,7 +15,7 @@ from fabrique.decisions.targets import ImagePin, apply_pin, new_target, read_pin
 from fabrique.site.config import HelmPaths, load_site
 from fabrique.site.errors import TargetError
 
-from .conftest import GITEA_TOKEN, KUSTOMIZATION, Repo, run_cli, write_values
+from .conftest import GITEA_TOKEN, Repo, run_cli, write_values
 from .doubles.gitea import GiteaDouble
 
 DIGEST = "sha256:" + "3" * 64
@@ -117,6 +117,10 @@ def test_a_values_file_is_never_created() -> None:
         ),
         ({"kind": "helm-values", "helm": {"tag": "image..tag"}}, "apps[0].writeback.helm.tag"),
         ({"kind": "helm-values", "create": True}, "apps[0].writeback.create: only a"),
+        (
+            {"kind": "helm-values", "helm": {"via": "parameters"}},
+            "helm.via: parameters is an Application's; a values file has keys",
+        ),
     ],
 )
 def test_the_config_says_what_is_wrong_with_a_helm_target(
@@ -167,7 +171,7 @@ def test_the_write_back_and_a_hold_on_a_values_file(
     )  # fmt: skip
     assert held.exit_code == 0, held.stderr
     assert read_hold(code_repo.show(path), path, "citation") is not None
-    assert KUSTOMIZATION not in held.stdout
+    assert held.stdout.startswith("held: citation") and path in held.stdout, held.stdout
 
 
 APPLICATION = """\
@@ -238,3 +242,63 @@ def test_an_application_without_a_values_object_is_refused() -> None:
     without = APPLICATION.replace("valuesObject:", "valuesNope:")
     with pytest.raises(TargetError, match=r"0 of spec\.sources have helm\.valuesObject"):
         apply_pin(without, "argocd-application", PIN, where="a", helm=HelmPaths())
+
+
+PARAMETERS = """\
+apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata: {name: citation}
+spec:
+  source:
+    repoURL: http://gitea/atlas/atlas.git
+    path: chart
+    helm:
+      parameters:
+        - name: replicaCount
+          value: "2"
+        - name: image.tag
+          value: 0f0f0f0f0f0f   # fabrique's
+        - name: image.digest
+          value: ""
+          forceString: true
+        - name: image.repository
+          value: registry:80/citation-dagster
+"""
+
+
+def test_an_application_s_helm_parameters_get_the_pin_and_force_string() -> None:
+    """Argo CD passes a parameter without forceString to --set, which reads an all-digit
+    tag as a number: each parameter fabrique writes says forceString: true."""
+    helm = HelmPaths(via="parameters")
+    after = apply_pin(PARAMETERS, "argocd-application", PIN, where="a", helm=helm)
+    assert _changes(PARAMETERS, after) == [
+        "-          value: 0f0f0f0f0f0f   # fabrique's",
+        "+          value: abcdefabcdef   # fabrique's",
+        "+          forceString: true",
+        '-          value: ""',
+        f'+          value: "{DIGEST}"',
+        "+          forceString: true",
+    ]
+    assert read_pin(after, "argocd-application", PIN, where="a", helm=helm) == PIN
+    assert apply_pin(after, "argocd-application", PIN, where="a", helm=helm) == after
+    parameters = yaml.safe_load(after)["spec"]["source"]["helm"]["parameters"]
+    assert all(p["forceString"] is True for p in parameters if p["name"].startswith("image."))
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (("        - name: image.digest\n          value: \"\"\n          forceString: true\n", ""),
+         "a: helm.parameters: 0 entries named image.digest; list it once"),
+        (("          forceString: true\n", "          forceString: false\n"),
+         "a: helm.parameters: image.digest has forceString False; it must be true"),
+        (("parameters:", "parameterz:"), "a: spec.source.helm.parameters: missing"),
+    ],
+)  # fmt: skip
+def test_parameters_that_cannot_take_the_pin_are_refused(
+    edit: tuple[str, str], expected: str
+) -> None:
+    broken = PARAMETERS.replace(*edit)
+    with pytest.raises(TargetError) as refused:
+        apply_pin(broken, "argocd-application", PIN, where="a", helm=HelmPaths(via="parameters"))
+    assert str(refused.value).startswith(expected), refused.value

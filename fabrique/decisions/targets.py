@@ -88,6 +88,14 @@ def read_pin(
 ) -> ImagePin | None:
     """What the target says now about ``pin_for.image``, or None if it has no entry."""
     data = _read_shared(text, where)
+    if helm is not None and helm.via == "parameters":
+        _, source = _helm_source(data, where, source_index, "parameters")
+        values = {
+            str(entry.get("name")): entry.get("value")
+            for entry in source["helm"]["parameters"]
+            if isinstance(entry, dict)
+        }
+        return _helm_pin(_nested(values), pin_for, helm, where)
     if kind == "helm-values" or helm is not None:
         _, root = _helm_root(data, kind, where, source_index)
         return _helm_pin(root, pin_for, helm or HelmPaths(), where)
@@ -128,7 +136,14 @@ def apply_pin(
     raw = _read_shared(text, where)  # first: what a reader refuses, the edit refuses
     data = _load(text, where)
     splicer = _Splicer(text, where)
-    if kind == "helm-values" or helm is not None:
+    if helm is not None and helm.via == "parameters":
+        expected = _plain(data)
+        at, source = _helm_source(data, where, source_index, "parameters")
+        node = expected
+        for part in at:
+            node = node[part]
+        _pin_parameters(splicer, source, node["helm"]["parameters"], helm, pin, where)
+    elif kind == "helm-values" or helm is not None:
         expected = _plain(data)
         at, root = _helm_root(data, kind, where, source_index)
         for path, value in _helm_values(helm or HelmPaths(), pin).items():
@@ -361,6 +376,81 @@ def _helm_root(
     names, or the only one that has it)."""
     if kind == "helm-values":
         return [], data
+    at, source = _helm_source(data, where, source_index, "valuesObject")
+    values = source["helm"]["valuesObject"]
+    if not isinstance(values, dict):
+        raise TargetError(
+            f"{where}: {'.'.join(map(str, at))}.helm.valuesObject: not a mapping; write the "
+            "image's keys there (an empty value will do)"
+        )
+    return [*at, "helm", "valuesObject"], values
+
+
+def _nested(flat: dict[str, Any]) -> dict[str, Any]:
+    """``{"image.tag": v}`` as ``{"image": {"tag": v}}``: parameters read as values."""
+    found: dict[str, Any] = {}
+    for name, value in flat.items():
+        *parents, last = name.split(".")
+        node = found
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                break
+        else:
+            node[last] = value
+    return found
+
+
+def _pin_parameters(
+    splicer: _Splicer,
+    source: CommentedMap,
+    expected: list[Any],
+    helm: HelmPaths,
+    pin: ImagePin,
+    where: str,
+) -> None:
+    """Each parameter the paths name gets its value, and ``forceString: true``: Argo CD
+    passes a parameter without it to ``helm template --set``, which reads an all-digit
+    tag as a number (a chart that builds the image with ``printf "%s"`` then renders
+    ``%!s(int64=123456789012)``)."""
+    entries = source["helm"]["parameters"]
+    for path, value in _helm_values(helm, pin).items():
+        found = [
+            (i, e)
+            for i, e in enumerate(entries)
+            if isinstance(e, CommentedMap) and e.get("name") == path
+        ]
+        if len(found) != 1:
+            raise TargetError(
+                f"{where}: helm.parameters: {len(found)} entries named {path}; list it once "
+                f'(- name: {path}, value: "", forceString: true)'
+            )
+        index, entry = found[0]
+        _require_block(entry, where, f"the parameter {path}")
+        if "value" not in entry:
+            raise TargetError(f"{where}: helm.parameters: {path} has no value key; add one")
+        line = _value_line(entry, "value")
+        _refuse_anchors(splicer, line, line, f"the parameter {path}")
+        _set_scalar(splicer, entry, "value", value)
+        expected[index]["value"] = value
+        if entry.get("forceString") is True:
+            continue
+        if "forceString" in entry:
+            raise TargetError(
+                f"{where}: helm.parameters: {path} has forceString "
+                f"{entry['forceString']!r}; it must be true (Argo CD would pass it to "
+                "--set, which reads an all-digit tag as a number)"
+            )
+        pad = " " * entry.lc.key("value")[1]
+        splicer.insert_after(_last_line(entry, line), f"{pad}forceString: true\n")
+        expected[index]["forceString"] = True
+
+
+def _helm_source(
+    data: Any, where: str, source_index: int | None, form: str
+) -> tuple[list[str | int], Any]:
+    """The keys to, and the source of an Application that holds ``helm.<form>``:
+    ``spec.source``, or the one of ``spec.sources`` that has it (``sourceIndex``'s)."""
     if data.get("kind") != "Application":
         raise TargetError(f"{where}: kind is {data.get('kind')!r}, not an Argo CD Application")
     spec = data.get("spec")
@@ -374,11 +464,11 @@ def _helm_root(
             (i, src)
             for i, src in sources
             if isinstance(src, dict) and isinstance(src.get("helm"), dict)
-            and "valuesObject" in src["helm"]
+            and form in src["helm"]
         ]  # fmt: skip
         if len(found) != 1:
             raise TargetError(
-                f"{where}: {len(found)} of spec.sources have helm.valuesObject"
+                f"{where}: {len(found)} of spec.sources have helm.{form}"
                 + ("" if source_index is not None else "; set the app's writeback.sourceIndex")
             )
         index, picked = found[0]
@@ -387,13 +477,18 @@ def _helm_root(
     else:
         source, at = spec.get("source"), ["spec", "source"]
     helm = source.get("helm") if isinstance(source, dict) else None
-    values = helm.get("valuesObject") if isinstance(helm, dict) else None
-    if not isinstance(values, dict):
+    held = helm.get(form) if isinstance(helm, dict) else None
+    if not isinstance(helm, dict) or form not in helm:
         raise TargetError(
-            f"{where}: {'.'.join(map(str, at))}.helm.valuesObject: not a mapping; write the "
-            "image's keys there (an empty value will do)"
+            f"{where}: {'.'.join(map(str, at))}.helm.{form}: missing; write the image's "
+            f"{'keys' if form == 'valuesObject' else 'parameters'} there"
         )
-    return [*at, "helm", "valuesObject"], values
+    if form == "parameters" and not isinstance(held, list):
+        raise TargetError(
+            f"{where}: {'.'.join(map(str, at))}.helm.parameters: not a list; list the "
+            'image\'s parameters there (- name: image.tag, value: "", forceString: true)'
+        )
+    return at, source
 
 
 def _helm_key(data: CommentedMap, path: str, where: str) -> tuple[CommentedMap, str]:

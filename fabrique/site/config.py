@@ -585,6 +585,9 @@ class HelmPaths(_Model):
     tag: ValuesPath | None = None
     digest: ValuesPath | None = None
     image: ValuesPath | None = None
+    # an Application's: its helm.valuesObject's keys, or its helm.parameters' entries
+    # named by the paths (Argo CD passes those to `helm template --set`)
+    via: Literal["valuesObject", "parameters"] = "valuesObject"
 
     @model_validator(mode="after")
     def _one_form(self) -> HelmPaths:
@@ -626,6 +629,14 @@ class WriteBackTarget(_Model):
             raise ValueError(
                 "helm: for kind helm-values, or argocd-application (its helm.valuesObject); "
                 "this target is kustomize-images"
+            )
+        if (
+            self.helm is not None
+            and self.helm.via != "valuesObject"
+            and self.kind != ("argocd-application")
+        ):
+            raise ValueError(
+                f"helm.via: {self.helm.via} is an Application's; a values file has keys"
             )
         return self
 
