@@ -94,6 +94,9 @@ def _hooks(gitea: Gitea) -> list[tuple[int, str]]:
         ]
 
 
+# beside the real node's tests, on their worker: its own plane runs a real node too, and
+# the worker of the session's plane is the suite's longest
+@pytest.mark.xdist_group("real-node")
 def test_make_up_brings_up_the_event_path_and_make_down_stops_it(tmp_path: Path) -> None:
     need_go()
     need_root()  # the real node: its network and mount namespaces, its cgroups
