@@ -169,15 +169,18 @@ class GitRemote:
         self._remote(*args, "origin", f"+refs/heads/{self.branch}:{self._ref}")
         self._history = True
 
-    def push(self, commit: str, expected_tip: str) -> None:
-        """Move the remote branch from ``expected_tip`` to ``commit``; StaleWrite if it moved."""
+    def push(self, commit: str, expected_tip: str, branch: str | None = None) -> None:
+        """Move the remote branch (``branch``, or this one) from ``expected_tip`` to
+        ``commit``; StaleWrite if it moved. An empty ``expected_tip``: the branch must not
+        exist yet."""
+        ref = f"refs/heads/{branch or self.branch}"
         try:
             self._remote(
                 "push",
                 "-q",
-                f"--force-with-lease=refs/heads/{self.branch}:{expected_tip}",
+                f"--force-with-lease={ref}:{expected_tip}",
                 "origin",
-                f"{commit}:refs/heads/{self.branch}",
+                f"{commit}:{ref}",
                 retry_transient=False,
             )
         except GitError as exc:

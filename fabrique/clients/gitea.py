@@ -27,6 +27,7 @@ from ._http import DEFAULT_TIMEOUT, JsonApi
 TOKEN_ENV = "FABRIQUE_GITEA_TOKEN"
 PATH_PAGE = 50  # Gitea's [git] COMMITS_RANGE_SIZE: one page of commits listed by path
 STATUS_PAGE = 50  # Gitea's [api] MAX_RESPONSE_ITEMS: the most contexts a page of statuses holds
+MAX_PULL_PAGES = 100  # 5 000 open pull requests into one branch: past that, gone wrong
 MAX_STATUS_PAGES = 400  # 20 000 contexts on one commit: past that, a server gone wrong
 
 
@@ -63,6 +64,19 @@ class RepositoryExists(GiteaError):
 class Identity:
     name: str
     email: str
+
+
+@dataclass(frozen=True)
+class PullRequest:
+    """A pull request as fabrique reads it."""
+
+    number: int
+    url: str  # its page (html_url)
+    state: str  # open | closed
+    merged: bool
+    head_sha: str
+    title: str
+    body: str
 
 
 STATUS_STATES = frozenset({"pending", "success", "error", "failure", "warning", "skipped"})
@@ -116,11 +130,7 @@ class GiteaClient(JsonApi):
     def branch_head(self, repo: str, branch: str) -> str:
         """The commit id at the head of ``repo``'s ``branch``."""
         what = f"branch {branch!r} of {repo}"
-        data = self._json("GET", f"/repos/{repo}/branches/{_seg(branch)}", what)
-        head = _get(data, "commit", "id")
-        if not isinstance(head, str) or not REVISION_RE.fullmatch(head):
-            raise GiteaError(f"{what}: Gitea answered without a valid commit.id")
-        return head
+        return _head(self._json("GET", f"/repos/{repo}/branches/{_seg(branch)}", what), what)
 
     def get_file(self, repo: str, path: str, branch: str) -> FileContent | None:
         """The file at the branch head, or None if the branch has no such file."""
@@ -388,6 +398,87 @@ class GiteaClient(JsonApi):
             raise GiteaError(f"{what}: Gitea refused it (HTTP 400)")
         self._check(response, what, expect=(201,))
 
+    # ---------------------------------------------------------- pull requests
+
+    def branch_tip(self, repo: str, branch: str) -> str | None:
+        """The commit at the head of ``branch``, or None if there is no such branch."""
+        what = f"branch {branch!r} of {repo}"
+        response = self.request("GET", f"/repos/{repo}/branches/{_seg(branch)}")
+        if response.status_code == 404 and not self.anonymous:
+            return None
+        return _head(self._check(response, what), what)
+
+    def delete_branch(self, repo: str, branch: str) -> None:
+        """Delete ``branch``; one already gone is no error."""
+        response = self.request("DELETE", f"/repos/{repo}/branches/{_seg(branch)}")
+        if response.status_code not in (204, 404):
+            self._check(response, f"delete branch {branch!r} of {repo}", expect=(204,))
+
+    def open_pull(self, repo: str, base: str, head: str) -> PullRequest | None:
+        """The open pull request from ``head`` into ``base``, or None. Gitea's
+        ``pulls/{base}/{head}`` answers closed ones too, one of several at random: the
+        open ones into ``base`` are listed instead, and ``head`` found among them."""
+        what = f"open pull requests into {base} of {repo}"
+        for page in range(1, MAX_PULL_PAGES + 1):
+            params = {"state": "open", "base_branch": base, "page": str(page), "limit": "50"}
+            batch = self._check(self.request("GET", f"/repos/{repo}/pulls", params=params), what)
+            if not isinstance(batch, list):
+                raise GiteaError(f"{what}: Gitea answered something that is not a list")
+            for item in batch:
+                if _get(item, "head", "ref") == head and _get(item, "base", "ref") == base:
+                    return _pull(item, what)
+            if len(batch) < 50:
+                return None
+        raise GiteaError(f"{what}: more than {MAX_PULL_PAGES * 50}; fabrique reads no more")
+
+    def create_pull(self, repo: str, base: str, head: str, title: str, body: str) -> PullRequest:
+        what = f"pull request {head} -> {base} in {repo}"
+        response = self.request(
+            "POST",
+            f"/repos/{repo}/pulls",
+            json={"base": base, "head": head, "title": title, "body": body},
+        )
+        if response.status_code == 409:  # opened meanwhile (another write-back): that one
+            found = self.open_pull(repo, base, head)
+            if found is not None:
+                return found
+        if response.status_code == 422:
+            raise GiteaError(f"{what}: Gitea refused it (HTTP 422): {_message(response)}")
+        return _pull(self._check(response, what, expect=(201,)), what)
+
+    def edit_pull(self, repo: str, number: int, **fields: str) -> PullRequest:
+        """Change ``title``, ``body`` or ``state`` of pull request ``number``."""
+        what = f"pull request #{number} of {repo}"
+        response = self.request("PATCH", f"/repos/{repo}/pulls/{number}", json=fields)
+        return _pull(self._check(response, what, expect=(201,)), what)
+
+    def merge_pull(self, repo: str, number: int, *, style: str, head: str) -> str:
+        """Ask Gitea to merge pull request ``number`` once the checks its base branch
+        requires pass (at once if none are required): ``scheduled``, or ``busy`` while
+        Gitea is still checking the pull request after a push (ask again later)."""
+        what = f"merge of pull request #{number} of {repo}"
+        body = {
+            "do": style,
+            "head_commit_id": head,
+            "merge_when_checks_succeed": True,
+            "delete_branch_after_merge": True,
+        }
+        response = self.request("POST", f"/repos/{repo}/pulls/{number}/merge", json=body)
+        message = _message(response)
+        if response.status_code in (200, 201):  # 201: scheduled, whatever the checks say
+            return "scheduled"
+        if response.status_code == 409 and "already scheduled" in message:
+            return "scheduled"
+        if response.status_code == 405 and "try again later" in message.lower():
+            return "busy"
+        if response.status_code in (405, 409):
+            raise GiteaError(
+                f"{what}: Gitea will not merge it (HTTP {response.status_code}): "
+                f"{message or 'a conflict'}"
+            )
+        self._check(response, what)
+        raise GiteaError(f"{what}: Gitea answered HTTP {response.status_code}")
+
     # ----------------------------------------------------------------- writes
 
     def update_file(
@@ -398,29 +489,44 @@ class GiteaClient(JsonApi):
         text: str,
         message: str,
         author: Identity,
+        *,
+        onto: str | None = None,
     ) -> str:
-        """Replace a file read as ``current``; StaleWrite if it has changed. Returns the commit."""
-        body = self._write_body(branch, text, message, author) | {"sha": current.sha}
+        """Replace a file read as ``current``; StaleWrite if it has changed. Returns the
+        commit. ``onto``: the commit goes to that branch instead, made from ``branch``'s
+        head and forced there (a pull request's branch, made again on its base)."""
+        body = self._write_body(branch, text, message, author, onto) | {"sha": current.sha}
         return self._write("PUT", repo, current.path, branch, body)
 
     def create_file(
-        self, repo: str, path: str, branch: str, text: str, message: str, author: Identity
+        self,
+        repo: str,
+        path: str,
+        branch: str,
+        text: str,
+        message: str,
+        author: Identity,
+        *,
+        onto: str | None = None,
     ) -> str:
         """Create a file; StaleWrite if it appeared since it was found missing."""
         return self._write(
-            "POST", repo, path, branch, self._write_body(branch, text, message, author)
+            "POST", repo, path, branch, self._write_body(branch, text, message, author, onto)
         )
 
     @staticmethod
-    def _write_body(branch: str, text: str, message: str, author: Identity) -> dict[str, Any]:
+    def _write_body(
+        branch: str, text: str, message: str, author: Identity, onto: str | None = None
+    ) -> dict[str, Any]:
         person = {"name": author.name, "email": author.email}
+        forced = {"new_branch": onto, "force_push": True} if onto else {}
         return {
             "branch": branch,
             "content": base64.b64encode(text.encode("utf-8")).decode("ascii"),
             "message": message,
             "author": person,
             "committer": person,
-        }
+        } | forced
 
     def _write(self, method: str, repo: str, path: str, branch: str, body: dict[str, Any]) -> str:
         what = f"{path} in {repo}@{branch}"
@@ -539,6 +645,32 @@ def last_status_page(response: httpx.Response, page: int, count: int) -> bool:
     or X-Total-Count says no more follow."""
     total = response.headers.get("X-Total-Count", "")
     return count < STATUS_PAGE or (total.isdigit() and page * STATUS_PAGE >= int(total))
+
+
+def _head(data: Any, what: str) -> str:
+    head = _get(data, "commit", "id")
+    if not isinstance(head, str) or not REVISION_RE.fullmatch(head):
+        raise GiteaError(f"{what}: Gitea answered without a valid commit.id")
+    return head
+
+
+def _pull(data: Any, what: str) -> PullRequest:
+    """A PullRequest of Gitea's answer (GiteaError for one that lacks what fabrique reads)."""
+    number, url, state = _get(data, "number"), _get(data, "html_url"), _get(data, "state")
+    head = _get(data, "head", "sha")
+    if not isinstance(number, int) or not isinstance(url, str) or state not in ("open", "closed"):
+        raise GiteaError(f"{what}: Gitea answered without a number, html_url or state")
+    if not isinstance(head, str) or not REVISION_RE.fullmatch(head):
+        raise GiteaError(f"{what}: Gitea answered without a valid head.sha")
+    return PullRequest(
+        number,
+        url,
+        state,
+        bool(_get(data, "merged")),
+        head,
+        str(_get(data, "title") or ""),
+        str(_get(data, "body") or ""),
+    )
 
 
 def _get(data: Any, *keys: str) -> Any:

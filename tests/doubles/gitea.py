@@ -166,6 +166,9 @@ class GiteaDouble:
         self._next_hook = 1
         self._write_lock = threading.Lock()
         self.protected: dict[tuple[str, str], str | None] = {}  # (repo, branch) -> file glob
+        # (repo, branch) -> the status contexts a merge into it waits for (branch protection)
+        self.required_checks: dict[tuple[str, str], list[str]] = {}
+        self.pulls: dict[str, list[dict[str, Any]]] = {}  # repo -> its pull requests, by number
         self.push_races = 0  # writes answered 500: the branch moved under Gitea's push
         self.before_push: Callable[[str, str], None] | None = None  # a rival, in a test
         self.max_blob_size = 10 * 1024 * 1024  # [api] DEFAULT_MAX_BLOB_SIZE
@@ -307,6 +310,17 @@ class GiteaDouble:
         rest, method = match[3], request.method
         if method == "GET" and rest.startswith("branches/"):
             return self._branch(repo, unquote(rest[len("branches/") :]))
+        if method == "DELETE" and rest.startswith("branches/"):
+            return self._delete_branch(repo, unquote(rest[len("branches/") :]))
+        if rest == "pulls" and method == "GET":
+            return self._list_pulls(request, repo)
+        if rest == "pulls" and method == "POST":
+            return self._create_pull(repo, request.json())
+        pull = re.fullmatch(r"pulls/(\d+)(/merge)?", rest)
+        if pull and method == "PATCH" and not pull[2]:
+            return self._edit_pull(repo, int(pull[1]), request.json())
+        if pull and method == "POST" and pull[2]:
+            return self._merge_pull(repo, int(pull[1]), request.json())
         if rest.startswith("contents/"):
             file_path = unquote(rest[len("contents/") :])
             if method == "GET":
@@ -919,6 +933,8 @@ class GiteaDouble:
                 "updated_at": now,
             }
             stored.append(status)
+        if status["status"] == "success":  # services/automerge: a success may merge one
+            self._auto_merge(repo)
         return 201, status
 
     def latest_statuses(self, repo: str, sha: str) -> list[dict[str, Any]]:
@@ -1001,7 +1017,10 @@ class GiteaDouble:
             self.races += 1
             return self._error(422, "sha does not match [injected race]")
         branch = body.get("branch") or self._default_branch(repo)
-        refused = self._protection(repo, branch, file_path)
+        onto = body.get("new_branch") or None  # the commit goes there, made on branch's tip
+        if onto and self._resolve(repo, f"refs/heads/{onto}") and not body.get("force_push"):
+            return self._error(422, f"branch already exists [name: {onto}]")
+        refused = self._protection(repo, onto or branch, file_path)
         if refused:
             return self._error(403, refused)
         tip = self._resolve(repo, f"refs/heads/{branch}")
@@ -1028,6 +1047,8 @@ class GiteaDouble:
             commit = self._commit_file(
                 repo, tip, branch, file_path, content, body, current[1] if current else "100644"
             )
+            if onto:  # forced there, whatever it held (force_push)
+                git(self._bare(repo), "update-ref", f"refs/heads/{onto}", commit)
         except subprocess.CalledProcessError:
             self.push_races += 1
             return self._error(500, "failed to push: the branch moved (ErrPushOutOfDate)")
@@ -1104,13 +1125,164 @@ class GiteaDouble:
         )
         if self.before_push is not None:
             self.before_push(repo, branch)
+        if body.get("new_branch"):  # the base stays where it is; the caller moves new_branch
+            return commit
         git(bare, "update-ref", f"refs/heads/{branch}", commit, tip)  # fails if the tip moved
         return commit
 
-    def protect(self, repo: str, branch: str, *, files: str | None = None) -> None:
+    def protect(
+        self, repo: str, branch: str, *, files: str | None = None, checks: list[str] | None = None
+    ) -> None:
         """Protect ``branch``: no push for fabrique's user, or, with ``files`` (a glob),
-        only those paths (ProtectedBranch.ProtectedFilePatterns)."""
+        only those paths (ProtectedBranch.ProtectedFilePatterns); ``checks``: the status
+        contexts a pull request's head must have green before it merges."""
         self.protected[(repo, branch)] = files
+        self.required_checks[(repo, branch)] = list(checks or [])
+
+    # ------------------------------------------------------------ pull requests
+
+    def _delete_branch(self, repo: str, branch: str) -> tuple[int, Any]:
+        if self._resolve(repo, f"refs/heads/{branch}") is None:
+            return self._not_found("branch not found")
+        if branch == self._default_branch(repo) or (repo, branch) in self.protected:
+            return self._error(403, "branch protected")
+        git(self._bare(repo), "update-ref", "-d", f"refs/heads/{branch}")
+        for pull in self.pulls.get(repo, []):  # AdjustPullsCausedByBranchDeleted
+            if pull["head"] == branch and pull["state"] == "open":
+                pull["state"] = "closed"
+        return 204, None
+
+    def _pull_view(self, repo: str, pull: dict[str, Any]) -> dict[str, Any]:
+        """A PullRequest as Gitea shows it: head.sha is the branch's live tip."""
+        head_sha = self._resolve(repo, f"refs/heads/{pull['head']}") or pull["head_sha"]
+        pull["head_sha"] = head_sha
+        base_sha = self._resolve(repo, f"refs/heads/{pull['base']}") or ""
+        html = f"{self.url}/{repo}/pulls/{pull['number']}"
+        return {
+            "id": pull["number"],
+            "number": pull["number"],
+            "url": html,
+            "html_url": html,
+            "title": pull["title"],
+            "body": pull["body"],
+            "state": pull["state"],
+            "merged": pull["merged"],
+            "mergeable": pull["state"] == "open",
+            "merge_commit_sha": pull.get("merge_commit"),
+            "head": {"label": pull["head"], "ref": pull["head"], "sha": head_sha},
+            "base": {"label": pull["base"], "ref": pull["base"], "sha": base_sha},
+            "user": USER,
+        }
+
+    def _list_pulls(self, request: Request, repo: str) -> tuple[Any, ...]:
+        state, base = request.query.get("state", "open"), request.query.get("base_branch")
+        every = [
+            self._pull_view(repo, p)
+            for p in reversed(self.pulls.get(repo, []))
+            if (state == "all" or p["state"] == state) and base in (None, p["base"])
+        ]
+        page, headers = self._page(request, every)
+        return 200, page, headers
+
+    def _create_pull(self, repo: str, body: dict[str, Any]) -> tuple[int, Any]:
+        base, head = body["base"], body["head"]
+        if self._resolve(repo, f"refs/heads/{head}") is None:
+            return self._not_found(f'ref "{head}" does not exist')
+        if base == head:
+            return self._error(
+                422, "Invalid PullRequest: There are no changes between the head and the base"
+            )
+        pulls = self.pulls.setdefault(repo, [])
+        for p in pulls:
+            if (p["base"], p["head"], p["state"]) == (base, head, "open"):
+                return self._error(
+                    409,
+                    f"pull request already exists for these targets [id: {p['number']}, "
+                    f"issue_id: {p['number']}, head_branch: {head}, base_branch: {base}]",
+                )
+        pull = {
+            "number": len(pulls) + 1,
+            "title": body["title"],
+            "body": body.get("body") or "",
+            "base": base,
+            "head": head,
+            "head_sha": "",
+            "state": "open",
+            "merged": False,
+            "scheduled": None,
+        }
+        pulls.append(pull)
+        return 201, self._pull_view(repo, pull)
+
+    def _edit_pull(self, repo: str, number: int, body: dict[str, Any]) -> tuple[int, Any]:
+        pulls = self.pulls.get(repo, [])
+        if not 0 < number <= len(pulls):
+            return self._not_found()
+        pull = pulls[number - 1]
+        if pull["merged"] and "state" in body:
+            return self._error(
+                412, "cannot change state of this pull request, it was already merged"
+            )
+        if body.get("title"):
+            pull["title"] = body["title"]
+        if "body" in body:
+            pull["body"] = body["body"]
+        if body.get("state") in ("open", "closed"):
+            pull["state"] = body["state"]
+        return 201, self._pull_view(repo, pull)
+
+    def _merge_pull(self, repo: str, number: int, body: dict[str, Any]) -> tuple[int, Any]:
+        """MergePullRequest with merge_when_checks_succeed: always scheduled (201), the
+        merge itself once the base's required checks are green on the head."""
+        pulls = self.pulls.get(repo, [])
+        if not 0 < number <= len(pulls) or (
+            pulls[number - 1]["state"] != "open" and not pulls[number - 1]["merged"]
+        ):
+            return self._not_found()
+        pull = pulls[number - 1]
+        if pull["merged"]:
+            return self._error(405, "The PR is already merged")
+        if not body.get("merge_when_checks_succeed"):
+            raise SpecViolation("the double merges only when checks succeed")
+        if pull["scheduled"] is not None:
+            return self._error(
+                409,
+                f"pull request is already scheduled to auto merge when checks succeed [pull_id: {number}]",
+            )
+        pull["scheduled"] = body["do"]
+        pull["delete_branch"] = bool(body.get("delete_branch_after_merge"))
+        self._auto_merge(repo)
+        return 201, None
+
+    def _auto_merge(self, repo: str) -> None:
+        """Merge each scheduled pull request whose head has every required check green."""
+        for pull in self.pulls.get(repo, []):
+            if pull["state"] != "open" or pull["scheduled"] is None:
+                continue
+            head = self._resolve(repo, f"refs/heads/{pull['head']}")
+            if head is None:
+                continue
+            latest = {s["context"]: s["status"] for s in self.latest_statuses(repo, head)}
+            wanted = self.required_checks.get((repo, pull["base"]), [])
+            if any(latest.get(context) != "success" for context in wanted):
+                continue
+            self._merge(repo, pull, head)
+
+    def _merge(self, repo: str, pull: dict[str, Any], head: str) -> None:
+        bare = self._bare(repo)
+        base = git(bare, "rev-parse", f"refs/heads/{pull['base']}")
+        tree = git(bare, "merge-tree", "--write-tree", base, head).splitlines()[0]
+        message = f"Merge pull request '{pull['title']}' (#{pull['number']})"
+        name, email = USER["login"], USER["email"]
+        identity = {
+            "GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email,
+            "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email,
+        }  # fmt: skip
+        merged = git(bare, "commit-tree", tree, "-p", base, "-p", head, "-m", message, env=identity)
+        git(bare, "update-ref", f"refs/heads/{pull['base']}", merged, base)
+        pull.update(state="closed", merged=True, merge_commit=merged, head_sha=head)
+        if pull.get("delete_branch"):
+            git(bare, "update-ref", "-d", f"refs/heads/{pull['head']}")
 
     def _protection(self, repo: str, branch: str, file_path: str) -> str | None:
         """The 403 message Gitea gives a write the branch protection refuses, if any."""

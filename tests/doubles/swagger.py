@@ -26,9 +26,11 @@ from fabrique.validate import close_schema
 
 GLOBAL_AUTH_STATUSES = {"401", "403"}
 # statuses a handler answers that its operation does not declare (the real server is
-# right): CreateHook's 422 for a config without url or content_type
+# right): CreateHook's 422 for a config without url or content_type; MergePullRequest's
+# 201 (empty) for a merge scheduled to happen when checks succeed (ScheduleAutoMerge)
 UNDECLARED = {
-    ("post", "/repos/{owner}/{repo}/hooks"): {"422": {"$ref": "#/responses/validationError"}}
+    ("post", "/repos/{owner}/{repo}/hooks"): {"422": {"$ref": "#/responses/validationError"}},
+    ("post", "/repos/{owner}/{repo}/pulls/{index}/merge"): {"201": {"$ref": "#/responses/empty"}},
 }
 # APIErrorInternal: any handler answers 500 with the `error` shape when git or the
 # database fails (its message shown to a site admin only), declared or not
@@ -40,10 +42,13 @@ class SpecViolation(AssertionError):
 
 
 def _route_regex(template: str) -> str:
-    """A path template as a regex; ``{filepath}`` spans several segments, as in Gitea."""
+    """A path template as a regex; ``{filepath}`` spans several segments, as in Gitea,
+    and so does a ``{branch}`` that ends the path (its routes are ``/branches/*``: a
+    branch such as ``fabrique/citation``)."""
     parts = re.split(r"(\{[^}]+\})", template)
+    spans = {"{filepath}"} | ({"{branch}"} if template.endswith("/branches/{branch}") else set())
     regex = "".join(
-        (".+" if part == "{filepath}" else "[^/]+") if part.startswith("{") else re.escape(part)
+        (".+" if part in spans else "[^/]+") if part.startswith("{") else re.escape(part)
         for part in parts
     )
     return f"^{regex}$"
@@ -73,6 +78,12 @@ GITEA_NULLS = {
     "Commit": ("author", "committer", "files", "stats"),  # no user of that email; not asked
     "RepoCommit": ("verification",),  # verification=false
     "CombinedStatus": ("statuses",),  # a commit with no status
+    # a pull request not merged, closed, assigned, labelled or asked to review
+    "PullRequest": (
+        *("merge_commit_sha", "merged_at", "merged_by", "closed_at", "due_date"),
+        *("milestone", "assignee", "assignees", "labels"),
+        *("requested_reviewers", "requested_reviewers_teams"),
+    ),
 }
 # - a User carries `username` besides `login` (its MarshalJSON adds it, for the clients
 #   of older versions).
