@@ -338,7 +338,8 @@ def writeback(
     dry_run: bool,
     out: Path | None,
 ) -> None:
-    """Write a verified digest into the app's target: changed, unchanged, superseded or held."""
+    """Write a verified digest into the app's target: changed, unchanged, superseded or held
+    (with writeback.mode pull-request: proposed or in-review)."""
     from fabrique.clients.gitea import token_from_env
     from fabrique.decisions.plan import write_atomic
     from fabrique.decisions.writeback import open_transport, write_back
@@ -450,7 +451,7 @@ def status_skipped(state: _State, app: str, revision: str, workflow: str | None)
 @click.option(
     "--outcome",
     required=True,
-    type=click.Choice(["changed", "unchanged", "superseded", "held"]),
+    type=click.Choice(["changed", "unchanged", "superseded", "held", "proposed", "in-review"]),
     help="The write-back's outcome.",
 )
 @click.option("--commit", default="", help="The write-back commit, when it changed.")
@@ -464,7 +465,8 @@ def status_success(
     outcome: str,
     commit: str,
 ) -> None:
-    """success: the digest is written back (changed, unchanged, superseded or held)."""
+    """success: the digest is written back (changed, unchanged, superseded, held, proposed
+    or in-review)."""
     from fabrique.decisions.status import written
     from fabrique.site.names import check_digest
 

@@ -186,6 +186,10 @@ class Server(Protocol):
     def git_url(self) -> AbstractContextManager[str]:
         """Where the git transport finds the repositories (``writeback.gitUrl``)."""
 
+    def protect(self, slug: str, branch: str, checks: list[str]) -> None:
+        """Protect ``branch``: nobody pushes to it; a pull request into it merges once
+        the commit statuses ``checks`` are green on its head."""
+
 
 class DoubleServer:
     name = "double"
@@ -208,6 +212,9 @@ class DoubleServer:
 
     def token_with(self, *scopes: str) -> str:
         return self.double.add_token(scopes)
+
+    def protect(self, slug: str, branch: str, checks: list[str]) -> None:
+        self.double.protect(slug, branch, checks=checks)
 
     def outsider(self) -> str:
         return self.double.add_token(["write:repository"], member=False)
@@ -262,6 +269,13 @@ class RealServer:
 
     def token_with(self, *scopes: str) -> str:
         return self._token(USER, scopes)
+
+    def protect(self, slug: str, branch: str, checks: list[str]) -> None:
+        rule = {"branch_name": branch, "rule_name": branch, "enable_push": False}
+        rule |= {"enable_status_check": True, "status_check_contexts": checks}
+        with self.gitea.admin() as admin:
+            made = admin.post(f"/repos/{slug}/branch_protections", json=rule)
+        assert made.status_code == 201, made.text
 
     @contextmanager
     def git_url(self) -> Iterator[str]:
@@ -830,6 +844,143 @@ def _writes_then_supersedes(server: Server, repo: Clone, values: Path) -> None:
     late = writeback(older, DIGEST_A)
     assert late.startswith("superseded:"), late
     assert yaml.safe_load(repo.show(TARGET))["images"] == images
+
+
+CHECK = "ci/lint"  # the apps repository's own check, which its branch protection requires
+
+
+def _pull_requests(server: Server, slug: str, state: str = "open") -> list[dict[str, Any]]:
+    with api(server) as raw:
+        answer = raw.get(f"/repos/{slug}/pulls", params={"state": state})
+    assert answer.status_code == 200, answer.text
+    return list(answer.json())
+
+
+@pytest.mark.parametrize("transport", ["gitea", "git"])
+def test_a_protected_branch_takes_the_pin_through_a_pull_request_merged_when_checks_pass(
+    server: Server, tmp_path: Path, transport: str
+) -> None:
+    """A branch nobody may push to: a direct write-back is refused; in pull-request mode
+    the pin is proposed in one pull request, updated in place by a newer build, never by
+    an older one, left as it is by a replay, and merged by Gitea once the check the
+    branch requires is green on its head."""
+    repo = server.repo(SEED)
+    older = repo.commit({f"{APP}/app.txt": "v1\n"})
+    newer = repo.commit({f"{APP}/app.txt": "v2\n"})
+    newest = repo.commit({f"{APP}/app.txt": "v3\n"})
+    server.protect(repo.slug, "main", [CHECK])
+    app = {
+        "name": "citation",
+        "image": "citation-dagster",
+        "context": APP,
+        "writeback": {"kind": "kustomize-images", "repo": repo.slug, "path": TARGET},
+    }
+    settings: dict[str, Any] = {"gitea.url": server.url, "gitea.codeRepo": repo.slug}
+    settings |= {"apps": [app], "writeback.transport": transport}
+    env = {"FABRIQUE_GITEA_TOKEN": server.token}
+    with server.git_url() as git_url:
+        settings["writeback.gitUrl"] = git_url
+        direct = write_values(tmp_path / "direct.yaml", **settings)
+        reviewed = write_values(
+            tmp_path / "reviewed.yaml",
+            **settings,
+            **{"writeback.mode": "pull-request", "writeback.pullRequest.autoMerge": True},
+        )
+
+        def writeback(values: Path, revision: str, digest: str) -> tuple[int, str]:
+            result = run_cli(
+                *("--values", str(values), "writeback", "--app", "citation"),
+                *("--revision", revision, "--digest", digest),
+                env=env,
+            )
+            return result.exit_code, result.stdout if result.exit_code == 0 else result.stderr
+
+        if not (server.name == "double" and transport == "git"):  # a git daemon has no hooks
+            code, said = writeback(direct, newer, DIGEST_B)
+            assert code != 0 and "protect" in said.lower(), said
+        main = repo.remote_head()
+
+        code, said = writeback(reviewed, newer, DIGEST_B)
+        assert code == 0 and said.startswith("proposed: citation "), said
+        (pull,) = _pull_requests(server, repo.slug)
+        assert pull["head"]["ref"] == "fabrique/citation" and pull["base"]["ref"] == "main"
+        assert pull["title"] == "fabrique: deploy citation-dagster " + newer[:12] + " for citation"
+        assert f"/{repo.slug}/commit/{newer}" in pull["body"]
+        assert said.rstrip().endswith(f"{pull['html_url']}, merges once its checks pass)"), said
+        assert repo.remote_head() == main
+
+        code, said = writeback(reviewed, newer, DIGEST_B)
+        assert code == 0 and said.startswith("in review: citation "), said
+        code, said = writeback(reviewed, older, DIGEST_A)
+        assert code == 0 and said.startswith("superseded: citation "), said
+        assert "pull request #" in said, said
+
+        digest_c = "sha256:" + "c" * 64
+        code, said = writeback(reviewed, newest, digest_c)
+        assert code == 0 and said.startswith("proposed: citation "), said
+        (updated,) = _pull_requests(server, repo.slug)
+        assert updated["number"] == pull["number"] and updated["head"]["sha"] != pull["head"]["sha"]
+        assert repo.remote_head() == main
+
+        with GiteaClient(server.url, server.token) as client:
+            client.create_status(repo.slug, updated["head"]["sha"], CommitStatus(CHECK, "success"))
+
+            def merged() -> bool:
+                return repo.remote_head() != main
+
+            until(f"Gitea to merge pull request #{pull['number']} once {CHECK} passed", merged, 30)
+        images = yaml.safe_load(repo.show(TARGET))["images"]
+        assert (images[0]["newTag"], images[0]["digest"]) == (newest[:12], digest_c)
+        assert _pull_requests(server, repo.slug) == []
+
+
+@pytest.mark.parametrize("transport", ["gitea", "git"])
+def test_a_hold_closes_the_open_pull_request_saying_who_holds_it_and_why(
+    server: Server, tmp_path: Path, transport: str, kube: KubeApiDouble
+) -> None:
+    """The safety net and status see the open pull request (in review, its link); a hold
+    closes it, its description saying who holds the app and why, and proposes nothing."""
+    repo = server.repo(SEED)
+    revision = repo.commit({f"{APP}/app.txt": "v1\n"})
+    app = {
+        "name": "citation",
+        "image": "citation-dagster",
+        "context": APP,
+        "writeback": {"kind": "kustomize-images", "repo": repo.slug, "path": TARGET},
+    }
+    settings: dict[str, Any] = {"gitea.url": server.url, "gitea.codeRepo": repo.slug}
+    settings |= {"apps": [app], "writeback.transport": transport, "writeback.mode": "pull-request"}
+    env = {"FABRIQUE_GITEA_TOKEN": server.token}
+    env["KUBECONFIG"] = str(kube.kubeconfig(tmp_path / "kubeconfig"))
+    with server.git_url() as git_url:
+        values = write_values(tmp_path / "site.yaml", **settings, **{"writeback.gitUrl": git_url})
+
+        def fab(*args: str) -> str:
+            result = run_cli("--values", str(values), *args, env=env)
+            assert result.exit_code == 0, result.stdout + result.stderr
+            return result.stdout
+
+        proposed = fab(
+            "writeback", "--app", "citation", "--revision", revision, "--digest", DIGEST_A
+        )
+        assert proposed.startswith("proposed: citation "), proposed
+        (pull,) = _pull_requests(server, repo.slug)
+        (entry,) = yaml.safe_load(fab("status", "-o", "json"))
+        assert entry["state"] == "in-review" and pull["html_url"] in entry["detail"], entry
+        line = fab("reconcile").splitlines()[0]
+        assert line.startswith("citation: in-review: "), line
+        held = fab("hold", "--app", "citation", "--reason", "incident 42", "--by", "alice")
+        assert held.startswith("held: citation held by alice since "), held
+        assert _pull_requests(server, repo.slug) == []
+        (closed,) = _pull_requests(server, repo.slug, "closed")
+        assert closed["number"] == pull["number"] and not closed["merged"]
+        assert closed["body"].startswith("**Closed by fabrique: citation is held by alice since ")
+        assert "incident 42" in closed["body"]
+        with GiteaClient(server.url, server.token) as client:
+            assert client.branch_tip(repo.slug, "fabrique/citation") is None
+        step = fab("writeback", "--app", "citation", "--revision", revision, "--digest", DIGEST_A)
+        assert step.startswith("held: citation is held by alice since "), step
+        assert _pull_requests(server, repo.slug) == []
 
 
 def _gestures(

@@ -21,8 +21,9 @@ TREE = ROOT / "manifests"
 
 def test_every_state_a_pass_gives_is_counted() -> None:
     states = {DONE.get(action, action) for action in get_args(Action)}
-    # a write-back that finds the app moved on or held, and a check that failed
-    states |= {"superseded", "held", "error"}
+    # a write-back that finds the app moved on or held, and a check that failed; one
+    # through a pull request (writeback.mode: pull-request)
+    states |= {"superseded", "held", "error", "proposed"}
     # an environment the safety net promotes into (promote: auto), or that waits for it
     states |= {s for s in PASS_STATES.values() if not s.startswith("would-")} | {"waiting"}
     assert states == set(DECISIONS)

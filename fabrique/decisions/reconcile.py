@@ -72,6 +72,7 @@ from fabrique.site.names import (
     workflow_name,
 )
 
+from . import review
 from . import workflow as submission
 from .holds import Hold
 from .memory import Memory, MemoryStore, NoMemory
@@ -79,17 +80,18 @@ from .signature import signature_gate
 from .status import SAFETY_NET, Report, StatusReporter, repair, step_reason, verdict
 from .survey import PassTransport, Seen, survey
 from .workflow import build_workflow, submit
-from .writeback import Deploy, Transport, write_back_file
+from .writeback import Deploy, Transport, desired_pin, target_where, write_back_file
 
 log = logging.getLogger("fabrique.reconcile")
 
-Action = Literal["ok", "held", "in-flight", "write-back", "failed", "submit"]
+Action = Literal["ok", "held", "in-review", "in-flight", "write-back", "failed", "submit"]
 Mode = Literal["act", "dry-run", "status"]
 DONE = {"write-back": "written-back", "submit": "submitted"}
 # what `fabrique status` calls the state behind each action
 STATUS = {
     "ok": "ok",
     "held": "held",
+    "in-review": "in-review",
     "in-flight": "in-flight",
     "write-back": "built-not-deployed",
     "failed": "failed",
@@ -115,6 +117,7 @@ class Facts:
     hold: Hold | None = None  # an operator's hold on the target (fabrique hold, rollback)
     status: CommitStatus | None = None  # the wanted commit's fabrique/<app> status in Gitea
     status_known: bool = False  # False: not read (current and reported, no Gitea, a failure)
+    review: str | None = None  # the open pull request that proposes want (pull-request mode)
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,8 @@ def decide(facts: Facts) -> tuple[Action, str]:
     want = facts.want[:12]
     if facts.deployed_is_current:
         return "ok", f"deploys {facts.deployed_tag} (want {want})"
+    if facts.review is not None:
+        return "in-review", f"{want} is proposed in {facts.review}; nothing to build or write"
     if facts.phase is None:
         if facts.built_digest is not None:
             return "submit", f"{want} has an image under its tag but no verified build"
@@ -211,7 +216,10 @@ class Reconciler:
         built = name = None
         state: WorkflowState | None = None
         held = False
-        if want is not None and not seen.current:
+        proposed = None
+        if want is not None and not seen.current and review.in_review(site, app):
+            proposed = self._proposed(app, want)
+        if want is not None and not seen.current and proposed is None:
             built = self._digest(app.image, short_sha(want))
             name = workflow_name(app.name, want)
             state = self.kube.workflow(site.namespaces.build, name)
@@ -233,8 +241,23 @@ class Reconciler:
             verified_held=held,
             reason=state.reason if state else "",
             hold=seen.hold,
+            review=proposed,
             **self._status(app, want, read=status or not seen.current),
         )
+
+    def _proposed(self, app: AppConfig, want: str) -> str | None:
+        """The open pull request that proposes ``want`` for ``app``, if any: its page."""
+        reviews = review.reviews_of(self.transport)
+        target = app.writeback
+        head = review.review_branch(self.site, app.name)
+        pull = reviews.open_pull(target.repo, target.branch or self.site.gitea.branch, head)
+        if pull is None:
+            return None
+        probe = desired_pin(self.site, app, want, "sha256:" + "0" * 64)
+        where = target_where(self.site, app)
+        text = self.transport.read(target.repo, head, target.path).text
+        proposed = review.proposed_pin(text, app, head, probe, where)
+        return pull.url if proposed is not None and proposed.tag == short_sha(want) else None
 
     def _status(self, app: AppConfig, want: str | None, *, read: bool) -> dict[str, Any]:
         """The wanted commit's status; a Gitea that fails here fails no decision."""
@@ -316,7 +339,8 @@ class Reconciler:
             if outcome.state == "held":  # it moved since the facts were read
                 results.append(AppResult(todo.app.name, outcome.state, outcome.detail, todo.facts))
                 continue
-            if outcome.state == "superseded":  # it moved since the facts were read
+            if outcome.state in ("superseded", "proposed", "in-review"):
+                # superseded: it moved since the facts were read; the others: in review
                 result = AppResult(todo.app.name, outcome.state, outcome.detail, todo.facts)
             else:
                 detail = f"{todo.detail}; {outcome.state}"
@@ -584,6 +608,7 @@ def error_result(app: str, err: FabriqueError) -> AppResult:
 # every state a pass gives an app; the reconcile CronWorkflow counts each one (a metric)
 DECISIONS = (
     *("ok", "held", "in-flight", "written-back", "superseded", "submitted", "failed", "error"),
+    *("in-review", "proposed"),  # an app written back through a pull request
     *("promoted", "waiting"),  # an environment's, with promote: auto
 )
 
@@ -641,7 +666,8 @@ def table(results: Sequence[AppResult], short: Callable[[str | None], str]) -> l
     lines = [
         "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows
     ]
-    lines += [f"{r.app}: {r.detail}" for r in results if r.state in ("error", "failed", "held")]
+    shown = ("error", "failed", "held", "in-review")  # why, or the pull request it waits on
+    lines += [f"{r.app}: {r.detail}" for r in results if r.state in shown]
     return lines
 
 

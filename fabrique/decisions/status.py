@@ -122,6 +122,11 @@ def written(
         return Report("success", f"{prefix}built {digest}; superseded, a newer commit is deployed")
     if outcome == "held":
         return Report("success", f"{prefix}built {digest}; held, nothing deployed")
+    if outcome == "proposed":
+        where = f", commit {commit[:12]}" if commit else ""
+        return Report("success", f"{prefix}built {digest}; proposed in a pull request{where}")
+    if outcome == "in-review":
+        return Report("success", f"{prefix}built {digest}; in review, already proposed")
     raise ValueError(f"write-back outcome {outcome!r}")
 
 

@@ -89,6 +89,26 @@ class PassTransport:
     def read(self, repo: str, branch: str, path: str) -> Snapshot:
         return self._once(("read", repo, branch, path), lambda: self.inner.read(repo, branch, path))
 
+    @property
+    def reviews(self) -> Any:
+        return getattr(self.inner, "reviews", None)
+
+    def propose(
+        self,
+        repo: str,
+        base: str,
+        head: str,
+        path: str,
+        text: str,
+        snapshot: Snapshot,
+        message: str,
+        head_tip: str | None,
+    ) -> str:
+        try:
+            return self.inner.propose(repo, base, head, path, text, snapshot, message, head_tip)
+        finally:  # the proposal branch moved: what was read of it is stale
+            self._forget(lambda key: not (isinstance(key, tuple) and key[1:3] == (repo, head)))
+
     def write(
         self, repo: str, branch: str, path: str, text: str, snapshot: Snapshot, message: str
     ) -> str:

@@ -41,7 +41,9 @@ from fabrique.clients.gitea import Commit, FileContent, GiteaClient, Identity
 from fabrique.site.config import AppConfig, Environment, Site
 from fabrique.site.errors import ProvenanceError, StaleWrite, TargetError
 from fabrique.site.names import check_digest, check_revision, short_sha, workflow_name
+from fabrique.site.retry import RetryPolicy
 
+from . import review
 from .holds import Hold, apply_hold, file_hold, read_hold, read_hold_own
 from .targets import ImagePin, apply_pin, new_target, read_pin
 
@@ -49,7 +51,9 @@ log = logging.getLogger("fabrique.writeback")
 
 _T = TypeVar("_T")
 
-State = Literal["changed", "unchanged", "superseded", "held", "would-change"]
+State = Literal[
+    "changed", "unchanged", "superseded", "held", "would-change", "proposed", "in-review"
+]
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,21 @@ class Transport(Protocol):
         self, repo: str, branch: str, head: str, since: str
     ) -> list[Commit] | None: ...
 
+    def propose(
+        self,
+        repo: str,
+        base: str,
+        head: str,
+        path: str,
+        text: str,
+        snapshot: Snapshot,
+        message: str,
+        head_tip: str | None,
+    ) -> str:
+        """Commit ``text`` on what ``snapshot`` read of ``base``, and force branch
+        ``head`` (at ``head_tip``, None: none yet) to that commit."""
+        ...
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -107,6 +126,13 @@ class Outcome:
             return f"unchanged: {self.app} already deploys {self.pin.reference} ({self.where})"
         if self.state == "would-change":
             return f"would change: {self.app} {self.pin.reference} -> {self.where} (dry run)"
+        if self.state == "proposed":
+            return (
+                f"proposed: {self.app} {self.pin.reference} -> {self.where} "
+                f"(commit {self.commit}; {self.detail})"
+            )
+        if self.state == "in-review":
+            return f"in review: {self.app} {self.pin.reference} is proposed in {self.detail}"
         if self.state == "held":
             return (
                 f"held: {self.app} is {self.detail}; nothing written to {self.where} "
@@ -249,6 +275,15 @@ def write_back(
             gated.append(True)
         return new_text
 
+    if rollback is None and review.in_review(site, app):
+        return _propose(
+            *(site, transport, app, review.review_branch(site, app.name, environment)),
+            *(edit, pin, message),
+            revision=revision,
+            newer=lambda tag: _newer_deployed(site, transport, revision, tag),
+            dry_run=dry_run,
+            sleep=sleep,
+        )
     done = commit_edit(site, transport, app, edit, message, dry_run=dry_run, sleep=sleep)
     if isinstance(done, Outcome):
         return done
@@ -281,21 +316,18 @@ def write_back_file(
     Each app is judged as ``write_back`` judges it (``held``, ``unchanged``,
     ``superseded``, or its pin applied), and the pins applied make one commit whose
     message names every app. One app alone gets the very commit ``write_back`` makes.
-    The outcomes follow ``deploys``."""
-    if len(deploys) == 1:
-        d = deploys[0]
+    The outcomes follow ``deploys``. Apps written through pull requests are proposed
+    each in its own."""
+    if len(deploys) == 1 or any(review.in_review(site, site.app(d.app)) for d in deploys):
         return [
             write_back(
-                site,
-                transport,
-                d.app,
-                d.revision,
-                d.digest,
+                *(site, transport, d.app, d.revision, d.digest),
                 workflow=d.workflow,
                 dry_run=dry_run,
                 sleep=sleep,
                 gate=gate,
             )
+            for d in deploys
         ]
     apps = [site.app(d.app) for d in deploys]
     where = target_where(site, apps[0])
@@ -385,9 +417,98 @@ def write_back_file(
     ]
 
 
+def _propose(
+    site: Site,
+    transport: Transport,
+    app: AppConfig,
+    head: str,
+    edit: Callable[[str | None], str | Outcome],
+    pin: ImagePin,
+    message: str,
+    *,
+    revision: str,
+    newer: Callable[[str], str | None],
+    dry_run: bool = False,
+    sleep: Callable[[float], None],
+) -> Outcome:
+    """Propose ``edit`` of the app's target in the pull request from ``head``, once.
+
+    ``newer(tag)`` says why the pin ``tag`` a pull request proposes must not be replaced
+    by this one (the never-roll-back guard), or None."""
+    reviews = review.reviews_of(transport)
+    target = app.writeback
+    base = target.branch or site.gitea.branch
+    where = target_where(site, app)
+    backoff = backoff_of(site)
+    for attempt in range(1, site.writeback.attempts + 1):
+        snapshot: Snapshot = transport.read(target.repo, base, target.path)
+        edited = edit(snapshot.text)
+        if not isinstance(edited, str):
+            if edited.state == "held":
+                review.close_review(site, reviews, app.name, target.repo, base, head, edited.detail)
+            return edited
+        pull = reviews.open_pull(target.repo, base, head)
+        if pull is not None:
+            text = transport.read(target.repo, head, target.path).text
+            proposed = review.proposed_pin(text, app, head, pin, where)
+            if proposed == pin:
+                detail = pull.url + review.schedule_merge(
+                    site, reviews, target.repo, pull, pull.head_sha, backoff, sleep
+                )
+                return Outcome("in-review", app.name, where, pin, detail=detail)
+            later = newer(proposed.tag) if proposed and proposed.tag else None
+            if later:
+                log.warning("%s: pull request #%d proposes newer: %s", where, pull.number, later)
+                detail = f"pull request #{pull.number} proposes newer ({later})"
+                return Outcome("superseded", app.name, where, pin, detail=detail)
+        if dry_run:
+            diff = diff_of(target.path, snapshot.text, edited)
+            return Outcome("would-change", app.name, where, pin, diff=diff, detail=head)
+        tip = pull.head_sha if pull is not None else reviews.branch_tip(target.repo, head)
+        try:
+            commit = transport.propose(
+                target.repo, base, head, target.path, edited, snapshot, message, tip
+            )
+        except StaleWrite as exc:
+            if attempt == site.writeback.attempts:
+                raise StaleWrite(
+                    f"{where}: still losing the write race after {attempt} attempt(s); "
+                    "run the write-back again"
+                ) from exc
+            sleep(backoff.delay(attempt))
+            continue
+        title, body = review.pull_text(message, site, revision)
+        if pull is None:
+            pull = reviews.create_pull(target.repo, base, head, title, body)
+            log.info("%s: opened pull request #%d (%s)", where, pull.number, pull.url)
+        elif (pull.title, pull.body) != (title, body):
+            pull = reviews.edit_pull(target.repo, pull.number, title=title, body=body)
+        detail = pull.url + review.schedule_merge(
+            site, reviews, target.repo, pull, commit, backoff, sleep
+        )
+        return Outcome("proposed", app.name, where, pin, commit=commit, detail=detail)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 def target_where(site: Site, app: AppConfig) -> str:
     target = app.writeback
     return f"{target.repo}@{target.branch or site.gitea.branch}:{target.path}"
+
+
+def backoff_of(site: Site) -> RetryPolicy:
+    """The pauses between attempts of a write lost to another writer."""
+    return dataclasses.replace(site.network.retry_policy(), attempts=site.writeback.attempts)
+
+
+def diff_of(path: str, old: str | None, new: str) -> str:
+    return "".join(
+        difflib.unified_diff(
+            (old or "").splitlines(keepends=True),
+            new.splitlines(keepends=True),
+            fromfile=f"a/{path}",
+            tofile=f"b/{path}",
+        )
+    )
 
 
 def commit_edit(
@@ -407,22 +528,14 @@ def commit_edit(
     target = app.writeback
     branch = target.branch or site.gitea.branch
     where = target_where(site, app)
-    backoff = dataclasses.replace(site.network.retry_policy(), attempts=site.writeback.attempts)
+    backoff = backoff_of(site)
     for attempt in range(1, site.writeback.attempts + 1):
         snapshot = transport.read(target.repo, branch, target.path)
         edited = edit(snapshot.text)
         if not isinstance(edited, str):
             return edited
         if dry_run:
-            diff = "".join(
-                difflib.unified_diff(
-                    (snapshot.text or "").splitlines(keepends=True),
-                    edited.splitlines(keepends=True),
-                    fromfile=f"a/{target.path}",
-                    tofile=f"b/{target.path}",
-                )
-            )
-            return Written(None, diff)
+            return Written(None, diff_of(target.path, snapshot.text, edited))
         # a message may depend on what the edit wrote (several apps: those it wrote)
         text = message if isinstance(message, str) else message()
         try:
@@ -514,9 +627,37 @@ def set_hold(
 
     done = commit_edit(site, transport, app, edit, message, dry_run=dry_run, sleep=sleep)
     if isinstance(done, HoldOutcome):
-        return done
-    state: Literal["changed", "would-change"] = "would-change" if done.commit is None else "changed"
-    return HoldOutcome(state, app.name, where, hold, found[0], done.commit, done.diff, tuple(kept))
+        outcome = done
+    else:
+        state: Literal["changed", "would-change"] = (
+            "would-change" if done.commit is None else "changed"
+        )
+        outcome = HoldOutcome(
+            state, app.name, where, hold, found[0], done.commit, done.diff, tuple(kept)
+        )
+    if hold is not None and outcome.hold is not None and not dry_run:
+        for name in (app.name, *outcome.still_held):
+            _close_held_review(site, transport, name, environment, outcome.hold)
+    return outcome
+
+
+def _close_held_review(
+    site: Site, transport: Transport, app_name: str, environment: Environment | None, hold: Hold
+) -> None:
+    """A held app proposes nothing: its open pull request (if any) is closed, saying who
+    holds it and why."""
+    app = site.app(app_name)
+    if environment is not None:
+        app = app.at(environment)
+    if not review.in_review(site, app):
+        return
+    target = app.writeback
+    review.close_review(
+        *(site, review.reviews_of(transport), app.name, target.repo),
+        target.branch or site.gitea.branch,
+        review.review_branch(site, app.name, environment),
+        hold.describe(),
+    )
 
 
 # a deployed revision is a commit id, as fabrique writes it (the sha12) or in full: a tag
@@ -582,6 +723,7 @@ class GiteaTransport:
 
     def __init__(self, client: GiteaClient, author: Identity) -> None:
         self.client = client
+        self.reviews = client
         self.author = author
 
     def read(self, repo: str, branch: str, path: str) -> Snapshot:
@@ -594,6 +736,25 @@ class GiteaTransport:
         if isinstance(snapshot.lease, FileContent):
             return self.client.update_file(repo, branch, snapshot.lease, text, message, self.author)
         return self.client.create_file(repo, path, branch, text, message, self.author)
+
+    def propose(
+        self,
+        repo: str,
+        base: str,
+        head: str,
+        path: str,
+        text: str,
+        snapshot: Snapshot,
+        message: str,
+        head_tip: str | None,
+    ) -> str:
+        # the Contents API forces the new branch with no lease on it: a rival proposal's
+        # commit may be replaced, and the next pass proposes again what it wants
+        if isinstance(snapshot.lease, FileContent):
+            return self.client.update_file(
+                repo, base, snapshot.lease, text, message, self.author, onto=head
+            )
+        return self.client.create_file(repo, path, base, text, message, self.author, onto=head)
 
     def head(self, repo: str, branch: str) -> str:
         return self.client.branch_head(repo, branch)
@@ -633,9 +794,15 @@ class GitTransport:
     lease = "branch"  # a write moves the tip every other read was leased on
 
     def __init__(
-        self, site: Site, workdir: Path, token: str | None, signing_key: Path | None = None
+        self,
+        site: Site,
+        workdir: Path,
+        token: str | None,
+        signing_key: Path | None = None,
+        reviews: GiteaClient | None = None,
     ) -> None:
         self._lock = threading.RLock()
+        self.reviews = reviews  # pull requests are Gitea's API's, whatever the transport
         self.site = site
         self.workdir = workdir
         self.token = token
@@ -675,6 +842,26 @@ class GitTransport:
         return commit
 
     @_locked
+    def propose(
+        self,
+        repo: str,
+        base: str,
+        head: str,
+        path: str,
+        text: str,
+        snapshot: Snapshot,
+        message: str,
+        head_tip: str | None,
+    ) -> str:
+        remote = self._remote(repo, base)
+        author = self.site.writeback.author
+        commit = remote.commit_file(
+            str(snapshot.lease), path, text, message, Author(author.name, author.email)
+        )
+        remote.push(commit, head_tip or "", branch=head)
+        return commit
+
+    @_locked
     def head(self, repo: str, branch: str) -> str:
         return self._remote(repo, branch).remote_head()
 
@@ -709,8 +896,11 @@ def open_transport(site: Site, token: str | None) -> Iterator[Transport]:
         with GiteaClient.for_site(site, token) as client:
             yield GiteaTransport(client, author)
     else:
-        with tempfile.TemporaryDirectory(prefix="fabrique-git-") as scratch:
+        with (
+            tempfile.TemporaryDirectory(prefix="fabrique-git-") as scratch,
+            GiteaClient.for_site(site, token) as reviews,  # asked for pull requests only
+        ):
             key = None
             if site.writeback.signing is not None:  # checked before anything is read
                 key = ssh_signing_key(os.environ.get(SIGNING_KEY_ENV), Path(scratch))
-            yield GitTransport(site, Path(scratch), token, key)
+            yield GitTransport(site, Path(scratch), token, key, reviews)

@@ -610,6 +610,11 @@ class HelmPaths(_Model):
         }
 
 
+WriteBackMode = Literal["commit", "pull-request"]
+# Gitea's merge styles (MergePullRequestForm.Do), as the site may choose one
+MergeStyle = Literal["merge", "rebase", "rebase-merge", "squash", "fast-forward-only"]
+
+
 class WriteBackTarget(_Model):
     """The file an app's digest is written into (``apps[].writeback``)."""
 
@@ -622,6 +627,9 @@ class WriteBackTarget(_Model):
     # where the image is in the values: a helm-values file, or (given) an Application's
     # helm.valuesObject
     helm: HelmPaths | None = None
+    # commit: straight into the branch; pull-request: through a pull request into it
+    # (default: writeback.mode)
+    mode: WriteBackMode | None = None
 
     @model_validator(mode="after")
     def _helm_paths(self) -> WriteBackTarget:
@@ -652,6 +660,22 @@ class Person(_Model):
     email: Annotated[str, Field(pattern=r"^[^@\s<>]+@[^@\s<>]+$")]
 
 
+class PullRequests(_Model):
+    """How a ``pull-request`` write-back proposes (``writeback.pullRequest``): one branch
+    per app and target, ``<branchPrefix><app>`` (``-<environment>`` for a later one), one
+    open pull request from it into the target's branch."""
+
+    branch_prefix: Annotated[str, Field(pattern=r"^[A-Za-z0-9][-._/A-Za-z0-9]*$")] = "fabrique/"
+    # ask Gitea to merge once the branch's required checks pass (merge_when_checks_succeed)
+    auto_merge: bool = False
+    merge_style: MergeStyle = "merge"
+
+    @model_validator(mode="after")
+    def _prefix_is_a_branch(self) -> PullRequests:
+        _branch(self.branch_prefix + "app")
+        return self
+
+
 class CommitSigning(_Model):
     """Signed write-back commits (``writeback.signing``): an SSH private key (no
     passphrase) in a Secret, with which every commit the git transport makes is signed."""
@@ -667,6 +691,8 @@ class WriteBackConfig(_Model):
     author: Person
     attempts: Annotated[int, Field(ge=1, le=100)]
     signing: CommitSigning | None = None
+    mode: WriteBackMode = "commit"  # each target's, unless it says (apps[].writeback.mode)
+    pull_request: PullRequests = Field(default_factory=PullRequests)
 
     @model_validator(mode="after")
     def _signed_over_git(self) -> WriteBackConfig:
@@ -677,6 +703,9 @@ class WriteBackConfig(_Model):
                 "[repository.signing] (README, Signed write-back commits)"
             )
         return self
+
+    def mode_of(self, target: WriteBackTarget) -> WriteBackMode:
+        return target.mode or self.mode
 
     def repo_url(self, site_url: str, repo: str) -> str:
         """Where the git transport fetches ``repo``: ``<gitUrl or gitea.url>/<repo>.git``."""

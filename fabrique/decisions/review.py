@@ -1,0 +1,138 @@
+"""The write-back through a pull request (``writeback.mode: pull-request``).
+
+One branch per app and target (``<prefix><app>``, ``<prefix><app>-<env>`` for a later
+environment) and at most one open pull request from it into the target's branch. A
+proposal is always one commit on the target branch's head: the target read there,
+edited as a direct write-back would edit it, and forced onto the proposal branch (the
+Contents API's ``new_branch`` with ``force_push``; git's push with a lease on the
+branch's tip). An open pull request is updated in place, never closed and reopened:
+deleting its branch would close it.
+
+The guards are a direct write-back's, on both branches: a held target proposes nothing
+and closes the open pull request, its description saying who holds it and why; a target or a pull
+request that already deploys (proposes) a newer commit is ``superseded``; a pull
+request that already proposes this very pin is ``in-review`` and nothing is written.
+With ``autoMerge``, Gitea is asked to merge the proposed commit once the checks its
+branch protection requires pass (``merge_when_checks_succeed``), and deletes the
+branch when it has.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+from fabrique.clients.gitea import PullRequest
+from fabrique.site.config import AppConfig, Environment, Site
+from fabrique.site.errors import ConfigError
+from fabrique.site.retry import RetryPolicy
+
+from .targets import ImagePin, read_pin
+
+log = logging.getLogger("fabrique.review")
+
+
+class Reviews(Protocol):
+    """What a proposal needs of Gitea's pull requests (``GiteaClient``)."""
+
+    def branch_tip(self, repo: str, branch: str) -> str | None: ...
+
+    def delete_branch(self, repo: str, branch: str) -> None: ...
+
+    def open_pull(self, repo: str, base: str, head: str) -> PullRequest | None: ...
+
+    def create_pull(
+        self, repo: str, base: str, head: str, title: str, body: str
+    ) -> PullRequest: ...
+
+    def edit_pull(self, repo: str, number: int, **fields: str) -> PullRequest: ...
+
+    def merge_pull(self, repo: str, number: int, *, style: str, head: str) -> str: ...
+
+
+def in_review(site: Site, app: AppConfig) -> bool:
+    """Whether ``app``'s target (as given: ``app.at(env)`` for an environment's) is
+    written through a pull request."""
+    return site.writeback.mode_of(app.writeback) == "pull-request"
+
+
+def review_branch(site: Site, app: str, environment: Environment | None = None) -> str:
+    """The branch that proposes ``app``'s pin (in ``environment``, if a later one)."""
+    first = site.app(app).environments[:1]
+    suffix = "" if environment is None or [environment] == first else f"-{environment.name}"
+    return f"{site.writeback.pull_request.branch_prefix}{app}{suffix}"
+
+
+def reviews_of(transport: object) -> Reviews:
+    reviews: Reviews | None = getattr(transport, "reviews", None)
+    if reviews is None:
+        raise ConfigError(
+            "writeback.mode: pull-request needs Gitea's API, and this transport has none"
+        )
+    return reviews
+
+
+def pull_text(message: str, site: Site, revision: str) -> tuple[str, str]:
+    """A pull request's title and body: the commit's subject, and its body with a link
+    to the built commit, whose statuses say how the build went."""
+    subject, _, rest = message.partition("\n\n")
+    link = f"{site.gitea.url}/{site.gitea.code_repo}/commit/{revision}"
+    return subject, f"{rest.strip()}\n\nBuilt commit: {link}\n"
+
+
+def proposed_pin(
+    text: str | None, app: AppConfig, head: str, pin: ImagePin, where: str
+) -> ImagePin | None:
+    """The pin of ``app``'s image that ``text``, its target on branch ``head``, holds."""
+    if text is None:
+        return None
+    target = app.writeback
+    return read_pin(
+        text,
+        target.kind,
+        pin,
+        where=f"{where} (branch {head})",
+        source_index=target.source_index,
+        helm=target.helm_paths,
+    )
+
+
+def schedule_merge(
+    site: Site,
+    reviews: Reviews,
+    repo: str,
+    pull: PullRequest,
+    head: str,
+    backoff: RetryPolicy,
+    sleep: Callable[[float], None],
+) -> str:
+    """With ``autoMerge``, ask Gitea to merge ``pull`` once its checks pass (asked again
+    on a replay: a schedule already there is kept); what to add to its line."""
+    pulls = site.writeback.pull_request
+    if not pulls.auto_merge:
+        return ""
+    for attempt in range(1, site.writeback.attempts + 1):
+        if reviews.merge_pull(repo, pull.number, style=pulls.merge_style, head=head) != "busy":
+            return ", merges once its checks pass"
+        if attempt < site.writeback.attempts:  # Gitea is still checking it after a push
+            sleep(backoff.delay(attempt))
+    log.warning("%s: Gitea kept checking pull request #%d; merge not asked", repo, pull.number)
+    return ", its merge not asked yet (Gitea was still checking it; a replay asks again)"
+
+
+def close_review(
+    site: Site, reviews: Reviews, app: str, repo: str, base: str, head: str, why: str
+) -> int | None:
+    """Close the open pull request from ``head`` (if any), saying ``why`` at the top of
+    its description (an issue comment would need the token to hold ``write:issue`` too),
+    and delete its branch: the next proposal starts again from the target. Its number,
+    or None."""
+    pull = reviews.open_pull(repo, base, head)
+    if pull is None:
+        return None
+    body = f"**Closed by fabrique: {app} is {why}.**\n\n{pull.body}"
+    reviews.edit_pull(repo, pull.number, state="closed", body=body)
+    reviews.delete_branch(repo, head)
+    log.warning("%s: closed pull request #%d (%s)", app, pull.number, why)
+    return pull.number
