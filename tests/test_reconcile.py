@@ -11,10 +11,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
 from fabrique.clients.kube import KubeClient
+from fabrique.decisions.holds import Hold
 from fabrique.decisions.reconcile import Facts, decide
 from fabrique.decisions.workflow import build_workflow
 from fabrique.site.config import load_site
@@ -269,6 +271,7 @@ def _facts(**changes: Any) -> Facts:
 
 
 BUILT = {"built_digest": "sha256:" + "2" * 64}
+REVIEW = {"review": "http://gitea/cluster/apps/pulls/1"}
 VERIFIED = {
     "phase": "Succeeded",
     "workflow_revision": "b" * 40,
@@ -302,6 +305,12 @@ VERIFIED = {
         ({}, "submit"),
         (BUILT, "submit"),
         ({"deployed_revision": None, "deployed_tag": None}, "submit"),
+        # want is proposed in an open pull request: neither rebuilt nor written again
+        (REVIEW, "in-review"),
+        (REVIEW | VERIFIED, "in-review"),
+        (REVIEW | {"phase": "Failed"}, "in-review"),
+        (REVIEW | {"deployed_is_current": True}, "ok"),
+        (REVIEW | {"hold": Hold("alice", "2026-12-05T10:00:00Z", "incident")}, "held"),
     ],
 )
 def test_decision_table(changes: dict[str, Any], action: str) -> None:
@@ -559,3 +568,50 @@ def test_a_branch_name_deployed_as_a_tag_is_no_deployed_revision(
     assert _line(result).startswith(f"citation: submitted: {revision[:12]} is not built"), (
         result.stdout
     )
+
+
+def test_pull_request_mode_proposes_then_waits_in_review_then_is_ok_once_merged(
+    code_repo: Repo,
+    tmp_path: Path,
+    gitea: GiteaDouble,
+    env: dict[str, str],
+    registry: Registry,
+    kube: KubeApiDouble,
+) -> None:
+    """writeback.mode pull-request: the net's write-back proposes the verified digest;
+    the next pass finds it in the open pull request (in-review: no Workflow, no write),
+    and once Gitea merged it the app is ok."""
+    values = write_values(
+        tmp_path / "site.yaml",
+        **{"gitea.url": gitea.url, "registry.host": registry.host},
+        **{"writeback.mode": "pull-request", "writeback.pullRequest.autoMerge": True},
+    )
+    gitea.protect("atlas/atlas", "main", checks=["ci/lint"])
+    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
+    digest = push_image(registry.url, "citation-dagster", revision[:12])
+    _phase(kube, revision, "Succeeded", values=values, verified=digest)
+    main = code_repo.git("rev-parse", "main")
+
+    first = _reconcile(values, env, "--app", "citation")
+    assert first.exit_code == 0, first.stderr
+    assert _line(first).startswith("citation: proposed: "), first.stdout
+    (pull,) = gitea.pulls["atlas/atlas"]
+    assert pull["head"] == "fabrique/citation" and code_repo.git("rev-parse", "main") == main
+
+    second = _reconcile(values, env, "--app", "citation")
+    line = _line(second)
+    assert line.startswith("citation: in-review: ") and "/atlas/atlas/pulls/1" in line, line
+    assert _posts(kube) == 0 and code_repo.git("rev-parse", "main") == main
+    status = run_cli("--values", str(values), "status", "--app", "citation", env=env)
+    assert "citation: " + revision[:12] in status.stdout and "/pulls/1" in status.stdout
+
+    head = code_repo.git("rev-parse", "fabrique/citation").strip()
+    with httpx.Client(base_url=f"{gitea.url}/api/v1") as api:
+        posted = api.post(
+            f"/repos/atlas/atlas/statuses/{head}",
+            json={"context": "ci/lint", "state": "success"},
+            headers={"Authorization": f"token {GITEA_TOKEN}"},
+        )
+    assert posted.status_code == 201 and pull["merged"]
+    assert _deployed(code_repo)["digest"] == digest
+    assert _line(_reconcile(values, env, "--app", "citation")).startswith("citation: ok: ")

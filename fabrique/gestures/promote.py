@@ -234,6 +234,8 @@ PASS_STATES = {
     "unchanged": "ok",
     "held": "held",
     "superseded": "superseded",
+    "proposed": "proposed",  # the environment's target takes pins through pull requests
+    "in-review": "in-review",
 }
 
 
