@@ -151,6 +151,7 @@ class SpecProxy:
     def __init__(self, upstream: str, swagger: Swagger) -> None:
         self.swagger = swagger
         self.violations: list[str] = []
+        self.requests: list[str] = []  # "METHOD path" of each request passed on
         self._client = httpx.Client(base_url=upstream, timeout=60)
         self._server = LoopbackServer(self._forward)
 
@@ -172,6 +173,7 @@ class SpecProxy:
             for k, v in request.headers.items()
             if k in ("authorization", "accept", "content-type")
         }
+        self.requests.append(f"{request.method} {request.path}")
         answer = self._client.request(
             request.method,
             request.path,
