@@ -87,7 +87,7 @@ def registry_name(site: Site, kube: KubeClient) -> Step:
     if problems:
         detail = "; ".join(problems) + (
             f": pods resolve {site.registry.host} only through a cluster DNS rewrite "
-            "(README, Troubleshooting: lookup registry … no such host)"
+            "(docs/operate/troubleshooting.md: lookup registry … no such host)"
         )
         return Step("registry-name", "missing", detail)
     return Step("registry-name", "unchanged", ", ".join(found))

@@ -291,15 +291,22 @@ class _Model(BaseModel):
 class SecretKeyRef(_Model):
     """A key in a Kubernetes Secret of the namespace that uses it."""
 
+    # the Secret's name
     name: DnsLabel
+    # the key of its data
     key: Annotated[str, AfterValidator(_secret_key)]
 
 
 class GiteaConfig(_Model):
+    # Gitea's base URL, as the cluster's pods reach it
     url: Annotated[str, AfterValidator(_url)]
+    # the code repository, owner/name: its pushes are built
     code_repo: RepoSlug
+    # the branch built and, unless a target says otherwise, written back to
     branch: Annotated[str, AfterValidator(_branch)]
+    # the repository of Argo CD's Applications (fabrique seed writes there)
     apps_repo: RepoSlug
+    # the Secret holding fabrique's Gitea token (scope write:repository)
     token_secret: SecretKeyRef
 
     def repo_url(self, repo: str) -> str:
@@ -317,13 +324,22 @@ class ArgoServerConfig(_Model):
 
 
 class RegistryConfig(_Model):
+    """The registry the builds push to and the nodes pull from (``registry``)."""
+
+    # the registry's host[:port], as the nodes pull from it (registry:80)
     host: Annotated[str, AfterValidator(_registry_host)]
+    # true: the registry speaks HTTP, not HTTPS
     plain_http: bool
 
 
 class Namespaces(_Model):
+    """The namespaces fabrique's objects go into (``namespaces``)."""
+
+    # fabrique's own: the event path, the safety net, the site's ConfigMap
     control: DnsLabel
+    # the builds' Workflows and pods (the only privileged one)
     build: DnsLabel
+    # where Gitea runs (its pods' NetworkPolicy)
     gitea: DnsLabel
 
     @model_validator(mode="after")
@@ -336,8 +352,13 @@ class Namespaces(_Model):
 
 
 class Images(_Model):
+    """The images the build's steps run (``images``), each pinned by digest."""
+
+    # the rootless BuildKit image (moby/buildkit:<v>-rootless), by digest
     buildkit: ImageReference
+    # the image of the checkout step (git)
     git: ImageReference
+    # fabrique's tools image (the Dockerfile): plan, verify, sign, write back
     tools: ImageReference
     sbom_scanner: ImageReference | None = None  # BuildKit's SBOM generator (build.sbom)
 
@@ -352,11 +373,18 @@ class Images(_Model):
 
 
 class BuildConfig(_Model):
+    """The build Workflow (``build``): what it pushes, its limits and retries."""
+
+    # true: BuildKit pushes an index with provenance, and its digest is deployed
     attestations: bool
     sbom: bool = False
+    # true: each build imports and exports a registry cache (<image>:buildcache)
     cache: bool
+    # a build Workflow's whole time, retries included
     active_deadline_seconds: Annotated[int, Field(ge=60, le=86400)]
+    # how many times a step is tried again when a later attempt may pass
     retries: Annotated[int, Field(ge=0, le=10)]
+    # the build's workspace claim (the checkout)
     workspace_size: Annotated[str, AfterValidator(_quantity)]
     # the BuildKit state emptyDir's sizeLimit: past it the build pod is evicted
     state_size: Annotated[str, AfterValidator(_quantity)] = "20Gi"
@@ -372,14 +400,18 @@ class BuildConfig(_Model):
         limit holds the state volume whole, plus the container's own scratch."""
         return add_sizes(self.state_size, self.scratch_size)
 
+    # the workspace claim's StorageClass (null: the cluster's default)
     storage_class_name: DnsLabel | None = None
 
 
 class NetworkConfig(_Model):
     """Timeouts and retries of every call fabrique makes to Gitea, the registry, the API."""
 
+    # one request's timeout
     timeout_seconds: Annotated[float, Field(gt=0, le=300)]
+    # attempts of a request that may pass later (unreachable, 429, 5xx)
     attempts: Annotated[int, Field(ge=1, le=10)]
+    # the first pause between attempts, doubled each time, jittered
     backoff_seconds: Annotated[float, Field(gt=0, le=60)]
 
     def retry_policy(self) -> RetryPolicy:
@@ -399,9 +431,13 @@ class JetStreamConfig(_Model):
     # None: the version of the JetStream image set in vendor/lock.yaml; either way it must
     # be one the vendored Argo Events controller config lists (checked at render)
     version: Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]+\.[0-9]+(-[a-z0-9]+)?$")] | None = None
+    # the EventBus's NATS servers: 1 or 3
     replicas: Annotated[int, AfterValidator(_one_or_three)]
+    # how long the bus keeps an event (e.g. 72h)
     max_age: Annotated[str, Field(pattern=r"^[1-9][0-9]*(m|h)$")]
+    # each NATS server's volume
     storage_size: Annotated[str, AfterValidator(_quantity)]
+    # its StorageClass (null: the cluster's default)
     storage_class_name: DnsLabel | None = None
 
 
@@ -409,7 +445,9 @@ class EventsConfig(_Model):
     """The event path: Gitea webhook -> EventSource -> EventBus -> Sensor (``events``)."""
 
     webhook_secret: SecretKeyRef  # the bearer token Gitea sends, checked by the EventSource
+    # the largest webhook payload the EventSource takes, in bytes
     max_payload_size: Annotated[int, Field(ge=1024, le=64 * 1024 * 1024)]
+    # the Sensor's rate limit on the Workflows it creates
     triggers_per_second: Annotated[int, Field(ge=1, le=1000)]
     jetstream: JetStreamConfig
 
@@ -417,9 +455,13 @@ class EventsConfig(_Model):
 class ReconcileConfig(_Model):
     """The safety net (``reconcile``): the CronWorkflow and ``fabrique reconcile``."""
 
+    # the safety net's cron schedule
     schedule: Annotated[str, Field(pattern=r"^\S+ \S+ \S+ \S+ \S+$")]
+    # the time zone of the schedule
     timezone: Annotated[str, Field(pattern=r"^[A-Za-z_]+(/[A-Za-z_+-]+)*$")]
+    # apps checked at once in a pass
     concurrency: Annotated[int, Field(ge=1, le=64)]
+    # a pass that could not start this long after its time is skipped
     starting_deadline_seconds: Annotated[int, Field(ge=10, le=3600)]
 
 
@@ -450,11 +492,15 @@ class PeerSelector(_Model):
     network. A selector matches pods only: a peer that is not a pod is never matched
     by one, and every packet to it is dropped."""
 
+    # the peer's pods' namespace
     namespace: DnsLabel | None = None
+    # the labels its pods carry
     pod_labels: Annotated[dict[str, str], Field(min_length=1), AfterValidator(_labels)] | None = (
         None
     )
+    # or the peer's addresses, when it is no pod
     cidrs: Annotated[list[Cidr], Field(min_length=1)] | None = None
+    # the one port it is reached on
     port: Annotated[int, Field(ge=1, le=65535)]
 
     @model_validator(mode="after")
@@ -470,14 +516,18 @@ class PeerSelector(_Model):
 class PodSelector(_Model):
     """Pods that reach fabrique's own: a namespace and pod labels."""
 
+    # the pods' namespace
     namespace: DnsLabel
+    # the labels they carry
     pod_labels: Annotated[dict[str, str], Field(min_length=1), AfterValidator(_labels)]
 
 
 class WidestPrefix(_Model):
     """The widest block an allowlist of CIDRs may open (``netpol.widestPrefix``)."""
 
+    # the widest IPv4 block an allowlist may open (/8 by default)
     ipv4: Annotated[int, Field(ge=1, le=32)] = 8
+    # the widest IPv6 block (/32 by default)
     ipv6: Annotated[int, Field(ge=1, le=128)] = 32
 
 
@@ -485,12 +535,17 @@ class NetpolConfig(_Model):
     """The NetworkPolicies (``netpol``). No wide net can be asked for: a /0 is refused,
     and so is any allowlist that opens a block wider than ``widestPrefix``."""
 
+    # kubernetes (NetworkPolicy, CIDRs) or cilium (CiliumNetworkPolicy, host names)
     flavor: Literal["kubernetes", "cilium"]
     widest_prefix: WidestPrefix = Field(default_factory=WidestPrefix)
+    # the cluster's DNS: every pod of fabrique's reaches it
     dns: PeerSelector
     gitea: PeerSelector  # namespace: the Gitea namespace
+    # the registry, as the build and the safety net reach it
     registry: PeerSelector
+    # the API server's own addresses (its endpoints, after kube-proxy's DNAT)
     api_server_cidrs: Annotated[list[Cidr], Field(min_length=1)]
+    # the API server's own ports (6443 on most clusters)
     api_server_ports: Annotated[list[Annotated[int, Field(ge=1, le=65535)]], Field(min_length=1)]
     # what the Gitea pods reach in the cluster besides DNS and the EventSource (their
     # database, a cache): their egress policy allows nothing else
@@ -515,6 +570,7 @@ class Target(_Model):
     """A cluster (``targets.<name>``): the kube context an operator's gesture must be in
     (``seed``, ``promote``)."""
 
+    # the kube context a gesture on this cluster must be run in
     context: Annotated[str, Field(min_length=1)]
     # fabrique runs in this cluster: the safety net reads it with its own account (the
     # Application of an environment that promotes into a ``promote: auto`` one)
@@ -525,7 +581,9 @@ class DerivedSecret(_Model):
     """A Secret made from keys of another (``derivedSecrets[]``), never by hand."""
 
     app: Annotated[str, AfterValidator(_app_name)] | None = None  # seeded with this app
+    # the Secret read, namespace/name
     from_: Annotated[ObjectRef, Field(alias="from")]
+    # the Secret written, namespace/name
     to: ObjectRef
     # target key: source key
     keys: Annotated[dict[str, str], Field(min_length=1), AfterValidator(_secret_keys)]
@@ -549,16 +607,21 @@ def _mirror_interval(value: str) -> str:
 class Mirror(_Model):
     """A Gitea pull mirror of an upstream repository (``mirrors[]``)."""
 
+    # the mirror in Gitea, owner/name
     repo: RepoSlug
+    # the upstream repository's URL
     source: Annotated[str, AfterValidator(_mirror_source)]
+    # how often Gitea pulls it (at least 10m, Gitea's minimum)
     interval: Annotated[str, Field(pattern=r"^[1-9][0-9]*(m|h)$"), AfterValidator(_mirror_interval)]
 
 
 class MirrorSync(_Model):
     """The mirror sync CronWorkflow and the Gitea pods' egress (``mirrorSync``)."""
 
+    # the mirror sync's cron schedule
     schedule: Annotated[str, Field(pattern=r"^\S+ \S+ \S+ \S+ \S+$")]
     github_cidrs: Annotated[list[Cidr], Field(min_length=1)]
+    # the labels of Gitea's pods (their egress policy)
     gitea_pod_labels: Annotated[dict[str, str], Field(min_length=1), AfterValidator(_labels)]
 
 
@@ -567,7 +630,7 @@ class ApplicationConfig(_Model):
 
     path: RelativePath  # in gitea.appsRepo, such as apps/citation.yaml
     namespace: DnsLabel  # where the app runs
-    project: DnsLabel = "default"
+    project: DnsLabel = "default"  # its Argo CD project
     source_path: RelativePath  # the overlay in the code repository
 
 
@@ -581,9 +644,13 @@ class HelmPaths(_Model):
     ``image.tag`` and ``image.digest``, as most charts name them), or ``image``: one
     string holding all three (``registry:80/<app>:<sha12>@sha256:…``)."""
 
+    # the path of the image's repository (default image.repository)
     repository: ValuesPath | None = None
+    # the path of its tag (default image.tag)
     tag: ValuesPath | None = None
+    # the path of its digest (default image.digest)
     digest: ValuesPath | None = None
+    # or one path holding the whole reference, registry:80/<app>:<sha12>@sha256:…
     image: ValuesPath | None = None
     # an Application's: its helm.valuesObject's keys, or its helm.parameters' entries
     # named by the paths (Argo CD passes those to `helm template --set`)
@@ -618,8 +685,11 @@ MergeStyle = Literal["merge", "rebase", "rebase-merge", "squash", "fast-forward-
 class WriteBackTarget(_Model):
     """The file an app's digest is written into (``apps[].writeback``)."""
 
+    # the file's kind: kustomize-images, argocd-application or helm-values
     kind: Literal["kustomize-images", "argocd-application", "helm-values"] = "kustomize-images"
+    # the repository holding it, owner/name
     repo: RepoSlug
+    # its path in the repository
     path: RelativePath
     branch: Annotated[str, AfterValidator(_branch)] | None = None  # default: gitea.branch
     create: bool = False  # create the file if it is missing (kustomize-images only)
@@ -656,7 +726,11 @@ class WriteBackTarget(_Model):
 
 
 class Person(_Model):
+    """Who a write-back commit is authored by (``writeback.author``)."""
+
+    # the name a write-back commit is authored by
     name: Annotated[str, Field(min_length=1, pattern=r"^[^<>\n]+$")]
+    # its email
     email: Annotated[str, Field(pattern=r"^[^@\s<>]+@[^@\s<>]+$")]
 
 
@@ -700,7 +774,7 @@ class WriteBackConfig(_Model):
             raise ValueError(
                 "signing: signs the commits the git transport makes (transport: git); "
                 "the Contents API's commits are Gitea's own: sign them with Gitea's "
-                "[repository.signing] (README, Signed write-back commits)"
+                "[repository.signing] (docs/operate/write-back.md, Signed write-back commits)"
             )
         return self
 
@@ -769,6 +843,7 @@ class Environment(_Model):
     each next one is written by ``fabrique promote`` alone, with the digest that passed
     the one before: never a rebuild."""
 
+    # the environment's name (a DNS label)
     name: DnsLabel
     # a key of ``targets``: the kube context of the cluster whose Argo CD deploys it
     target: DnsLabel
@@ -807,13 +882,21 @@ class Deployment:
 
 
 class AppConfig(_Model):
+    # the app's name (a DNS label): in Workflow names, labels, statuses
     name: Annotated[str, AfterValidator(_app_name)]
+    # its image's repository in the registry
     image: Annotated[str, AfterValidator(_repository)]
+    # its build context, a folder of the code repository: a change there builds it
     context: RelativePath
+    # its Dockerfile, relative to the context
     dockerfile: RelativePath = "Dockerfile"
+    # build arguments, passed to BuildKit as is (never secrets)
     build_args: Annotated[dict[str, str], AfterValidator(_build_args)] = Field(default_factory=dict)
+    # where its digest is written
     writeback: WriteBackTarget
+    # the Argo CD Application that fabrique seed keeps for it
     application: ApplicationConfig | None = None
+    # its environments in promotion order (bench, then prod)
     environments: list[Environment] = Field(default_factory=list)
 
     @model_validator(mode="after")
@@ -912,6 +995,7 @@ class Site(_Model):
     derived_secrets: list[DerivedSecret] = Field(default_factory=list)
     mirrors: list[Mirror] = Field(default_factory=list)
     mirror_sync: MirrorSync
+    # the apps fabrique builds, at least one
     apps: Annotated[list[AppConfig], Field(min_length=1)]
 
     @model_validator(mode="after")
