@@ -1382,6 +1382,31 @@ def _scenario(folder: Path) -> int:
     return subprocess.run(argv, env=env, check=False).returncode
 
 
+def _fabrique(folder: Path, args: list[str]) -> int:
+    """``fabrique <args>`` against the plane of ``make up``, as its pods would run it:
+    the default site's names through the plane's hosts file (in a mount namespace of its
+    own), fabrique's token read from its file, the plane's kube context: its exit status."""
+    from .gitea import Gitea
+
+    running = ControlPlane.load(folder)
+    gitea = Gitea.load(folder / "gitea")
+    if running is None or gitea is None or not running.alive():
+        print(f"error: no plane up in {folder}: make up first", file=sys.stderr)
+        return 1
+    values = folder / "scenario-site.yaml"
+    values.write_text(
+        yaml.safe_dump(site_values(running, targets={"prod": {"context": "fabrique-live"}}))
+    )
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(running.kubeconfig),
+        "FABRIQUE_VALUES": str(values),
+        "FABRIQUE_GITEA_TOKEN": gitea.token,
+    }
+    argv = resolving(folder / "hosts", [str(Path(sys.executable).parent / "fabrique"), *args])
+    return subprocess.run(argv, env=env, check=False).returncode
+
+
 SCENARIO = ROOT / "bench" / "scenarios" / "build-gitops-digest.sh"
 
 
@@ -1435,6 +1460,8 @@ def main(argv: list[str]) -> int:
         return 0
     if command == "scenario":
         return _scenario(folder)
+    if command == "fabrique":
+        return _fabrique(folder, argv[1:])
     running = ControlPlane.load(folder)
     gitea = Gitea.load(folder / "gitea")
     if command == "down":
@@ -1457,7 +1484,7 @@ def main(argv: list[str]) -> int:
             return 1
         print(f"# stopped the control plane in {folder}", file=sys.stderr)
         return 0
-    print(f"error: unknown command {command!r} (up, down or scenario)", file=sys.stderr)
+    print(f"error: unknown command {command!r} (up, down, scenario or fabrique)", file=sys.stderr)
     return 2
 
 

@@ -146,6 +146,19 @@ def test_make_up_brings_up_the_event_path_and_make_down_stops_it(tmp_path: Path)
         finally:
             cluster.http.close()
 
+        # the README's tour: fabrique's own view of the plane, as a person asks for it
+        status = subprocess.run(
+            [sys.executable, "-m", "tests.live.controlplane", "fabrique", "status"],
+            cwd=ROOT,
+            env={**os.environ, "FABRIQUE_LIVE_DIR": str(folder)},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert status.returncode == 0, status.stderr
+        (row,) = [line for line in status.stdout.splitlines() if line.startswith("citation ")]
+        assert sha[:12] in row, status.stdout
+
         # again: the same processes, the same lines, the same repository and hook
         hooks = _hooks(gitea)
         again = _run(folder, "up")
