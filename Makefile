@@ -9,6 +9,9 @@
 #                 repository, whose webhook feeds the EventSource); again: no change
 #   make down     stop them
 #   make scenario run scenario 34 against them, STRICT
+# And the documentation site (mkdocs.yml, the pages of docs/):
+#   make docs        build it into site/, strictly (as make test does)
+#   make docs-serve  serve it on http://127.0.0.1:8000, rebuilt as its pages change
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -20,7 +23,7 @@ SYSTEM_PACKAGES := docker-registry skopeo umoci git runc uidmap busybox-static c
 BUILD_USER := fabrique-builder
 BUILD_SUBIDS := 524288-589823
 
-.PHONY: render test system-deps lint peers up down scenario
+.PHONY: render test system-deps lint peers up down scenario docs docs-serve
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,8 +31,18 @@ $(VENV)/.base: pyproject.toml
 	touch $@
 
 $(VENV)/.test: pyproject.toml $(VENV)/.base
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,docs]'
 	touch $@
+
+$(VENV)/.docs: pyproject.toml $(VENV)/.base
+	$(BIN)/pip install -q -e '.[docs]'
+	touch $@
+
+docs: $(VENV)/.docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+docs-serve: $(VENV)/.docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict --dev-addr 127.0.0.1:8000
 
 render: $(VENV)/.base
 	$(BIN)/fabrique render --out manifests
@@ -59,8 +72,8 @@ system-deps:
 	fi
 
 lint: $(VENV)/.test
-	$(BIN)/ruff check fabrique pipelines eventsources netpol tests bench
-	$(BIN)/ruff format --check fabrique pipelines eventsources netpol tests bench
+	$(BIN)/ruff check fabrique pipelines eventsources netpol tests bench docs
+	$(BIN)/ruff format --check fabrique pipelines eventsources netpol tests bench docs
 	$(BIN)/mypy
 	$(BIN)/fabrique vendor --check
 

@@ -1,4 +1,5 @@
-"""The CLI's edges: what it prints beside the happy path, and the README's table of it."""
+"""The CLI's edges: what it prints beside the happy path, and the reference's table of it
+(docs/reference/cli.md)."""
 
 from __future__ import annotations
 
@@ -106,12 +107,12 @@ def test_an_unknown_app_is_named_before_the_cluster(tmp_path: Path, command: str
     assert result.stderr.strip().startswith("error: app 'nope': not in the site config")
 
 
-# ------------------------------------------------------------------ the README's table
+# ------------------------------------------------------------ the reference's table
 
 
 def _readme_cli_section() -> str:
-    text = (ROOT / "README.md").read_text()
-    return text[text.index("## The CLI") : text.index("\nExit codes:")]
+    text = (ROOT / "docs" / "reference" / "cli.md").read_text()
+    return text[text.index("# The CLI") : text.index("\nExit codes:")]
 
 
 def _rows() -> list[tuple[str, str]]:
@@ -179,4 +180,4 @@ def test_the_readme_table_lists_every_command_and_flag() -> None:
         ]
     top = _readme_cli_section().split("| command |")[0]
     missing += [f"fabrique: {flag}" for flag in _flags(cli) if not _mentions(top, flag)]
-    assert missing == [], "the README's CLI table lacks these"
+    assert missing == [], "the CLI reference's table lacks these"

@@ -1,5 +1,6 @@
-"""The README's examples run as pasted: each values example renders and validates, each
-`fabrique …` line that needs no server runs, and the tree it draws is the rendered one.
+"""The examples of the README and of the documentation site (``docs/``) run as pasted:
+each values example renders and validates, each `fabrique …` line that needs no server
+runs, and the tree they draw is the rendered one.
 
 A new example is either run here or classified in NEEDS with what it needs: an example
 cannot escape the test by being new."""
@@ -20,6 +21,9 @@ from fabrique.site.config import Site, load_site
 from .conftest import ROOT, run_cli
 
 README = ROOT / "README.md"
+# the README and every page of the site, in a stable order
+PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]
+DEPLOYED = ROOT / "docs" / "operate" / "deploy.md"  # its tree is the rendered one
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 
 # What a command line needs that this machine lacks; every other line is run. The key
@@ -45,20 +49,27 @@ NEEDS: dict[str, str | None] = {
 class Block:
     language: str
     text: str
-    line: int  # where the block starts in the README
+    line: int  # where the block starts in its page
+    page: str = "README.md"
 
     @property
     def where(self) -> str:
-        return f"README.md:{self.line}"
+        return f"{self.page}:{self.line}"
 
 
 def _blocks() -> list[Block]:
-    readme = README.read_text("utf-8")
-    return [Block(m[1], m[2], readme[: m.start()].count("\n") + 1) for m in FENCE.finditer(readme)]
+    blocks = []
+    for page in PAGES:
+        text = page.read_text("utf-8")
+        name = str(page.relative_to(ROOT))
+        blocks += [
+            Block(m[1], m[2], text[: m.start()].count("\n") + 1, name) for m in FENCE.finditer(text)
+        ]
+    return blocks
 
 
 def _command_lines() -> list[tuple[Block, list[str]]]:
-    """Every `fabrique …` line of the README's shell blocks, split as the shell would."""
+    """Every `fabrique …` line of the pages' shell blocks, split as the shell would."""
     lines = []
     for block in _blocks():
         if block.language != "sh":
@@ -97,13 +108,13 @@ def _values_examples() -> list[Block]:
 
 def _values_example() -> str:
     found = [b.text for b in _values_examples() if b.text.startswith("# site.yaml")]
-    assert len(found) == 1, "the README shows one site values example (site.yaml)"
+    assert len(found) == 1, "the pages show one site values example (site.yaml)"
     return found[0]
 
 
 @pytest.fixture()
 def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A directory like the project root: the README's site.yaml and the vendor/ folder."""
+    """A directory like the project root: the site.yaml shown and the vendor/ folder."""
     (tmp_path / "site.yaml").write_text(_values_example())
     (tmp_path / "vendor").symlink_to(ROOT / "vendor")
     monkeypatch.chdir(tmp_path)
@@ -174,15 +185,15 @@ def test_every_command_line_is_run_or_says_what_it_needs(workdir: Path) -> None:
 
 def test_no_command_line_is_left_unclassified() -> None:
     lines = _command_lines()
-    assert len(lines) >= 8, "the README's shell examples were found"
+    assert len(lines) >= 8, "the pages' shell examples were found"
     unused = set(NEEDS) - {_command(argv) for _, argv in lines}
-    assert not unused, f"NEEDS lists commands the README no longer shows: {sorted(unused)}"
+    assert not unused, f"NEEDS lists commands no page shows any more: {sorted(unused)}"
 
 
 def _readme_tree() -> tuple[set[str], set[str]]:
-    """The folders and files the README's "What gets deployed" tree names."""
-    readme = README.read_text("utf-8")
-    section = readme[readme.index("## What gets deployed") :]
+    """The folders and files the "What gets deployed" tree names."""
+    text = DEPLOYED.read_text("utf-8")
+    section = text[text.index("# What gets deployed") :]
     block = FENCE.search(section)
     assert block is not None and block[2].startswith("manifests/\n")
     folders, files = set(), set()

@@ -117,14 +117,14 @@ def test_a_figure_from_no_table_is_found() -> None:
     assert missing == ["73.2 s", "40.4 s"]
 
 
-def test_the_readme_counts_an_idle_pass_as_results_measured_it() -> None:
-    """The README's requests of a pass where nothing changed (1 000 apps over 50 files)
+def test_the_safety_net_page_counts_an_idle_pass_as_results_measured_it() -> None:
+    """The safety net page's requests of a pass where nothing changed (1 000 apps over 50 files)
     are those of RESULTS' table at that size."""
-    readme = " ".join((ROOT / "README.md").read_text().split())
+    readme = " ".join((ROOT / "docs" / "operate" / "safety-net.md").read_text().split())
     quoted = re.findall(r"1 000 apps over 50 files: (\d+) requests", readme)
     row = re.search(
         r"^\| 1 000 \| 50 \| 10 \| [^|]+ \| [\d.]+ s, (\d+) ", RESULTS.read_text(), re.M
     )
-    assert quoted, "the README quotes it"
+    assert quoted, "the safety net's page quotes it"
     assert row is not None, "RESULTS' table of the passes at scale has the row"
     assert set(quoted) == {row.group(1)}
