@@ -965,6 +965,10 @@ def test_a_hold_closes_the_open_pull_request_saying_who_holds_it_and_why(
         )
         assert proposed.startswith("proposed: citation "), proposed
         (pull,) = _pull_requests(server, repo.slug)
+        with GiteaClient(server.url, server.token) as client:
+            assert client.branch_tip(repo.slug, "fabrique/citation") == pull["head"]["sha"]
+            found = client.open_pull(repo.slug, "main", "fabrique/citation")
+            assert found is not None and found.number == pull["number"]
         (entry,) = yaml.safe_load(fab("status", "-o", "json"))
         assert entry["state"] == "in-review" and pull["html_url"] in entry["detail"], entry
         line = fab("reconcile").splitlines()[0]

@@ -415,9 +415,20 @@ class GiteaClient(JsonApi):
             self._check(response, f"delete branch {branch!r} of {repo}", expect=(204,))
 
     def open_pull(self, repo: str, base: str, head: str) -> PullRequest | None:
-        """The open pull request from ``head`` into ``base``, or None. Gitea's
-        ``pulls/{base}/{head}`` answers closed ones too, one of several at random: the
-        open ones into ``base`` are listed instead, and ``head`` found among them."""
+        """The open pull request from ``head`` into ``base``, or None.
+
+        Gitea's ``pulls/{base}/{head}`` answers one request: none ever (404), or one of
+        them, open, closed or merged, whichever its database gives first. Only when it
+        gives one that is not open (an earlier one, merged) are the open ones into
+        ``base`` listed and ``head`` found among them."""
+        if "/" not in base:  # the route's {base} is one path segment
+            what = f"pull request {head} -> {base} in {repo}"
+            response = self.request("GET", f"/repos/{repo}/pulls/{_seg(base)}/{_seg(head)}")
+            if response.status_code == 404 and not self.anonymous:
+                return None
+            found = _pull(self._check(response, what), what)
+            if found.state == "open":
+                return found
         what = f"open pull requests into {base} of {repo}"
         for page in range(1, MAX_PULL_PAGES + 1):
             params = {"state": "open", "base_branch": base, "page": str(page), "limit": "50"}

@@ -314,6 +314,9 @@ class GiteaDouble:
             return self._delete_branch(repo, unquote(rest[len("branches/") :]))
         if rest == "pulls" and method == "GET":
             return self._list_pulls(request, repo)
+        by_branches = re.fullmatch(r"pulls/([^/]+)/(.+)", rest)
+        if by_branches and method == "GET" and not by_branches[1].isdigit():
+            return self._pull_by_branches(repo, unquote(by_branches[1]), unquote(by_branches[2]))
         if rest == "pulls" and method == "POST":
             return self._create_pull(repo, request.json())
         pull = re.fullmatch(r"pulls/(\d+)(/merge)?", rest)
@@ -1183,6 +1186,14 @@ class GiteaDouble:
         ]
         page, headers = self._page(request, every)
         return 200, page, headers
+
+    def _pull_by_branches(self, repo: str, base: str, head: str) -> tuple[int, Any]:
+        """GetPullRequestByBaseHead: one pull request of that base and head, whatever its
+        state, the first made (Gitea's database has no order; SQLite's is this)."""
+        for pull in self.pulls.get(repo, []):
+            if (pull["base"], pull["head"]) == (base, head):
+                return 200, self._pull_view(repo, pull)
+        return self._not_found()
 
     def _create_pull(self, repo: str, body: dict[str, Any]) -> tuple[int, Any]:
         base, head = body["base"], body["head"]

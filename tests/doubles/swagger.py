@@ -43,10 +43,13 @@ class SpecViolation(AssertionError):
 
 def _route_regex(template: str) -> str:
     """A path template as a regex; ``{filepath}`` spans several segments, as in Gitea,
-    and so does a ``{branch}`` that ends the path (its routes are ``/branches/*``: a
-    branch such as ``fabrique/citation``)."""
+    and so do a ``{branch}`` and a pull request's ``{head}`` that end the path (their
+    routes are ``/branches/*`` and ``/pulls/{base}/*``: a branch such as
+    ``fabrique/citation``)."""
     parts = re.split(r"(\{[^}]+\})", template)
-    spans = {"{filepath}"} | ({"{branch}"} if template.endswith("/branches/{branch}") else set())
+    spans = {"{filepath}"}
+    spans |= {"{branch}"} if template.endswith("/branches/{branch}") else set()
+    spans |= {"{head}"} if template.endswith("/pulls/{base}/{head}") else set()
     regex = "".join(
         (".+" if part in spans else "[^/]+") if part.startswith("{") else re.escape(part)
         for part in parts
