@@ -253,3 +253,42 @@ def test_git_transport_rollback_then_held(
     assert fab(values, env, "release", "--app", "citation").exit_code == 0
     assert _line(fab(values, env, "reconcile")).startswith("citation: written-back: ")
     assert _pin(code_repo)["digest"] == new_digest
+
+
+def test_in_pull_request_mode_a_rollback_commits_and_closes_the_open_pull_request(
+    code_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    values: Path,
+    env: dict[str, str],
+) -> None:
+    """A person's rollback commits to the target branch, as in commit mode, and the app
+    is held: the pull request that proposed a newer digest is closed, saying why."""
+    (old, _), _ = _scenario(code_repo, registry, gitea.url, values, env)
+    reviewed = write_values(
+        values.with_name("reviewed.yaml"),
+        **{"gitea.url": gitea.url, "registry.host": registry.host},
+        **{"writeback.mode": "pull-request"},
+    )
+    newest = code_repo.commit({APP_FILE: "v3\n"})
+    digest = push_image(registry.url, "citation-dagster", newest[:12], {"v": b"3"})
+    proposed = fab(
+        reviewed, env, "writeback", "--app", "citation", "--revision", newest, "--digest", digest
+    )
+    assert proposed.stdout.startswith("proposed: citation "), proposed.stdout + proposed.stderr
+    (pull,) = gitea.pulls["atlas/atlas"]
+    assert pull["state"] == "open"
+
+    rolled = fab(
+        reviewed,
+        env,
+        *("rollback", "--app", "citation", "--to", old[:12]),
+        *("--reason", "v2 loses uploads", "--by", "alice"),
+    )
+    assert rolled.exit_code == 0, rolled.stderr
+    assert rolled.stdout.startswith("rolled back: citation "), rolled.stdout
+    assert _pin(code_repo)["newTag"] == old[:12]
+    assert pull["state"] == "closed" and not pull["merged"]
+    assert pull["body"].startswith("**Closed by fabrique: citation is held by alice since ")
+    assert "v2 loses uploads" in pull["body"]
+    assert code_repo.git("branch", "--list", "fabrique/citation").strip() == ""

@@ -285,6 +285,8 @@ def write_back(
             sleep=sleep,
         )
     done = commit_edit(site, transport, app, edit, message, dry_run=dry_run, sleep=sleep)
+    if rollback is not None and not dry_run:  # held now: nothing of it stays in review
+        close_held_review(site, transport, app_name, environment, rollback)
     if isinstance(done, Outcome):
         return done
     if done.commit is None:
@@ -637,11 +639,11 @@ def set_hold(
         )
     if hold is not None and outcome.hold is not None and not dry_run:
         for name in (app.name, *outcome.still_held):
-            _close_held_review(site, transport, name, environment, outcome.hold)
+            close_held_review(site, transport, name, environment, outcome.hold)
     return outcome
 
 
-def _close_held_review(
+def close_held_review(
     site: Site, transport: Transport, app_name: str, environment: Environment | None, hold: Hold
 ) -> None:
     """A held app proposes nothing: its open pull request (if any) is closed, saying who
