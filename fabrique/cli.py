@@ -339,7 +339,7 @@ def writeback(
     out: Path | None,
 ) -> None:
     """Write a verified digest into the app's target: changed, unchanged, superseded or held
-    (with writeback.mode pull-request: proposed or in-review)."""
+    (with writeback.mode pull-request: proposed, in-review or rejected)."""
     from fabrique.clients.gitea import token_from_env
     from fabrique.decisions.plan import write_atomic
     from fabrique.decisions.writeback import open_transport, write_back
@@ -451,7 +451,9 @@ def status_skipped(state: _State, app: str, revision: str, workflow: str | None)
 @click.option(
     "--outcome",
     required=True,
-    type=click.Choice(["changed", "unchanged", "superseded", "held", "proposed", "in-review"]),
+    type=click.Choice(
+        ["changed", "unchanged", "superseded", "held", "proposed", "in-review", "rejected"]
+    ),
     help="The write-back's outcome.",
 )
 @click.option("--commit", default="", help="The write-back commit, when it changed.")
@@ -465,8 +467,8 @@ def status_success(
     outcome: str,
     commit: str,
 ) -> None:
-    """success: the digest is written back (changed, unchanged, superseded, held, proposed
-    or in-review)."""
+    """success: the digest is written back (changed, unchanged, superseded, held, proposed,
+    in-review or rejected)."""
     from fabrique.decisions.status import written
     from fabrique.site.names import check_digest
 

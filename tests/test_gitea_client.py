@@ -11,6 +11,8 @@ from pathlib import Path
 import httpx
 from click.testing import Result
 
+from fabrique.clients.gitea import GiteaClient
+
 from .conftest import GITEA_TOKEN, Repo, run_cli, write_values
 from .doubles.gitea import GiteaDouble
 
@@ -125,3 +127,27 @@ def test_editing_a_hook_resets_what_the_patch_omits(gitea: GiteaDouble) -> None:
         "",
     )
     assert edited["active"] is False and edited["config"]["url"] == "http://es:12000/push"
+
+
+def test_a_fork_s_pull_request_of_the_same_branch_name_is_not_fabrique_s() -> None:
+    """Once one pull request merged, the open one is found by listing: a fork's branch of
+    the same name, into the same base, is someone else's proposal, never fabrique's."""
+
+    def pull(number: int, owner: str) -> dict[str, object]:
+        return {
+            "number": number,
+            "html_url": f"http://gitea/atlas/apps/pulls/{number}",
+            "state": "open" if number > 1 else "closed",
+            "head": {"ref": "fabrique/citation", "sha": "a" * 40,
+                     "repo": {"full_name": f"{owner}/apps"}},
+            "base": {"ref": "main"},
+        }  # fmt: skip
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.raw_path.endswith(b"/pulls/main/fabrique%2Fcitation"):
+            return httpx.Response(200, json=pull(1, "atlas"))  # an earlier one, merged
+        assert request.url.path.endswith("/pulls"), request.url
+        return httpx.Response(200, json=[pull(2, "mallory")], headers={"X-Total-Count": "1"})
+
+    with GiteaClient("http://gitea", "t", transport=httpx.MockTransport(answer)) as client:
+        assert client.open_pull("atlas/apps", "main", "fabrique/citation") is None

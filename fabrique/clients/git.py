@@ -185,7 +185,9 @@ class GitRemote:
             )
         except GitError as exc:
             if REJECTED.search(str(exc)):
-                raise StaleWrite(f"{self._what()}: the branch moved since it was read") from None
+                raise StaleWrite(
+                    f"{self._what()}: {ref.removeprefix('refs/heads/')} moved since it was read"
+                ) from None
             raise
 
     # --------------------------------------------------------------------- local

@@ -28,6 +28,7 @@ TOKEN_ENV = "FABRIQUE_GITEA_TOKEN"
 PATH_PAGE = 50  # Gitea's [git] COMMITS_RANGE_SIZE: one page of commits listed by path
 STATUS_PAGE = 50  # Gitea's [api] MAX_RESPONSE_ITEMS: the most contexts a page of statuses holds
 MAX_PULL_PAGES = 100  # 5 000 open pull requests into one branch: past that, gone wrong
+MAX_CLOSED_PAGES = 2  # the closed pull requests looked at for one just closed by a person
 MAX_STATUS_PAGES = 400  # 20 000 contexts on one commit: past that, a server gone wrong
 
 
@@ -415,12 +416,13 @@ class GiteaClient(JsonApi):
             self._check(response, f"delete branch {branch!r} of {repo}", expect=(204,))
 
     def open_pull(self, repo: str, base: str, head: str) -> PullRequest | None:
-        """The open pull request from ``head`` into ``base``, or None.
+        """The open pull request from branch ``head`` of ``repo`` into ``base``, or None.
 
         Gitea's ``pulls/{base}/{head}`` answers one request: none ever (404), or one of
         them, open, closed or merged, whichever its database gives first. Only when it
         gives one that is not open (an earlier one, merged) are the open ones into
-        ``base`` listed and ``head`` found among them."""
+        ``base`` listed and ``head`` found among them: a branch of ``repo`` itself, never
+        a fork's of the same name."""
         if "/" not in base:  # the route's {base} is one path segment
             what = f"pull request {head} -> {base} in {repo}"
             response = self.request("GET", f"/repos/{repo}/pulls/{_seg(base)}/{_seg(head)}")
@@ -429,18 +431,52 @@ class GiteaClient(JsonApi):
             found = _pull(self._check(response, what), what)
             if found.state == "open":
                 return found
-        what = f"open pull requests into {base} of {repo}"
-        for page in range(1, MAX_PULL_PAGES + 1):
-            params = {"state": "open", "base_branch": base, "page": str(page), "limit": "50"}
-            batch = self._check(self.request("GET", f"/repos/{repo}/pulls", params=params), what)
+        return next(self._pulls(repo, base, head, "open"), None)
+
+    def closed_pull(self, repo: str, base: str, head: str, sha: str) -> PullRequest | None:
+        """The closed pull request from ``head`` into ``base`` whose head was ``sha``, if
+        any: among the most recently updated ones (a person closes it; it is then one of
+        the last touched)."""
+        for found in self._pulls(repo, base, head, "closed", pages=MAX_CLOSED_PAGES):
+            if found.head_sha == sha:
+                return found
+        return None
+
+    def _pulls(
+        self, repo: str, base: str, head: str, state: str, pages: int | None = None
+    ) -> Iterator[PullRequest]:
+        """The pull requests in ``state`` from branch ``head`` of ``repo`` into ``base``,
+        the most recently updated first, listed page by page (whatever the page size
+        Gitea keeps: a page with none, or the count X-Total-Count gives, ends it)."""
+        what = f"{state} pull requests into {base} of {repo}"
+        seen = 0
+        for page in range(1, (pages or MAX_PULL_PAGES) + 1):
+            params = {"state": state, "base_branch": base, "sort": "recentupdate"}
+            params |= {"page": str(page), "limit": "50"}
+            response = self.request("GET", f"/repos/{repo}/pulls", params=params)
+            batch = self._check(response, what)
             if not isinstance(batch, list):
                 raise GiteaError(f"{what}: Gitea answered something that is not a list")
             for item in batch:
-                if _get(item, "head", "ref") == head and _get(item, "base", "ref") == base:
-                    return _pull(item, what)
-            if len(batch) < 50:
-                return None
-        raise GiteaError(f"{what}: more than {MAX_PULL_PAGES * 50}; fabrique reads no more")
+                same_repo = str(_get(item, "head", "repo", "full_name") or "").lower()
+                if (
+                    _get(item, "head", "ref") == head
+                    and _get(item, "base", "ref") == base
+                    and same_repo == repo.lower()
+                ):
+                    yield _pull(item, what)
+            seen += len(batch)
+            total = response.headers.get("X-Total-Count", "")
+            if not batch or (total.isdigit() and seen >= int(total)):
+                return
+        if pages is None:
+            raise GiteaError(f"{what}: more than {seen}; fabrique reads no more")
+
+    def cancel_merge(self, repo: str, number: int) -> None:
+        """Cancel the merge scheduled for pull request ``number``; none is no error."""
+        response = self.request("DELETE", f"/repos/{repo}/pulls/{number}/merge")
+        if response.status_code not in (204, 404):
+            self._check(response, f"cancel the merge of #{number} of {repo}", expect=(204,))
 
     def create_pull(self, repo: str, base: str, head: str, title: str, body: str) -> PullRequest:
         what = f"pull request {head} -> {base} in {repo}"
@@ -468,12 +504,11 @@ class GiteaClient(JsonApi):
         requires pass (at once if none are required): ``scheduled``, or ``busy`` while
         Gitea is still checking the pull request after a push (ask again later)."""
         what = f"merge of pull request #{number} of {repo}"
-        body = {
+        body: dict[str, Any] = {
             "do": style,
-            "head_commit_id": head,
             "merge_when_checks_succeed": True,
             "delete_branch_after_merge": True,
-        }
+        } | ({"head_commit_id": head} if head else {})
         response = self.request("POST", f"/repos/{repo}/pulls/{number}/merge", json=body)
         message = _message(response)
         if response.status_code in (200, 201):  # 201: scheduled, whatever the checks say
@@ -481,7 +516,7 @@ class GiteaClient(JsonApi):
         if response.status_code == 409 and "already scheduled" in message:
             return "scheduled"
         if response.status_code == 405 and "try again later" in message.lower():
-            return "busy"
+            return "busy"  # Gitea is checking it after a push, or finds it conflicting
         if response.status_code in (405, 409):
             raise GiteaError(
                 f"{what}: Gitea will not merge it (HTTP {response.status_code}): "

@@ -48,6 +48,7 @@ itself failed (Gitea, the registry or the Kubernetes API).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
@@ -77,14 +78,31 @@ from . import workflow as submission
 from .holds import Hold
 from .memory import Memory, MemoryStore, NoMemory
 from .signature import signature_gate
-from .status import SAFETY_NET, Report, StatusReporter, repair, step_reason, verdict
+from .status import (
+    PROPOSED,
+    SAFETY_NET,
+    Report,
+    StatusReporter,
+    repair,
+    step_reason,
+    verdict,
+)
 from .survey import PassTransport, Seen, survey
 from .workflow import build_workflow, submit
-from .writeback import Deploy, Transport, desired_pin, target_where, write_back_file
+from .writeback import (
+    Deploy,
+    Transport,
+    backoff_of,
+    desired_pin,
+    target_where,
+    write_back_file,
+)
 
 log = logging.getLogger("fabrique.reconcile")
 
-Action = Literal["ok", "held", "in-review", "in-flight", "write-back", "failed", "submit"]
+Action = Literal[
+    "ok", "held", "in-review", "rejected", "in-flight", "write-back", "failed", "submit"
+]
 Mode = Literal["act", "dry-run", "status"]
 DONE = {"write-back": "written-back", "submit": "submitted"}
 # what `fabrique status` calls the state behind each action
@@ -92,6 +110,7 @@ STATUS = {
     "ok": "ok",
     "held": "held",
     "in-review": "in-review",
+    "rejected": "rejected",
     "in-flight": "in-flight",
     "write-back": "built-not-deployed",
     "failed": "failed",
@@ -117,7 +136,9 @@ class Facts:
     hold: Hold | None = None  # an operator's hold on the target (fabrique hold, rollback)
     status: CommitStatus | None = None  # the wanted commit's fabrique/<app> status in Gitea
     status_known: bool = False  # False: not read (current and reported, no Gitea, a failure)
-    review: str | None = None  # the open pull request that proposes want (pull-request mode)
+    review: str | None = None  # the pull request that proposes want (pull-request mode)
+    review_number: int = 0
+    review_closed: bool = False  # a person closed it unmerged
 
 
 @dataclass(frozen=True)
@@ -151,6 +172,13 @@ def decide(facts: Facts) -> tuple[Action, str]:
     want = facts.want[:12]
     if facts.deployed_is_current:
         return "ok", f"deploys {facts.deployed_tag} (want {want})"
+    if facts.review is not None and facts.review_closed:
+        return (
+            "rejected",
+            f"{want} was proposed in {facts.review}, closed unmerged; nothing built or "
+            "written: a newer build proposes again (delete the proposal branch to propose "
+            "this one again)",
+        )
     if facts.review is not None:
         return "in-review", f"{want} is proposed in {facts.review}; nothing to build or write"
     if facts.phase is None:
@@ -216,7 +244,7 @@ class Reconciler:
         built = name = None
         state: WorkflowState | None = None
         held = False
-        proposed = None
+        proposed: tuple[str, int, bool] | None = None
         if want is not None and not seen.current and review.in_review(site, app):
             proposed = self._proposed(app, want)
         if want is not None and not seen.current and proposed is None:
@@ -241,23 +269,57 @@ class Reconciler:
             verified_held=held,
             reason=state.reason if state else "",
             hold=seen.hold,
-            review=proposed,
+            review=proposed[0] if proposed else None,
+            review_number=proposed[1] if proposed else 0,
+            review_closed=proposed[2] if proposed else False,
             **self._status(app, want, read=status or not seen.current),
         )
 
-    def _proposed(self, app: AppConfig, want: str) -> str | None:
-        """The open pull request that proposes ``want`` for ``app``, if any: its page."""
+    def _tend_review(self, app: AppConfig, action: Action, facts: Facts) -> str:
+        """In review: ask Gitea again to merge it (autoMerge), a schedule lost to a
+        'try again later' included. Held: its open pull request (any) is closed. What to
+        add to the app's line; a Gitea that fails here fails no decision."""
+        target = app.writeback
+        base = target.branch or self.site.gitea.branch
+        try:
+            reviews = review.reviews_of(self.transport)
+            if action == "in-review" and not facts.review_closed:
+                return review.schedule_merge(
+                    *(self.site, reviews, target.repo, facts.review_number, ""),
+                    backoff_of(self.site),
+                    time.sleep,
+                ).replace(", ", "; ", 1)
+            if action == "held" and facts.hold is not None:
+                head = review.review_branch(self.site, app.name)
+                closed = review.close_review(
+                    *(self.site, reviews, app.name, target.repo, base, head),
+                    facts.hold.describe(),
+                )
+                return f"; closed pull request #{closed}" if closed else ""
+        except FabriqueError as err:
+            log.warning("%s: its pull request was not tended: %s", app.name, err)
+        return ""
+
+    def _proposed(self, app: AppConfig, want: str) -> tuple[str, int, bool] | None:
+        """The pull request that proposes ``want`` for ``app``, if any: its page, its
+        number, and whether a person closed it unmerged."""
         reviews = review.reviews_of(self.transport)
         target = app.writeback
+        base = target.branch or self.site.gitea.branch
         head = review.review_branch(self.site, app.name)
-        pull = reviews.open_pull(target.repo, target.branch or self.site.gitea.branch, head)
-        if pull is None:
+        pull = reviews.open_pull(target.repo, base, head)
+        tip = pull.head_sha if pull is not None else reviews.branch_tip(target.repo, head)
+        if tip is None:
             return None
-        probe = desired_pin(self.site, app, want, "sha256:" + "0" * 64)
-        where = target_where(self.site, app)
         text = self.transport.read(target.repo, head, target.path).text
-        proposed = review.proposed_pin(text, app, head, probe, where)
-        return pull.url if proposed is not None and proposed.tag == short_sha(want) else None
+        probe = desired_pin(self.site, app, want, "sha256:" + "0" * 64)
+        proposed = review.proposed_pin(text, app, head, probe, target_where(self.site, app))
+        if proposed is None or proposed.tag != short_sha(want):
+            return None
+        if pull is not None:
+            return pull.url, pull.number, False
+        closed = review.rejected(reviews, target.repo, base, head, tip)
+        return (closed.url, closed.number, True) if closed is not None else None
 
     def _status(self, app: AppConfig, want: str | None, *, read: bool) -> dict[str, Any]:
         """The wanted commit's status; a Gitea that fails here fails no decision."""
@@ -286,6 +348,8 @@ class Reconciler:
             action, detail = decide(facts)
             if mode == "status":
                 return AppResult(app.name, STATUS[action], detail, facts)
+            if mode == "act" and review.in_review(self.site, app):
+                detail += self._tend_review(app, action, facts)
             if action not in DONE:
                 return self._repair(AppResult(app.name, action, detail, facts), mode)
             if mode == "dry-run":
@@ -378,7 +442,9 @@ class Reconciler:
         )
         if posted != "posted":
             return result
-        status = CommitStatus(facts.status.context if facts.status else "", report.state)
+        status = CommitStatus(
+            facts.status.context if facts.status else "", report.state, report.description
+        )
         return replace(
             result,
             detail=f"{result.detail}; status {report.state} posted",
@@ -588,7 +654,14 @@ def _reported(before: dict[str, str], results: Sequence[AppResult]) -> dict[str,
         if facts is None or facts.want is None:
             continue
         if facts.status_known:
-            success = facts.status is not None and facts.status.state == "success"
+            status = facts.status
+            # a success that says its digest waits in a pull request is read again, until
+            # the pass that sees it merged says it deployed
+            success = (
+                status is not None
+                and status.state == "success"
+                and PROPOSED.search(status.description) is None
+            )
             newer = result.state == "ok" and facts.deployed_revision != facts.want
             if success or newer:
                 reported[result.app] = facts.want
@@ -608,7 +681,7 @@ def error_result(app: str, err: FabriqueError) -> AppResult:
 # every state a pass gives an app; the reconcile CronWorkflow counts each one (a metric)
 DECISIONS = (
     *("ok", "held", "in-flight", "written-back", "superseded", "submitted", "failed", "error"),
-    *("in-review", "proposed"),  # an app written back through a pull request
+    *("in-review", "proposed", "rejected"),  # an app written back through a pull request
     *("promoted", "waiting"),  # an environment's, with promote: auto
 )
 

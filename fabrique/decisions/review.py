@@ -42,6 +42,10 @@ class Reviews(Protocol):
 
     def open_pull(self, repo: str, base: str, head: str) -> PullRequest | None: ...
 
+    def closed_pull(self, repo: str, base: str, head: str, sha: str) -> PullRequest | None: ...
+
+    def cancel_merge(self, repo: str, number: int) -> None: ...
+
     def create_pull(
         self, repo: str, base: str, head: str, title: str, body: str
     ) -> PullRequest: ...
@@ -58,9 +62,11 @@ def in_review(site: Site, app: AppConfig) -> bool:
 
 
 def review_branch(site: Site, app: str, environment: Environment | None = None) -> str:
-    """The branch that proposes ``app``'s pin (in ``environment``, if a later one)."""
+    """The branch that proposes ``app``'s pin (in ``environment``, if a later one):
+    ``<prefix><app>``, ``<prefix><app>.<env>`` (a dot, which no app or environment name
+    holds: app ``web`` in ``prod`` and app ``web-prod`` never share a branch)."""
     first = site.app(app).environments[:1]
-    suffix = "" if environment is None or [environment] == first else f"-{environment.name}"
+    suffix = "" if environment is None or [environment] == first else f".{environment.name}"
     return f"{site.writeback.pull_request.branch_prefix}{app}{suffix}"
 
 
@@ -102,23 +108,41 @@ def schedule_merge(
     site: Site,
     reviews: Reviews,
     repo: str,
-    pull: PullRequest,
+    number: int,
     head: str,
     backoff: RetryPolicy,
     sleep: Callable[[float], None],
 ) -> str:
-    """With ``autoMerge``, ask Gitea to merge ``pull`` once its checks pass (asked again
-    on a replay: a schedule already there is kept); what to add to its line."""
+    """With ``autoMerge``, ask Gitea to merge pull request ``number`` once its checks
+    pass (asked again by a replay and by each pass that finds it in review: a schedule
+    already there is kept); what to add to its line."""
     pulls = site.writeback.pull_request
     if not pulls.auto_merge:
         return ""
     for attempt in range(1, site.writeback.attempts + 1):
-        if reviews.merge_pull(repo, pull.number, style=pulls.merge_style, head=head) != "busy":
+        if reviews.merge_pull(repo, number, style=pulls.merge_style, head=head) != "busy":
             return ", merges once its checks pass"
         if attempt < site.writeback.attempts:  # Gitea is still checking it after a push
             sleep(backoff.delay(attempt))
-    log.warning("%s: Gitea kept checking pull request #%d; merge not asked", repo, pull.number)
-    return ", its merge not asked yet (Gitea was still checking it; a replay asks again)"
+    log.warning(
+        "%s: Gitea kept answering 'try again later' for pull request #%d (checking it, or "
+        "it conflicts); its merge is not asked yet",
+        repo,
+        number,
+    )
+    return (
+        ", its merge not asked yet (Gitea was checking it or finds it conflicting; the "
+        "next pass asks again)"
+    )
+
+
+def rejected(reviews: Reviews, repo: str, base: str, head: str, tip: str) -> PullRequest | None:
+    """The pull request a person closed unmerged with ``tip``, the proposal branch's
+    head, as its head, if any (fabrique deletes the branch when it closes one, and Gitea
+    when it merges one: a branch left with no open pull request was closed by hand, or
+    its pull request was never opened)."""
+    closed = reviews.closed_pull(repo, base, head, tip)
+    return closed if closed is not None and not closed.merged else None
 
 
 def close_review(
@@ -131,6 +155,7 @@ def close_review(
     pull = reviews.open_pull(repo, base, head)
     if pull is None:
         return None
+    reviews.cancel_merge(repo, pull.number)  # closing alone leaves Gitea's schedule
     body = f"**Closed by fabrique: {app} is {why}.**\n\n{pull.body}"
     reviews.edit_pull(repo, pull.number, state="closed", body=body)
     reviews.delete_branch(repo, head)

@@ -108,6 +108,10 @@ def skipped(app: AppConfig) -> Report:
     return Report("success", f"no change under {app.context}")
 
 
+# a write-back's success that is not yet a deployment: its pull request is open
+PROPOSED = re.compile(r"; (proposed in a pull request|in review, already proposed)")
+
+
 def written(
     outcome: str, digest: str, commit: str | None = None, *, by_net: bool = False
 ) -> Report:
@@ -127,6 +131,8 @@ def written(
         return Report("success", f"{prefix}built {digest}; proposed in a pull request{where}")
     if outcome == "in-review":
         return Report("success", f"{prefix}built {digest}; in review, already proposed")
+    if outcome == "rejected":
+        return Report("success", f"{prefix}built {digest}; its pull request was closed unmerged")
     raise ValueError(f"write-back outcome {outcome!r}")
 
 
@@ -254,7 +260,9 @@ def repair(
     if wrote is not None:
         outcome, digest, commit = wrote
         return written(outcome, digest, commit, by_net=True)
-    if result == "ok" and deployed_is_want and deployed_digest and state != "success":
+    proposed = current is not None and PROPOSED.search(current.description) is not None
+    if result == "ok" and deployed_is_want and deployed_digest and (state != "success" or proposed):
+        # lost, or it said the digest was proposed in a pull request, merged since
         return Report("success", f"{SAFETY_NET}{deployed_digest} deployed")
     if result == "failed" and state in (None, "pending") and workflow and phase:
         why = step_reason(reason) or f"{workflow} {phase}"

@@ -106,8 +106,15 @@ class PassTransport:
     ) -> str:
         try:
             return self.inner.propose(repo, base, head, path, text, snapshot, message, head_tip)
-        finally:  # the proposal branch moved: what was read of it is stale
-            self._forget(lambda key: not (isinstance(key, tuple) and key[1:3] == (repo, head)))
+        finally:
+            # the proposal branch moved, or the write was lost to another writer of the
+            # base: what was read of either is stale, and every branch head with it
+            def keep(key: Hashable) -> bool:
+                if not isinstance(key, tuple) or key[0] == "head":
+                    return not isinstance(key, tuple)
+                return key[0] != "read" or key[1:3] not in ((repo, head), (repo, base))
+
+            self._forget(keep)
 
     def write(
         self, repo: str, branch: str, path: str, text: str, snapshot: Snapshot, message: str

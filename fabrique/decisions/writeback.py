@@ -52,7 +52,14 @@ log = logging.getLogger("fabrique.writeback")
 _T = TypeVar("_T")
 
 State = Literal[
-    "changed", "unchanged", "superseded", "held", "would-change", "proposed", "in-review"
+    "changed",
+    "unchanged",
+    "superseded",
+    "held",
+    "would-change",
+    "proposed",
+    "in-review",
+    "rejected",
 ]
 
 
@@ -133,6 +140,12 @@ class Outcome:
             )
         if self.state == "in-review":
             return f"in review: {self.app} {self.pin.reference} is proposed in {self.detail}"
+        if self.state == "rejected":
+            return (
+                f"rejected: {self.app} {self.pin.reference} was proposed in {self.detail}, "
+                "closed unmerged; nothing written (a newer build proposes again; delete the "
+                "proposal branch to propose this one again)"
+            )
         if self.state == "held":
             return (
                 f"held: {self.app} is {self.detail}; nothing written to {self.where} "
@@ -284,9 +297,11 @@ def write_back(
             dry_run=dry_run,
             sleep=sleep,
         )
-    done = commit_edit(site, transport, app, edit, message, dry_run=dry_run, sleep=sleep)
-    if rollback is not None and not dry_run:  # held now: nothing of it stays in review
+    if rollback is not None and not dry_run:
+        # held from now: its pull request and Gitea's scheduled merge go first, so that
+        # no merge lands after the hold
         close_held_review(site, transport, app_name, environment, rollback)
+    done = commit_edit(site, transport, app, edit, message, dry_run=dry_run, sleep=sleep)
     if isinstance(done, Outcome):
         return done
     if done.commit is None:
@@ -442,22 +457,41 @@ def _propose(
     base = target.branch or site.gitea.branch
     where = target_where(site, app)
     backoff = backoff_of(site)
+
+    def proposes(text: str | None) -> bool:
+        """Whether ``text``, the target on the proposal branch, holds this very pin."""
+        if text is None:
+            return False
+        index, helm = target.source_index, target.helm_paths
+        applied = apply_pin(text, target.kind, pin, where=where, source_index=index, helm=helm)
+        return applied == text
+
     for attempt in range(1, site.writeback.attempts + 1):
         snapshot: Snapshot = transport.read(target.repo, base, target.path)
         edited = edit(snapshot.text)
         if not isinstance(edited, str):
-            if edited.state == "held":
+            if edited.state == "held" and not dry_run:
                 review.close_review(site, reviews, app.name, target.repo, base, head, edited.detail)
             return edited
         pull = reviews.open_pull(target.repo, base, head)
-        if pull is not None:
-            text = transport.read(target.repo, head, target.path).text
-            proposed = review.proposed_pin(text, app, head, pin, where)
-            if proposed == pin:
-                detail = pull.url + review.schedule_merge(
-                    site, reviews, target.repo, pull, pull.head_sha, backoff, sleep
+        tip = pull.head_sha if pull is not None else reviews.branch_tip(target.repo, head)
+        text = transport.read(target.repo, head, target.path).text if tip else None
+        if pull is not None and proposes(text):
+            merge = (
+                ""
+                if dry_run
+                else review.schedule_merge(
+                    site, reviews, target.repo, pull.number, pull.head_sha, backoff, sleep
                 )
-                return Outcome("in-review", app.name, where, pin, detail=detail)
+            )
+            return Outcome("in-review", app.name, where, pin, detail=pull.url + merge)
+        if pull is None and tip is not None and proposes(text):
+            closed = review.rejected(reviews, target.repo, base, head, tip)
+            if closed is not None:
+                log.warning("%s: %s was closed unmerged; not proposing it again", where, closed.url)
+                return Outcome("rejected", app.name, where, pin, detail=closed.url)
+        if pull is not None:
+            proposed = review.proposed_pin(text, app, head, pin, where)
             later = newer(proposed.tag) if proposed and proposed.tag else None
             if later:
                 log.warning("%s: pull request #%d proposes newer: %s", where, pull.number, later)
@@ -466,7 +500,6 @@ def _propose(
         if dry_run:
             diff = diff_of(target.path, snapshot.text, edited)
             return Outcome("would-change", app.name, where, pin, diff=diff, detail=head)
-        tip = pull.head_sha if pull is not None else reviews.branch_tip(target.repo, head)
         try:
             commit = transport.propose(
                 target.repo, base, head, target.path, edited, snapshot, message, tip
@@ -486,7 +519,7 @@ def _propose(
         elif (pull.title, pull.body) != (title, body):
             pull = reviews.edit_pull(target.repo, pull.number, title=title, body=body)
         detail = pull.url + review.schedule_merge(
-            site, reviews, target.repo, pull, commit, backoff, sleep
+            site, reviews, target.repo, pull.number, commit, backoff, sleep
         )
         return Outcome("proposed", app.name, where, pin, commit=commit, detail=detail)
     raise AssertionError("unreachable")  # pragma: no cover
@@ -627,20 +660,15 @@ def set_hold(
             text = apply_hold(text, None, where=where, app=None)
         return text
 
+    if hold is not None and not dry_run:
+        # its pull request and Gitea's scheduled merge go first, so that no merge lands
+        # after the hold (a hold already there is the one that stays: said in its place)
+        close_held_review(site, transport, app.name, environment, hold)
     done = commit_edit(site, transport, app, edit, message, dry_run=dry_run, sleep=sleep)
     if isinstance(done, HoldOutcome):
-        outcome = done
-    else:
-        state: Literal["changed", "would-change"] = (
-            "would-change" if done.commit is None else "changed"
-        )
-        outcome = HoldOutcome(
-            state, app.name, where, hold, found[0], done.commit, done.diff, tuple(kept)
-        )
-    if hold is not None and outcome.hold is not None and not dry_run:
-        for name in (app.name, *outcome.still_held):
-            close_held_review(site, transport, name, environment, outcome.hold)
-    return outcome
+        return done
+    state: Literal["changed", "would-change"] = "would-change" if done.commit is None else "changed"
+    return HoldOutcome(state, app.name, where, hold, found[0], done.commit, done.diff, tuple(kept))
 
 
 def close_held_review(

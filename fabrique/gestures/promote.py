@@ -236,6 +236,7 @@ PASS_STATES = {
     "superseded": "superseded",
     "proposed": "proposed",  # the environment's target takes pins through pull requests
     "in-review": "in-review",
+    "rejected": "rejected",
 }
 
 

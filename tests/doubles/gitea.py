@@ -324,6 +324,8 @@ class GiteaDouble:
             return self._edit_pull(repo, int(pull[1]), request.json())
         if pull and method == "POST" and pull[2]:
             return self._merge_pull(repo, int(pull[1]), request.json())
+        if pull and method == "DELETE" and pull[2]:
+            return self._cancel_merge(repo, int(pull[1]))
         if rest.startswith("contents/"):
             file_path = unquote(rest[len("contents/") :])
             if method == "GET":
@@ -1172,18 +1174,29 @@ class GiteaDouble:
             "merged": pull["merged"],
             "mergeable": pull["state"] == "open",
             "merge_commit_sha": pull.get("merge_commit"),
-            "head": {"label": pull["head"], "ref": pull["head"], "sha": head_sha},
+            "head": {
+                "label": pull["head"],
+                "ref": pull["head"],
+                "sha": head_sha,
+                "repo_id": list(self.repos).index(repo) + 1,
+                "repo": self._repository(repo),
+            },
             "base": {"label": pull["base"], "ref": pull["base"], "sha": base_sha},
             "user": USER,
         }
 
     def _list_pulls(self, request: Request, repo: str) -> tuple[Any, ...]:
         state, base = request.query.get("state", "open"), request.query.get("base_branch")
-        every = [
-            self._pull_view(repo, p)
-            for p in reversed(self.pulls.get(repo, []))
+        chosen = [
+            p
+            for p in self.pulls.get(repo, [])
             if (state == "all" or p["state"] == state) and base in (None, p["base"])
         ]
+        if request.query.get("sort") == "recentupdate":
+            chosen.sort(key=lambda p: -p["updated"])
+        else:  # Gitea's default: the newest first
+            chosen.reverse()
+        every = [self._pull_view(repo, p) for p in chosen]
         page, headers = self._page(request, every)
         return 200, page, headers
 
@@ -1221,6 +1234,7 @@ class GiteaDouble:
             "state": "open",
             "merged": False,
             "scheduled": None,
+            "updated": self._touch(),
         }
         pulls.append(pull)
         return 201, self._pull_view(repo, pull)
@@ -1240,7 +1254,20 @@ class GiteaDouble:
             pull["body"] = body["body"]
         if body.get("state") in ("open", "closed"):
             pull["state"] = body["state"]
+        pull["updated"] = self._touch()
         return 201, self._pull_view(repo, pull)
+
+    def _touch(self) -> int:
+        """A pull request's update time, as an order: later is larger."""
+        self._updates = getattr(self, "_updates", 0) + 1
+        return self._updates
+
+    def _cancel_merge(self, repo: str, number: int) -> tuple[int, Any]:
+        pulls = self.pulls.get(repo, [])
+        if not 0 < number <= len(pulls) or pulls[number - 1]["scheduled"] is None:
+            return self._not_found()
+        pulls[number - 1]["scheduled"] = None
+        return 204, None
 
     def _merge_pull(self, repo: str, number: int, body: dict[str, Any]) -> tuple[int, Any]:
         """MergePullRequest with merge_when_checks_succeed: always scheduled (201), the
@@ -1292,6 +1319,7 @@ class GiteaDouble:
         merged = git(bare, "commit-tree", tree, "-p", base, "-p", head, "-m", message, env=identity)
         git(bare, "update-ref", f"refs/heads/{pull['base']}", merged, base)
         pull.update(state="closed", merged=True, merge_commit=merged, head_sha=head)
+        pull["updated"] = self._touch()
         if pull.get("delete_branch"):
             git(bare, "update-ref", "-d", f"refs/heads/{pull['head']}")
 

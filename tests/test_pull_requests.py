@@ -1,0 +1,208 @@
+"""`writeback.mode: pull-request` on the Gitea double: what a replay, a dry run, a person
+who closes the pull request, a hold and the safety net do to the proposal. The contract
+suite (tests/test_gitea_contract.py) holds the double's pull requests to a real Gitea."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from fabrique.decisions.holds import Hold, apply_hold
+from fabrique.decisions.review import review_branch
+from fabrique.site.config import default_values, load_site
+
+from .conftest import GITEA_TOKEN, KUSTOMIZATION, Repo, run_cli, write_values
+from .doubles.gitea import GiteaDouble
+from .doubles.kube import KubeApiDouble
+from .oci import push_image
+from .servers import Registry
+from .test_reconcile import _line, _phase, _reconcile
+
+REPO = "atlas/atlas"
+HEAD = "fabrique/citation"
+APP_FILE = "dataops/citation-dagster/app.txt"
+
+
+@pytest.fixture()
+def env(tmp_path: Path, kube: KubeApiDouble) -> dict[str, str]:
+    return {
+        "KUBECONFIG": str(kube.kubeconfig(tmp_path / "kubeconfig")),
+        "FABRIQUE_GITEA_TOKEN": GITEA_TOKEN,
+    }
+
+
+def _values(tmp_path: Path, gitea: GiteaDouble, registry: Registry, **more: Any) -> Path:
+    settings = {"gitea.url": gitea.url, "registry.host": registry.host}
+    return write_values(
+        tmp_path / "site.yaml", **settings, **{"writeback.mode": "pull-request"}, **more
+    )
+
+
+def _fab(values: Path, env: dict[str, str], *args: str) -> Any:
+    result = run_cli("--values", str(values), *args, env=env)
+    assert result.exit_code == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def _writeback(values: Path, env: dict[str, str], revision: str, digest: str, *more: str) -> str:
+    return str(
+        _fab(
+            values,
+            env,
+            *("writeback", "--app", "citation", "--revision", revision, "--digest", digest),
+            *more,
+        )
+    )
+
+
+def _api(gitea: GiteaDouble) -> httpx.Client:
+    return httpx.Client(
+        base_url=f"{gitea.url}/api/v1", headers={"Authorization": f"token {GITEA_TOKEN}"}
+    )
+
+
+def test_a_replay_is_in_review_whatever_name_the_target_gives_the_image(
+    code_repo: Repo, tmp_path: Path, gitea: GiteaDouble, registry: Registry, env: dict[str, str]
+) -> None:
+    """A kustomization that names the image by its registry path: the pin read back is
+    under that name, and the replay still finds its own pin proposed."""
+    target = yaml.safe_load(code_repo.show(KUSTOMIZATION))
+    target["images"] = [{"name": f"{registry.host}/citation-dagster", "newTag": "old"}]
+    code_repo.commit({KUSTOMIZATION: yaml.safe_dump(target)})
+    values = _values(tmp_path, gitea, registry)
+    revision = code_repo.commit({APP_FILE: "v2\n"})
+    digest = "sha256:" + "a" * 64
+    assert _writeback(values, env, revision, digest).startswith("proposed: citation ")
+    head = code_repo.git("rev-parse", HEAD).strip()
+    again = _writeback(values, env, revision, digest)
+    assert again.startswith("in review: citation "), again
+    assert code_repo.git("rev-parse", HEAD).strip() == head, "a replay writes nothing"
+
+
+def test_a_dry_run_closes_nothing_and_asks_no_merge(
+    code_repo: Repo, tmp_path: Path, gitea: GiteaDouble, registry: Registry, env: dict[str, str]
+) -> None:
+    values = _values(tmp_path, gitea, registry)
+    revision = code_repo.commit({APP_FILE: "v2\n"})
+    digest = "sha256:" + "a" * 64
+    _writeback(values, env, revision, digest)
+    auto = _values(tmp_path, gitea, registry, **{"writeback.pullRequest.autoMerge": True})
+    dry = _writeback(auto, env, revision, digest, "--dry-run")
+    assert dry.startswith("in review: citation "), dry
+    (pull,) = gitea.pulls[REPO]
+    assert pull["scheduled"] is None, "a dry run asks no merge"
+
+    text = code_repo.show(KUSTOMIZATION)
+    held = apply_hold(
+        text, Hold("alice", "2026-12-05T10:00:00Z", "incident"), where="k", app="citation"
+    )
+    code_repo.commit({KUSTOMIZATION: held})
+    dry = _writeback(values, env, revision, digest, "--dry-run")
+    assert dry.startswith("held: citation is held by alice"), dry
+    assert pull["state"] == "open", "a dry run closes nothing"
+
+
+def test_a_pull_request_a_person_closed_is_not_proposed_again_until_a_newer_build(
+    code_repo: Repo,
+    tmp_path: Path,
+    gitea: GiteaDouble,
+    registry: Registry,
+    env: dict[str, str],
+    kube: KubeApiDouble,
+) -> None:
+    values = _values(tmp_path, gitea, registry)
+    revision = code_repo.commit({APP_FILE: "v2\n"})
+    digest = push_image(registry.url, "citation-dagster", revision[:12])
+    _writeback(values, env, revision, digest)
+    (pull,) = gitea.pulls[REPO]
+    with _api(gitea) as api:
+        closed = api.patch(f"/repos/{REPO}/pulls/{pull['number']}", json={"state": "closed"})
+    assert closed.status_code == 201
+
+    again = _writeback(values, env, revision, digest)
+    assert again.startswith("rejected: citation "), again
+    assert f"/{REPO}/pulls/1, closed unmerged" in again and len(gitea.pulls[REPO]) == 1
+    _phase(kube, revision, "Succeeded", values=values, verified=digest)
+    line = _line(_reconcile(values, env, "--app", "citation"))
+    assert line.startswith("citation: rejected: ") and "/pulls/1" in line, line
+    assert len(gitea.pulls[REPO]) == 1, "the safety net proposes it no more"
+
+    newer = code_repo.commit({APP_FILE: "v3\n"})
+    proposed = _writeback(values, env, newer, "sha256:" + "b" * 64)
+    assert proposed.startswith("proposed: citation "), proposed
+    assert [p["state"] for p in gitea.pulls[REPO]] == ["closed", "open"]
+
+
+def test_a_hold_cancels_the_scheduled_merge_before_it_commits(
+    code_repo: Repo, tmp_path: Path, gitea: GiteaDouble, registry: Registry, env: dict[str, str]
+) -> None:
+    gitea.protect(REPO, "main", checks=["ci/lint"])
+    gitea.protected.pop((REPO, "main"))  # fabrique's user may push: the hold commits
+    values = _values(tmp_path, gitea, registry, **{"writeback.pullRequest.autoMerge": True})
+    revision = code_repo.commit({APP_FILE: "v2\n"})
+    _writeback(values, env, revision, "sha256:" + "a" * 64)
+    (pull,) = gitea.pulls[REPO]
+    assert pull["scheduled"] == "merge"
+    _fab(values, env, "hold", "--app", "citation", "--reason", "incident", "--by", "alice")
+    assert pull["scheduled"] is None and pull["state"] == "closed" and not pull["merged"]
+
+
+def test_the_safety_net_asks_the_merge_of_a_pull_request_in_review_and_closes_a_held_ones(
+    code_repo: Repo,
+    tmp_path: Path,
+    gitea: GiteaDouble,
+    registry: Registry,
+    env: dict[str, str],
+    kube: KubeApiDouble,
+) -> None:
+    """A proposal whose merge was never asked (autoMerge set since, or Gitea kept saying
+    'try again later'): the next pass asks it. A hold written by hand: the next pass
+    closes the open pull request."""
+    values = _values(tmp_path, gitea, registry)
+    revision = code_repo.commit({APP_FILE: "v2\n"})
+    digest = push_image(registry.url, "citation-dagster", revision[:12])
+    _writeback(values, env, revision, digest)
+    (pull,) = gitea.pulls[REPO]
+    auto = _values(tmp_path, gitea, registry, **{"writeback.pullRequest.autoMerge": True})
+    gitea.protect(REPO, "main", checks=["ci/lint"])
+    line = _line(_reconcile(auto, env, "--app", "citation"))
+    assert line.startswith("citation: in-review: ") and "merges once its checks pass" in line
+    assert pull["scheduled"] == "merge"
+
+    gitea.protected.pop((REPO, "main"))
+    text = code_repo.show(KUSTOMIZATION)
+    hold = Hold("alice", "2026-12-05T10:00:00Z", "incident")
+    code_repo.commit({KUSTOMIZATION: apply_hold(text, hold, where="k", app="citation")})
+    line = _line(_reconcile(auto, env, "--app", "citation"))
+    assert line.startswith("citation: held: ") and line.endswith("closed pull request #1"), line
+    assert pull["state"] == "closed" and pull["scheduled"] is None
+
+
+@pytest.mark.parametrize(
+    ("app", "environment", "branch"),
+    [("citation", None, "fabrique/citation"), ("citation", "prod", "fabrique/citation.prod")],
+)
+def test_a_later_environment_proposes_from_a_branch_no_app_name_can_take(
+    tmp_path: Path, app: str, environment: str | None, branch: str
+) -> None:
+    envs = [
+        {"name": "bench", "target": "bench"},
+        {
+            "name": "prod",
+            "target": "bench",
+            "namespace": "prod",
+            "application": "argocd/citation-prod",
+            "writeback": {"repo": "atlas/atlas", "path": "prod/kustomization.yaml"},
+        },
+    ]
+    citation = {**default_values()["apps"][0], "environments": envs}
+    values = write_values(
+        tmp_path / "site.yaml", targets={"bench": {"context": "bench"}}, apps=[citation]
+    )
+    site = load_site(values, env={})
+    stage = site.app(app).environment(environment)[0] if environment else None
+    assert review_branch(site, app, stage) == branch
