@@ -206,3 +206,35 @@ def test_a_later_environment_proposes_from_a_branch_no_app_name_can_take(
     site = load_site(values, env={})
     stage = site.app(app).environment(environment)[0] if environment else None
     assert review_branch(site, app, stage) == branch
+
+
+def test_a_pass_that_loses_its_proposal_race_reads_the_target_again(
+    code_repo: Repo,
+    tmp_path: Path,
+    gitea: GiteaDouble,
+    registry: Registry,
+    env: dict[str, str],
+    kube: KubeApiDouble,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Someone writes the target between the pass's read and its proposal: Gitea refuses
+    the stale sha (422), and the next attempt must read the target again, not the pass's
+    answer of before."""
+    values = _values(tmp_path, gitea, registry)
+    revision = code_repo.commit({APP_FILE: "v2\n"})
+    digest = push_image(registry.url, "citation-dagster", revision[:12])
+    _phase(kube, revision, "Succeeded", values=values, verified=digest)
+    write = gitea._write_contents
+    rivals: list[str] = []
+
+    def rival_first(repo: str, file_path: str, body: dict[str, Any], *, create: bool) -> Any:
+        if not rivals:  # a person's edit of the target lands first
+            text = code_repo.show(KUSTOMIZATION) + "# a person's comment\n"
+            rivals.append(code_repo.commit({KUSTOMIZATION: text}, "a rival edit"))
+        return write(repo, file_path, body, create=create)
+
+    monkeypatch.setattr(gitea, "_write_contents", rival_first)
+    result = _reconcile(values, env, "--app", "citation")
+    assert _line(result).startswith("citation: proposed: "), result.stdout + result.stderr
+    proposal = code_repo.show(KUSTOMIZATION, ref=HEAD)
+    assert "# a person's comment" in proposal and revision[:12] in proposal
