@@ -799,18 +799,23 @@ DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64
 
 
+def _citation(repo: Clone, image: str = "citation-dagster") -> dict[str, Any]:
+    """The site's app citation, pinned in ``repo``'s kustomization."""
+    return {
+        "name": "citation",
+        "image": image,
+        "context": APP,
+        "writeback": {"kind": "kustomize-images", "repo": repo.slug, "path": TARGET},
+    }
+
+
 @pytest.mark.parametrize("transport", ["gitea", "git"])
 def test_writeback_writes_then_is_unchanged_and_never_rolls_back(
     server: Server, tmp_path: Path, transport: str
 ) -> None:
     """Through either transport: the Contents API, or git (fetch, commit, push)."""
     repo = server.repo(SEED)
-    app = {
-        "name": "citation",
-        "image": "citation-dagster",
-        "context": APP,
-        "writeback": {"kind": "kustomize-images", "repo": repo.slug, "path": TARGET},
-    }
+    app = _citation(repo)
     settings: dict[str, Any] = {"gitea.url": server.url, "gitea.codeRepo": repo.slug}
     settings |= {"apps": [app], "writeback.transport": transport}
     with server.git_url() as git_url:
@@ -869,12 +874,7 @@ def test_a_protected_branch_takes_the_pin_through_a_pull_request_merged_when_che
     newer = repo.commit({f"{APP}/app.txt": "v2\n"})
     newest = repo.commit({f"{APP}/app.txt": "v3\n"})
     server.protect(repo.slug, "main", [CHECK])
-    app = {
-        "name": "citation",
-        "image": "citation-dagster",
-        "context": APP,
-        "writeback": {"kind": "kustomize-images", "repo": repo.slug, "path": TARGET},
-    }
+    app = _citation(repo)
     settings: dict[str, Any] = {"gitea.url": server.url, "gitea.codeRepo": repo.slug}
     settings |= {"apps": [app], "writeback.transport": transport}
     env = {"FABRIQUE_GITEA_TOKEN": server.token}
@@ -944,12 +944,7 @@ def test_a_hold_closes_the_open_pull_request_saying_who_holds_it_and_why(
     closes it, its description saying who holds the app and why, and proposes nothing."""
     repo = server.repo(SEED)
     revision = repo.commit({f"{APP}/app.txt": "v1\n"})
-    app = {
-        "name": "citation",
-        "image": "citation-dagster",
-        "context": APP,
-        "writeback": {"kind": "kustomize-images", "repo": repo.slug, "path": TARGET},
-    }
+    app = _citation(repo)
     settings: dict[str, Any] = {"gitea.url": server.url, "gitea.codeRepo": repo.slug}
     settings |= {"apps": [app], "writeback.transport": transport, "writeback.mode": "pull-request"}
     env = {"FABRIQUE_GITEA_TOKEN": server.token}
@@ -999,12 +994,7 @@ def _gestures(
 ) -> Callable[..., str]:
     """``fabrique <args>`` on a site whose one app, citation, is pinned in ``repo``: what
     it printed, once it has exited 0."""
-    app = {
-        "name": "citation",
-        "image": image,
-        "context": APP,
-        "writeback": {"kind": "kustomize-images", "repo": repo.slug, "path": TARGET},
-    }
+    app = _citation(repo, image)
     values = write_values(
         tmp_path / "site.yaml",
         **{"gitea.url": server.url, "gitea.codeRepo": repo.slug, "registry.host": registry.host},
