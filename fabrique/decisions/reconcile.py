@@ -313,7 +313,7 @@ class Reconciler:
             return None
         text = self.transport.read(target.repo, head, target.path).text
         probe = desired_pin(self.site, app, want, "sha256:" + "0" * 64)
-        proposed = review.proposed_pin(text, app, head, probe, target_where(self.site, app))
+        proposed = review.proposed_pin(text, target, head, probe, target_where(self.site, app))
         if proposed is None or proposed.tag != short_sha(want):
             return None
         if pull is not None:

@@ -24,11 +24,11 @@ from collections.abc import Callable
 from typing import Protocol
 
 from fabrique.clients.gitea import PullRequest
-from fabrique.site.config import AppConfig, Environment, Site
+from fabrique.site.config import AppConfig, Environment, Site, WriteBackTarget
 from fabrique.site.errors import ConfigError
 from fabrique.site.retry import RetryPolicy
 
-from .targets import ImagePin, read_pin
+from .targets import ImagePin, target_pin
 
 log = logging.getLogger("fabrique.review")
 
@@ -88,20 +88,10 @@ def pull_text(message: str, site: Site, revision: str) -> tuple[str, str]:
 
 
 def proposed_pin(
-    text: str | None, app: AppConfig, head: str, pin: ImagePin, where: str
+    text: str | None, target: WriteBackTarget, head: str, pin: ImagePin, where: str
 ) -> ImagePin | None:
-    """The pin of ``app``'s image that ``text``, its target on branch ``head``, holds."""
-    if text is None:
-        return None
-    target = app.writeback
-    return read_pin(
-        text,
-        target.kind,
-        pin,
-        where=f"{where} (branch {head})",
-        source_index=target.source_index,
-        helm=target.helm_paths,
-    )
+    """The pin of ``pin``'s image that ``text``, the target on branch ``head``, holds."""
+    return None if text is None else target_pin(text, target, pin, where=f"{where} (branch {head})")
 
 
 def schedule_merge(

@@ -44,7 +44,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 
-from fabrique.site.config import HelmPaths
+from fabrique.site.config import HelmPaths, WriteBackTarget
 from fabrique.site.errors import TargetError
 
 Kind = Literal["kustomize-images", "argocd-application", "helm-values"]
@@ -178,6 +178,33 @@ def apply_pin(
             "layout around the images?); nothing was written"
         )
     return result
+
+
+def target_pin(
+    text: str, target: WriteBackTarget, pin_for: ImagePin, *, where: str
+) -> ImagePin | None:
+    """``read_pin`` in the layout ``target`` gives: its kind, its Application source,
+    its Helm paths."""
+    return read_pin(
+        text,
+        target.kind,
+        pin_for,
+        where=where,
+        source_index=target.source_index,
+        helm=target.helm_paths,
+    )
+
+
+def pin_target(text: str, target: WriteBackTarget, pin: ImagePin, *, where: str) -> str:
+    """``apply_pin`` in the layout ``target`` gives."""
+    return apply_pin(
+        text,
+        target.kind,
+        pin,
+        where=where,
+        source_index=target.source_index,
+        helm=target.helm_paths,
+    )
 
 
 def new_target(kind: Kind, pin: ImagePin, *, where: str) -> str:

@@ -45,7 +45,7 @@ from fabrique.site.retry import RetryPolicy
 
 from . import review
 from .holds import Hold, apply_hold, file_hold, read_hold, read_hold_own
-from .targets import ImagePin, apply_pin, new_target, read_pin
+from .targets import ImagePin, new_target, pin_target, target_pin
 
 log = logging.getLogger("fabrique.writeback")
 
@@ -168,14 +168,7 @@ def deployed_pin(site: Site, app: AppConfig, text: str) -> ImagePin | None:
     target = app.writeback
     # only the image's name and registry path matter to the lookup, not tag or digest
     probe = desired_pin(site, app, "0" * 40, "sha256:" + "0" * 64)
-    return read_pin(
-        text,
-        target.kind,
-        probe,
-        where=f"{target.repo}:{target.path}",
-        source_index=target.source_index,
-        helm=target.helm_paths,
-    )
+    return target_pin(text, target, probe, where=f"{target.repo}:{target.path}")
 
 
 def commit_message(app: AppConfig, pin: ImagePin, revision: str, workflow: str) -> str:
@@ -261,13 +254,8 @@ def write_back(
             if held is not None and rollback is None:
                 log.warning("%s: %s; not writing %s", where, held.describe(), pin.reference)
                 return Outcome("held", app.name, where, pin, detail=held.describe())
-            index, helm = target.source_index, target.helm_paths
-            deployed = read_pin(
-                old_text, target.kind, pin, where=where, source_index=index, helm=helm
-            )
-            new_text = apply_pin(
-                old_text, target.kind, pin, where=where, source_index=index, helm=helm
-            )
+            deployed = target_pin(old_text, target, pin, where=where)
+            new_text = pin_target(old_text, target, pin, where=where)
         if rollback is not None and (new_text != old_text or held is None):
             # a replay of the same rollback keeps the hold it made: no commit
             new_text = apply_hold(new_text, rollback, where=where, app=app.name)
@@ -369,21 +357,16 @@ def write_back_file(
                 )
         text = old
         for app, d, pin in zip(apps, deploys, pins, strict=True):
-            kind, index, helm = (
-                app.writeback.kind,
-                app.writeback.source_index,
-                app.writeback.helm_paths,
-            )
             held = None if old is None else read_hold(old, where, app.name)
             if held is not None:  # this app's hold, or the file-wide one: the others go on
                 log.warning("%s: %s; not writing %s", where, held.describe(), pin.reference)
                 decided.append(Outcome("held", app.name, where, pin, detail=held.describe()))
                 continue
             if text is None:
-                deployed, new_text = None, new_target(kind, pin, where=where)
+                deployed, new_text = None, new_target(app.writeback.kind, pin, where=where)
             else:
-                deployed = read_pin(text, kind, pin, where=where, source_index=index, helm=helm)
-                new_text = apply_pin(text, kind, pin, where=where, source_index=index, helm=helm)
+                deployed = target_pin(text, app.writeback, pin, where=where)
+                new_text = pin_target(text, app.writeback, pin, where=where)
             if new_text == text:
                 decided.append(Outcome("unchanged", app.name, where, pin))
                 continue
@@ -460,11 +443,7 @@ def _propose(
 
     def proposes(text: str | None) -> bool:
         """Whether ``text``, the target on the proposal branch, holds this very pin."""
-        if text is None:
-            return False
-        index, helm = target.source_index, target.helm_paths
-        applied = apply_pin(text, target.kind, pin, where=where, source_index=index, helm=helm)
-        return applied == text
+        return text is not None and pin_target(text, target, pin, where=where) == text
 
     for attempt in range(1, site.writeback.attempts + 1):
         snapshot: Snapshot = transport.read(target.repo, base, target.path)
@@ -491,7 +470,7 @@ def _propose(
                 log.warning("%s: %s was closed unmerged; not proposing it again", where, closed.url)
                 return Outcome("rejected", app.name, where, pin, detail=closed.url)
         if pull is not None:
-            proposed = review.proposed_pin(text, app, head, pin, where)
+            proposed = review.proposed_pin(text, target, head, pin, where)
             later = newer(proposed.tag) if proposed and proposed.tag else None
             if later:
                 log.warning("%s: pull request #%d proposes newer: %s", where, pull.number, later)
