@@ -93,6 +93,7 @@ from .writeback import (
     Deploy,
     Transport,
     backoff_of,
+    close_held_review,
     desired_pin,
     target_where,
     write_back_file,
@@ -279,22 +280,21 @@ class Reconciler:
         """In review: ask Gitea again to merge it (autoMerge), a schedule lost to a
         'try again later' included. Held: its open pull request (any) is closed. What to
         add to the app's line; a Gitea that fails here fails no decision."""
-        target = app.writeback
-        base = target.branch or self.site.gitea.branch
         try:
-            reviews = review.reviews_of(self.transport)
             if action == "in-review" and not facts.review_closed:
-                return review.schedule_merge(
-                    *(self.site, reviews, target.repo, facts.review_number, ""),
+                reviews = review.reviews_of(self.transport)
+                merge = review.schedule_merge(
+                    self.site,
+                    reviews,
+                    app.writeback.repo,
+                    facts.review_number,
+                    "",
                     backoff_of(self.site),
                     time.sleep,
-                ).replace(", ", "; ", 1)
-            if action == "held" and facts.hold is not None:
-                head = review.review_branch(self.site, app.name)
-                closed = review.close_review(
-                    *(self.site, reviews, app.name, target.repo, base, head),
-                    facts.hold.describe(),
                 )
+                return f"; {merge}" if merge else ""
+            if action == "held" and facts.hold is not None:
+                closed = close_held_review(self.site, self.transport, app.name, None, facts.hold)
                 return f"; closed pull request #{closed}" if closed else ""
         except FabriqueError as err:
             log.warning("%s: its pull request was not tended: %s", app.name, err)
@@ -307,18 +307,14 @@ class Reconciler:
         target = app.writeback
         base = target.branch or self.site.gitea.branch
         head = review.review_branch(self.site, app.name)
-        pull = reviews.open_pull(target.repo, base, head)
-        tip = pull.head_sha if pull is not None else reviews.branch_tip(target.repo, head)
-        if tip is None:
-            return None
-        text = self.transport.read(target.repo, head, target.path).text
+        found = review.find_proposal(reviews, self.transport, target, base, head)
         probe = desired_pin(self.site, app, want, "sha256:" + "0" * 64)
-        proposed = review.proposed_pin(text, target, head, probe, target_where(self.site, app))
+        proposed = found.pin(target, probe, target_where(self.site, app))
         if proposed is None or proposed.tag != short_sha(want):
             return None
-        if pull is not None:
-            return pull.url, pull.number, False
-        closed = review.rejected(reviews, target.repo, base, head, tip)
+        if found.pull is not None:
+            return found.pull.url, found.pull.number, False
+        closed = review.rejected(reviews, target.repo, base, found)
         return (closed.url, closed.number, True) if closed is not None else None
 
     def _status(self, app: AppConfig, want: str | None, *, read: bool) -> dict[str, Any]:

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from fabrique.clients.gitea import PullRequest
 from fabrique.site.config import AppConfig, Environment, Site, WriteBackTarget
@@ -87,11 +88,37 @@ def pull_text(message: str, site: Site, revision: str) -> tuple[str, str]:
     return subject, f"{rest.strip()}\n\nBuilt commit: {link}\n"
 
 
-def proposed_pin(
-    text: str | None, target: WriteBackTarget, head: str, pin: ImagePin, where: str
-) -> ImagePin | None:
-    """The pin of ``pin``'s image that ``text``, the target on branch ``head``, holds."""
-    return None if text is None else target_pin(text, target, pin, where=f"{where} (branch {head})")
+class Reads(Protocol):
+    """A transport's read (``writeback.Transport.read``): a snapshot with ``text``."""
+
+    def read(self, repo: str, branch: str, path: str) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """What an app's proposal branch holds now."""
+
+    head: str  # the branch
+    pull: PullRequest | None  # its open pull request
+    tip: str | None  # the branch's head commit; None: no such branch
+    text: str | None  # the target file on it
+
+    def pin(self, target: WriteBackTarget, pin_for: ImagePin, where: str) -> ImagePin | None:
+        """The pin of ``pin_for``'s image that the branch proposes, if any."""
+        if self.text is None:
+            return None
+        return target_pin(self.text, target, pin_for, where=f"{where} (branch {self.head})")
+
+
+def find_proposal(
+    reviews: Reviews, transport: Reads, target: WriteBackTarget, base: str, head: str
+) -> Proposal:
+    """Branch ``head``'s open pull request into ``base``, its tip and the target on it
+    (an open pull request's head is the tip: the branch is not asked then)."""
+    pull = reviews.open_pull(target.repo, base, head)
+    tip = pull.head_sha if pull is not None else reviews.branch_tip(target.repo, head)
+    text = transport.read(target.repo, head, target.path).text if tip else None
+    return Proposal(head, pull, tip, text)
 
 
 def schedule_merge(
@@ -105,13 +132,13 @@ def schedule_merge(
 ) -> str:
     """With ``autoMerge``, ask Gitea to merge pull request ``number`` once its checks
     pass (asked again by a replay and by each pass that finds it in review: a schedule
-    already there is kept); what to add to its line."""
+    already there is kept); what to say of it, "" without ``autoMerge``."""
     pulls = site.writeback.pull_request
     if not pulls.auto_merge:
         return ""
     for attempt in range(1, site.writeback.attempts + 1):
         if reviews.merge_pull(repo, number, style=pulls.merge_style, head=head) != "busy":
-            return ", merges once its checks pass"
+            return "merges once its checks pass"
         if attempt < site.writeback.attempts:  # Gitea is still checking it after a push
             sleep(backoff.delay(attempt))
     log.warning(
@@ -121,17 +148,19 @@ def schedule_merge(
         number,
     )
     return (
-        ", its merge not asked yet (Gitea was checking it or finds it conflicting; the "
-        "next pass asks again)"
+        "its merge not asked yet (Gitea was checking it or finds it conflicting; the next "
+        "pass asks again)"
     )
 
 
-def rejected(reviews: Reviews, repo: str, base: str, head: str, tip: str) -> PullRequest | None:
-    """The pull request a person closed unmerged with ``tip``, the proposal branch's
-    head, as its head, if any (fabrique deletes the branch when it closes one, and Gitea
-    when it merges one: a branch left with no open pull request was closed by hand, or
-    its pull request was never opened)."""
-    closed = reviews.closed_pull(repo, base, head, tip)
+def rejected(reviews: Reviews, repo: str, base: str, proposal: Proposal) -> PullRequest | None:
+    """The pull request a person closed unmerged with the proposal branch's tip as its
+    head, if any (fabrique deletes the branch when it closes one, and Gitea when it
+    merges one: a branch left with no open pull request was closed by hand, or its pull
+    request was never opened)."""
+    if proposal.pull is not None or proposal.tip is None:
+        return None
+    closed = reviews.closed_pull(repo, base, proposal.head, proposal.tip)
     return closed if closed is not None and not closed.merged else None
 
 

@@ -452,25 +452,20 @@ def _propose(
             if edited.state == "held" and not dry_run:
                 review.close_review(site, reviews, app.name, target.repo, base, head, edited.detail)
             return edited
-        pull = reviews.open_pull(target.repo, base, head)
-        tip = pull.head_sha if pull is not None else reviews.branch_tip(target.repo, head)
-        text = transport.read(target.repo, head, target.path).text if tip else None
-        if pull is not None and proposes(text):
-            merge = (
-                ""
-                if dry_run
-                else review.schedule_merge(
-                    site, reviews, target.repo, pull.number, pull.head_sha, backoff, sleep
-                )
-            )
-            return Outcome("in-review", app.name, where, pin, detail=pull.url + merge)
-        if pull is None and tip is not None and proposes(text):
-            closed = review.rejected(reviews, target.repo, base, head, tip)
+        found = review.find_proposal(reviews, transport, target, base, head)
+        pull = found.pull
+        if pull is not None and proposes(found.text):
+            merge = "" if dry_run else review.schedule_merge(
+                site, reviews, target.repo, pull.number, pull.head_sha, backoff, sleep
+            )  # fmt: skip
+            return Outcome("in-review", app.name, where, pin, detail=_said(pull.url, merge))
+        if proposes(found.text):  # no pull request open: one a person closed?
+            closed = review.rejected(reviews, target.repo, base, found)
             if closed is not None:
                 log.warning("%s: %s was closed unmerged; not proposing it again", where, closed.url)
                 return Outcome("rejected", app.name, where, pin, detail=closed.url)
         if pull is not None:
-            proposed = review.proposed_pin(text, target, head, pin, where)
+            proposed = found.pin(target, pin, where)
             later = newer(proposed.tag) if proposed and proposed.tag else None
             if later:
                 log.warning("%s: pull request #%d proposes newer: %s", where, pull.number, later)
@@ -481,7 +476,7 @@ def _propose(
             return Outcome("would-change", app.name, where, pin, diff=diff, detail=head)
         try:
             commit = transport.propose(
-                target.repo, base, head, target.path, edited, snapshot, message, tip
+                target.repo, base, head, target.path, edited, snapshot, message, found.tip
             )
         except StaleWrite as exc:
             if attempt == site.writeback.attempts:
@@ -497,11 +492,16 @@ def _propose(
             log.info("%s: opened pull request #%d (%s)", where, pull.number, pull.url)
         elif (pull.title, pull.body) != (title, body):
             pull = reviews.edit_pull(target.repo, pull.number, title=title, body=body)
-        detail = pull.url + review.schedule_merge(
+        merge = review.schedule_merge(
             site, reviews, target.repo, pull.number, commit, backoff, sleep
         )
+        detail = _said(pull.url, merge)
         return Outcome("proposed", app.name, where, pin, commit=commit, detail=detail)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _said(first: str, then: str) -> str:
+    return f"{first}, {then}" if then else first
 
 
 def target_where(site: Site, app: AppConfig) -> str:
@@ -652,16 +652,16 @@ def set_hold(
 
 def close_held_review(
     site: Site, transport: Transport, app_name: str, environment: Environment | None, hold: Hold
-) -> None:
+) -> int | None:
     """A held app proposes nothing: its open pull request (if any) is closed, saying who
-    holds it and why."""
+    holds it and why. The number of the one closed."""
     app = site.app(app_name)
     if environment is not None:
         app = app.at(environment)
     if not review.in_review(site, app):
-        return
+        return None
     target = app.writeback
-    review.close_review(
+    return review.close_review(
         *(site, review.reviews_of(transport), app.name, target.repo),
         target.branch or site.gitea.branch,
         review.review_branch(site, app.name, environment),
