@@ -18,6 +18,7 @@ import click
 from fabrique import __version__
 from fabrique.site.config import Environment, Site, load_site
 from fabrique.site.errors import FabriqueError, InputError, ValidationFailed
+from fabrique.site.names import WRITEBACK_OUTCOMES
 
 if TYPE_CHECKING:
     from fabrique.decisions.reconcile import Reconciler
@@ -451,9 +452,7 @@ def status_skipped(state: _State, app: str, revision: str, workflow: str | None)
 @click.option(
     "--outcome",
     required=True,
-    type=click.Choice(
-        ["changed", "unchanged", "superseded", "held", "proposed", "in-review", "rejected"]
-    ),
+    type=click.Choice(WRITEBACK_OUTCOMES),
     help="The write-back's outcome.",
 )
 @click.option("--commit", default="", help="The write-back commit, when it changed.")

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from fabrique.clients.gitea import CommitStatus, GiteaClient
 from fabrique.decisions.memory import Memory
+from fabrique.decisions.status import PROPOSED, WRITTEN, written
+from fabrique.decisions.writeback import State
 from fabrique.site.config import load_site
-from fabrique.site.names import RECONCILE_MEMORY
+from fabrique.site.names import RECONCILE_MEMORY, WRITEBACK_OUTCOMES
 
 from .conftest import GITEA_TOKEN, KUSTOMIZATION, Repo, run_cli
 from .doubles.gitea import GiteaDouble
@@ -444,3 +446,13 @@ def _memory(kube: KubeApiDouble, path: Path) -> Memory:
     memory = Memory.loads(stored, site.gitea.code_repo, site.gitea.branch)
     assert memory is not None
     return memory
+
+
+def test_every_write_back_outcome_has_its_words_and_is_a_write_back_state() -> None:
+    """The outcomes the CLI takes (WRITEBACK_OUTCOMES), the words each one's status says
+    (WRITTEN) and the write-back's own states are one list."""
+    assert tuple(WRITTEN) == WRITEBACK_OUTCOMES
+    assert set(WRITEBACK_OUTCOMES) == set(get_args(State)) - {"would-change"}
+    assert PROPOSED.search(written("proposed", "sha256:1", "a" * 40).description)
+    assert PROPOSED.search(written("in-review", "sha256:1").description)
+    assert not PROPOSED.search(written("changed", "sha256:1", "a" * 40).description)

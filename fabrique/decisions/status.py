@@ -108,32 +108,35 @@ def skipped(app: AppConfig) -> Report:
     return Report("success", f"no change under {app.context}")
 
 
+# the success of a write-back, by its outcome ({commit}: ", commit <sha12>" when one
+# was made)
+WRITTEN = {
+    "changed": "deployed {digest}; changed{commit}",
+    "unchanged": "{digest} already deployed; unchanged",
+    "superseded": "built {digest}; superseded, a newer commit is deployed",
+    "held": "built {digest}; held, nothing deployed",
+    "proposed": "built {digest}; proposed in a pull request{commit}",
+    "in-review": "built {digest}; in review, already proposed",
+    "rejected": "built {digest}; its pull request was closed unmerged",
+}
 # a write-back's success that is not yet a deployment: its pull request is open
-PROPOSED = re.compile(r"; (proposed in a pull request|in review, already proposed)")
+PROPOSED = re.compile(
+    "|".join(
+        re.escape(WRITTEN[outcome].split("{digest}")[1].format(commit=""))
+        for outcome in ("proposed", "in-review")
+    )
+)
 
 
 def written(
     outcome: str, digest: str, commit: str | None = None, *, by_net: bool = False
 ) -> Report:
     """The success of a write-back: its digest and its outcome."""
-    prefix = SAFETY_NET if by_net else ""
-    if outcome == "changed":
-        where = f", commit {commit[:12]}" if commit else ""
-        return Report("success", f"{prefix}deployed {digest}; changed{where}")
-    if outcome == "unchanged":
-        return Report("success", f"{prefix}{digest} already deployed; unchanged")
-    if outcome == "superseded":
-        return Report("success", f"{prefix}built {digest}; superseded, a newer commit is deployed")
-    if outcome == "held":
-        return Report("success", f"{prefix}built {digest}; held, nothing deployed")
-    if outcome == "proposed":
-        where = f", commit {commit[:12]}" if commit else ""
-        return Report("success", f"{prefix}built {digest}; proposed in a pull request{where}")
-    if outcome == "in-review":
-        return Report("success", f"{prefix}built {digest}; in review, already proposed")
-    if outcome == "rejected":
-        return Report("success", f"{prefix}built {digest}; its pull request was closed unmerged")
-    raise ValueError(f"write-back outcome {outcome!r}")
+    if outcome not in WRITTEN:
+        raise ValueError(f"write-back outcome {outcome!r}")
+    where = f", commit {commit[:12]}" if commit else ""
+    said = WRITTEN[outcome].format(digest=digest, commit=where)
+    return Report("success", (SAFETY_NET if by_net else "") + said)
 
 
 def parse_failures(raw: str | None) -> list[dict[str, Any]]:

@@ -173,3 +173,16 @@ def redact_urls(text: str) -> str:
 _QUERY = re.compile(r"(?P<url>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s?#'\"]*)\?[^\s#'\"]*")
 # and so may its fragment (an OAuth implicit grant's #access_token=…)
 _FRAGMENT = re.compile(r"(?P<url>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s#'\"]*)#[^\s'\"]+")
+
+
+# what a write-back did, as the build's write-back step says it (its output, the status
+# it reports, the metric it counts); decisions/status.WRITTEN words each one
+WRITEBACK_OUTCOMES = (
+    "changed",
+    "unchanged",
+    "superseded",
+    "held",
+    "proposed",
+    "in-review",
+    "rejected",
+)
