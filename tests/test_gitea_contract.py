@@ -1219,6 +1219,24 @@ def exchanges(server: Server, tmp_path: Path) -> dict[str, Any]:
         call("update stale", "PUT", f"{r}/contents/{TARGET}", json={**write, "sha": blob})
         call("update gone", "PUT", f"{r}/contents/gone.yaml", json={**write, "sha": blob})
         call("update a directory", "PUT", f"{r}/contents/{APP}", json={**write, "sha": blob})
+        propose = {**write, "new_branch": "fabrique/shape", "force_push": True}
+        now = raw.get(f"{r}/contents/{TARGET}", params={"ref": "main"}).json()["sha"]
+        call("propose", "PUT", f"{r}/contents/{TARGET}", json={**propose, "sha": now})
+        call("propose again", "PUT", f"{r}/contents/{TARGET}", json={**propose, "sha": now})
+        pull = {"base": "main", "head": "fabrique/shape", "title": "t", "body": "b"}
+        call("pull", "POST", f"{r}/pulls", json=pull)
+        call("pull again", "POST", f"{r}/pulls", json=pull)
+        call("pull of no branch", "POST", f"{r}/pulls", json={**pull, "head": "gone"})
+        call("pull by branches", "GET", f"{r}/pulls/main/fabrique%2Fshape")
+        call("pull by branches none", "GET", f"{r}/pulls/main/gone")
+        pulls = {"base_branch": "main", "sort": "recentupdate", "page": "1", "limit": "50"}
+        call("pulls open", "GET", f"{r}/pulls", params={**pulls, "state": "open"})
+        call("pull edit", "PATCH", f"{r}/pulls/1", json={"title": "t2", "body": "b2"})
+        call("pull merge unscheduled", "DELETE", f"{r}/pulls/1/merge")
+        call("pull close", "PATCH", f"{r}/pulls/1", json={"state": "closed", "body": "c"})
+        call("pulls closed", "GET", f"{r}/pulls", params={**pulls, "state": "closed"})
+        call("branch delete", "DELETE", f"{r}/branches/fabrique%2Fshape")
+        call("branch delete again", "DELETE", f"{r}/branches/fabrique%2Fshape")
         call("combined none", "GET", f"{r}/commits/{first}/status", params={"limit": "50"})
         call("statuses none", "GET", f"{r}/commits/{first}/statuses")
         status = {"context": "c", "state": "pending"}

@@ -1148,42 +1148,77 @@ class GiteaDouble:
 
     def _delete_branch(self, repo: str, branch: str) -> tuple[int, Any]:
         if self._resolve(repo, f"refs/heads/{branch}") is None:
-            return self._not_found("branch not found")
+            return self._not_found()
         if branch == self._default_branch(repo) or (repo, branch) in self.protected:
             return self._error(403, "branch protected")
         git(self._bare(repo), "update-ref", "-d", f"refs/heads/{branch}")
         for pull in self.pulls.get(repo, []):  # AdjustPullsCausedByBranchDeleted
             if pull["head"] == branch and pull["state"] == "open":
                 pull["state"] = "closed"
+                pull["updated"] = self._touch()
+                pull["closed_at"] = self._moment(pull["updated"])
         return 204, None
 
-    def _pull_view(self, repo: str, pull: dict[str, Any]) -> dict[str, Any]:
-        """A PullRequest as Gitea shows it: head.sha is the branch's live tip."""
+    def _pull_view(
+        self, repo: str, pull: dict[str, Any], *, listed: bool = False
+    ) -> dict[str, Any]:
+        """A PullRequest as Gitea shows it (ToAPIPullRequest): head.sha is the branch's
+        live tip; a listing leaves out the diff's counts and sends its empty lists of
+        assignees and reviewers as null, one pull request sends them as []."""
         head_sha = self._resolve(repo, f"refs/heads/{pull['head']}") or pull["head_sha"]
         pull["head_sha"] = head_sha
         base_sha = self._resolve(repo, f"refs/heads/{pull['base']}") or ""
         html = f"{self.url}/{repo}/pulls/{pull['number']}"
-        return {
+        empty = None if listed else []
+        branch = {"repo_id": list(self.repos).index(repo) + 1, "repo": self._repository(repo)}
+        view: dict[str, Any] = {
             "id": pull["number"],
-            "number": pull["number"],
             "url": html,
-            "html_url": html,
+            "number": pull["number"],
+            "user": USER,
             "title": pull["title"],
             "body": pull["body"],
+            "labels": [],
+            "milestone": None,
+            "assignee": None,
+            "assignees": empty,
+            "requested_reviewers": empty,
+            "requested_reviewers_teams": empty,
             "state": pull["state"],
-            "merged": pull["merged"],
+            "draft": False,
+            "is_locked": False,
+            "comments": 0,
+            "html_url": html,
+            "diff_url": f"{html}.diff",
+            "patch_url": f"{html}.patch",
             "mergeable": pull["state"] == "open",
+            "merged": pull["merged"],
+            "merged_at": pull.get("closed_at") if pull["merged"] else None,
             "merge_commit_sha": pull.get("merge_commit"),
-            "head": {
-                "label": pull["head"],
-                "ref": pull["head"],
-                "sha": head_sha,
-                "repo_id": list(self.repos).index(repo) + 1,
-                "repo": self._repository(repo),
-            },
-            "base": {"label": pull["base"], "ref": pull["base"], "sha": base_sha},
-            "user": USER,
+            "merged_by": USER if pull["merged"] else None,
+            "allow_maintainer_edit": True,
+            "base": {"label": pull["base"], "ref": pull["base"], "sha": base_sha, **branch},
+            "head": {"label": pull["head"], "ref": pull["head"], "sha": head_sha, **branch},
+            "merge_base": pull["merge_base"],
+            "due_date": None,
+            "created_at": pull["created_at"],
+            "updated_at": self._moment(pull["updated"]),
+            "closed_at": pull.get("closed_at"),
+            "pin_order": 0,
+            "content_version": 0,
         }
+        if not listed:
+            stats = git(self._bare(repo), "diff", "--numstat", pull["merge_base"], head_sha)
+            counts = [line.split("\t") for line in stats.splitlines() if line]
+            view["additions"] = sum(int(c[0]) for c in counts if c[0].isdigit())
+            view["deletions"] = sum(int(c[1]) for c in counts if c[1].isdigit())
+            view["changed_files"] = len(counts)
+        return view
+
+    @staticmethod
+    def _moment(order: int) -> str:
+        """A time for the ``order``-th update: later is later."""
+        return f"2026-12-02T11:{order // 60 % 60:02d}:{order % 60:02d}Z"
 
     def _list_pulls(self, request: Request, repo: str) -> tuple[Any, ...]:
         state, base = request.query.get("state", "open"), request.query.get("base_branch")
@@ -1196,7 +1231,7 @@ class GiteaDouble:
             chosen.sort(key=lambda p: -p["updated"])
         else:  # Gitea's default: the newest first
             chosen.reverse()
-        every = [self._pull_view(repo, p) for p in chosen]
+        every = [self._pull_view(repo, p, listed=True) for p in chosen]
         page, headers = self._page(request, every)
         return 200, page, headers
 
@@ -1217,12 +1252,14 @@ class GiteaDouble:
                 422, "Invalid PullRequest: There are no changes between the head and the base"
             )
         pulls = self.pulls.setdefault(repo, [])
+        repo_id = list(self.repos).index(repo) + 1
         for p in pulls:
             if (p["base"], p["head"], p["state"]) == (base, head, "open"):
                 return self._error(
                     409,
                     f"pull request already exists for these targets [id: {p['number']}, "
-                    f"issue_id: {p['number']}, head_branch: {head}, base_branch: {base}]",
+                    f"issue_id: {p['number']}, head_repo_id: {repo_id}, base_repo_id: "
+                    f"{repo_id}, head_branch: {head}, base_branch: {base}]",
                 )
         pull = {
             "number": len(pulls) + 1,
@@ -1235,7 +1272,11 @@ class GiteaDouble:
             "merged": False,
             "scheduled": None,
             "updated": self._touch(),
+            "merge_base": git(
+                self._bare(repo), "merge-base", f"refs/heads/{base}", f"refs/heads/{head}"
+            ),
         }
+        pull["created_at"] = self._moment(pull["updated"])
         pulls.append(pull)
         return 201, self._pull_view(repo, pull)
 
@@ -1255,6 +1296,10 @@ class GiteaDouble:
         if body.get("state") in ("open", "closed"):
             pull["state"] = body["state"]
         pull["updated"] = self._touch()
+        if pull["state"] == "closed":
+            pull.setdefault("closed_at", self._moment(pull["updated"]))
+        else:
+            pull.pop("closed_at", None)
         return 201, self._pull_view(repo, pull)
 
     def _touch(self) -> int:
@@ -1320,6 +1365,7 @@ class GiteaDouble:
         git(bare, "update-ref", f"refs/heads/{pull['base']}", merged, base)
         pull.update(state="closed", merged=True, merge_commit=merged, head_sha=head)
         pull["updated"] = self._touch()
+        pull["closed_at"] = self._moment(pull["updated"])
         if pull.get("delete_branch"):
             git(bare, "update-ref", "-d", f"refs/heads/{pull['head']}")
 
