@@ -177,9 +177,12 @@ def test_the_safety_net_asks_the_merge_of_a_pull_request_in_review_and_closes_a_
     text = code_repo.show(KUSTOMIZATION)
     hold = Hold("alice", "2026-12-05T10:00:00Z", "incident")
     code_repo.commit({KUSTOMIZATION: apply_hold(text, hold, where="k", app="citation")})
+    before = len(gitea.requests)
     line = _line(_reconcile(auto, env, "--app", "citation"))
     assert line.startswith("citation: held: ") and line.endswith("closed pull request #1"), line
     assert pull["state"] == "closed" and pull["scheduled"] is None
+    lookups = [r for r in gitea.requests[before:] if "/pulls/main/" in r.path]
+    assert len(lookups) == 1, "a held app's pull request is looked up once, to close it"
 
 
 @pytest.mark.parametrize(

@@ -246,7 +246,13 @@ class Reconciler:
         state: WorkflowState | None = None
         held = False
         proposed: tuple[str, int, bool] | None = None
-        if want is not None and not seen.current and review.in_review(site, app):
+        # a held app is held whatever a pull request proposes (the pass closes it)
+        if (
+            want is not None
+            and not seen.current
+            and seen.hold is None
+            and review.in_review(site, app)
+        ):
             proposed = self._proposed(app, want)
         if want is not None and not seen.current and proposed is None:
             built = self._digest(app.image, short_sha(want))
