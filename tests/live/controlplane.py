@@ -24,6 +24,7 @@ the kubeconfig, the certificates, etcd's data, a log per process and ``state.jso
 
 from __future__ import annotations
 
+import argparse
 import base64
 import contextlib
 import datetime
@@ -1083,23 +1084,29 @@ def _event_path_lines(folder: Path) -> list[str]:
     ]
 
 
-def _code_repository(site: Site, gitea: Gitea, folder: Path, base: str) -> list[str]:
-    """The default site's code repository in ``gitea``, for a person to push to: made
-    with its app's build context when missing; its webhook the one ``fabrique
-    seed-webhook`` makes, but to the EventSource this plane runs (the loopback URL of
-    ``event-path.json``, which this Gitea's ALLOWED_HOST_LIST allows, where seed-webhook
-    names the cluster's Service), made again when the plane has a new EventSource or
-    bearer token, and left alone otherwise. The lines that say how to push."""
+def _code_repository(
+    site: Site, plane: ControlPlane, gitea: Gitea, folder: Path, base: str
+) -> list[str]:
+    """The default site's code repository in ``gitea``, for a person to push to; its
+    webhook the one ``fabrique seed-webhook`` makes, but to the EventSource this plane
+    runs (the loopback URL of ``event-path.json``, which this Gitea's ALLOWED_HOST_LIST
+    allows, where seed-webhook names the cluster's Service), made again when the plane
+    has a new EventSource or bearer token, and left alone otherwise.
+
+    A repository made now gets its app's build context as its first commit, after the
+    hook: Gitea's push queue would deliver a commit made before the hook to the hook all
+    the same, whenever it gets to it. That build is the chain's first, and it is waited
+    for, its digest written back (``_seed_built``): a person who clones from the lines
+    printed then starts from the branch's head, and their first push is not refused as
+    non-fast-forward by a write-back landing a minute later. The lines that say how to
+    push."""
     # imported here: these build on this module
     from fabrique.gestures.webhook import HOOK_NAME, Credentials, desired, differences
 
     from .gitea import ADMIN
 
     repo, branch, app = site.gitea.code_repo, site.gitea.branch, site.apps[0]
-    if gitea.repository(repo, branch):
-        gitea.commit(
-            repo, branch, app_files(site, base), f"{app.name}: its build context and deployment"
-        )
+    new = gitea.repository(repo, branch)
     event_path = json.loads((folder / "event-path.json").read_text())
     url = event_path["webhook"]
     want = desired(site, Credentials(Path(event_path["bearer_file"]).read_text().strip()))
@@ -1119,6 +1126,11 @@ def _code_repository(site: Site, gitea: Gitea, folder: Path, base: str) -> list[
             made = admin.post(f"/repos/{repo}/hooks", json=want)
             if made.status_code != 201:
                 raise ControlPlaneError(f"a webhook of {repo}: {made.status_code} {made.text}")
+    if new:
+        seed = gitea.commit(
+            repo, branch, app_files(site, base), f"{app.name}: its build context and deployment"
+        )
+        _seed_built(site, plane, gitea, folder, seed)
     # the admin's password reaches git through a credential helper: never in a URL, an
     # argument or the shell's history
     password = shlex.quote(str(gitea.password_file))
@@ -1133,6 +1145,74 @@ def _code_repository(site: Site, gitea: Gitea, folder: Path, base: str) -> list[
         f"# the Sensor then creates the Workflow fabrique-{app.name}-<the commit's first 12 "
         f"hex digits>: kubectl get workflows -n {site.namespaces.build}",
     ]
+
+
+# the seed commit's build on a fresh plane: the Sensor's Workflow, then its pods (the
+# tools and BuildKit images pulled once) and its write-back
+SEED_DELIVERED = 60  # seconds for the hook's delivery to become a Workflow
+SEED_BUILT = 420  # seconds for that Workflow to end
+
+
+def _seed_built(site: Site, plane: ControlPlane, gitea: Gitea, folder: Path, seed: str) -> None:
+    """Back once the seed commit's build has ended Succeeded and its digest is written
+    back on the branch, said on stderr. The hook delivers the commit; were the delivery
+    lost, the build is submitted as the safety net would (one Workflow per app and
+    commit, whoever asks). A ControlPlaneError if the build ends otherwise or takes too
+    long."""
+    app, namespace = site.apps[0].name, site.namespaces.build
+    name = f"fabrique-{app}-{seed[:12]}"
+
+    def phase() -> str:
+        return plane.kubectl(
+            "get", "workflow", name, "-n", namespace, "-o", "jsonpath={.status.phase}",
+            "--ignore-not-found",
+        )  # fmt: skip
+
+    def exists() -> bool:
+        found = plane.kubectl("get", "workflow", name, "-n", namespace, "--ignore-not-found")
+        return bool(found.strip())
+
+    print(f"# the seed commit {seed[:12]} is built now: Workflow {name}", file=sys.stderr)
+    delivered = True
+    try:
+        until(f"Workflow {name}, from the hook", exists, SEED_DELIVERED, error=TimeoutError)
+    except TimeoutError:
+        delivered = False
+    if not delivered:
+        print(f"# no Workflow {name} from the hook: submitted", file=sys.stderr)
+        if _fabrique(folder, ["submit", "--app", app, "--revision", seed]) != 0:
+            raise ControlPlaneError(f"fabrique submit of the seed commit {seed[:12]} failed")
+    ended = until(
+        f"Workflow {name} to end",
+        lambda: (found := phase()) not in ("", "Pending", "Running") and found,
+        SEED_BUILT,
+        every=2,
+        error=ControlPlaneError,
+        detail=phase,
+    )
+    if ended != "Succeeded":
+        message = plane.kubectl(
+            "get", "workflow", name, "-n", namespace, "-o", "jsonpath={.status.message}",
+            check=False,
+        )  # fmt: skip
+        raise ControlPlaneError(f"the seed commit's build {name} ended {ended}: {message}")
+    with gitea.admin() as admin:
+        listed = admin.get(
+            f"/repos/{site.gitea.code_repo}/commits",
+            params={"sha": site.gitea.branch, "limit": "1", "stat": "false"},
+        )
+    head = listed.json()[0] if listed.status_code == 200 and listed.json() else {}
+    parents = [p.get("sha") for p in head.get("parents") or []]
+    if parents != [seed]:
+        raise ControlPlaneError(
+            f"the seed commit's build {name} succeeded, but the branch's head is "
+            f"{str(head.get('sha'))[:12]}, not its write-back on {seed[:12]}"
+        )
+    print(
+        f"# the seed commit {seed[:12]} built and its digest written back "
+        f"({head['sha'][:12]}): a clone starts from there",
+        file=sys.stderr,
+    )
 
 
 APP_DEPLOYMENT = """\
@@ -1308,8 +1388,6 @@ def _up(folder: Path) -> list[str]:
             fixed_port=port,
         ).start()
     try:
-        base = images.pinned(images.APP_BASE, running.images)
-        pushing = _code_repository(site, gitea, folder, base)
         if gitea.repository(site.gitea.apps_repo, site.gitea.branch):
             gitea.commit(
                 site.gitea.apps_repo, site.gitea.branch,
@@ -1333,6 +1411,12 @@ def _up(folder: Path) -> list[str]:
         argocd.root_application(
             f"{site.gitea.url}/{site.gitea.apps_repo}.git", site.gitea.branch, "apps"
         )
+    # last: a new code repository's first commit is built, which needs the tools image
+    try:
+        base = images.pinned(images.APP_BASE, running.images)
+        pushing = _code_repository(site, running, gitea, folder, base)
+    except httpx.HTTPError as failed:
+        raise ControlPlaneError(f"Gitea's code repository: {failed}") from None
     from .node import WORLD_HOSTS
 
     world = ", ".join(f"{address} ({role})" for role, (address, _) in WORLD_HOSTS.items())
@@ -1444,7 +1528,21 @@ def scenario(
 def main(argv: list[str]) -> int:
     from .gitea import Gitea
 
-    command = argv[0] if argv else "up"
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.live.controlplane",
+        description="The control plane of `make up` on loopback, with Gitea beside it.",
+    )
+    parser.add_argument(
+        "command",
+        nargs="?",
+        default="up",
+        choices=("up", "down", "scenario", "fabrique"),
+        help="start it (the default), stop it, run scenario 34 on it, or run fabrique "
+        "against it",
+    )
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="fabrique's arguments")
+    parsed = parser.parse_args(argv)
+    command = parsed.command
     folder = default_folder()
     if command == "up":
         # stdout is only what a shell may eval (`export`, and comments): what is said on
@@ -1461,31 +1559,28 @@ def main(argv: list[str]) -> int:
     if command == "scenario":
         return _scenario(folder)
     if command == "fabrique":
-        return _fabrique(folder, argv[1:])
+        return _fabrique(folder, parsed.args)
     running = ControlPlane.load(folder)
     gitea = Gitea.load(folder / "gitea")
-    if command == "down":
-        from .argocd import ArgoCD
+    from .argocd import ArgoCD  # down: the one command left
 
-        try:
-            argocd = ArgoCD.load(folder / "argocd", running) if running is not None else None
-            if argocd is not None:
-                argocd.stop()
-                print(f"# stopped Argo CD in {argocd.folder}", file=sys.stderr)
-            if gitea is not None:
-                gitea.stop()
-                print(f"# stopped Gitea in {gitea.folder}", file=sys.stderr)
-            if running is None:
-                print(f"# no control plane in {folder}", file=sys.stderr)
-                return 0
-            running.stop()
-        except ControlPlaneError as failed:
-            print(f"error: {failed}", file=sys.stderr)
-            return 1
-        print(f"# stopped the control plane in {folder}", file=sys.stderr)
-        return 0
-    print(f"error: unknown command {command!r} (up, down, scenario or fabrique)", file=sys.stderr)
-    return 2
+    try:
+        argocd = ArgoCD.load(folder / "argocd", running) if running is not None else None
+        if argocd is not None:
+            argocd.stop()
+            print(f"# stopped Argo CD in {argocd.folder}", file=sys.stderr)
+        if gitea is not None:
+            gitea.stop()
+            print(f"# stopped Gitea in {gitea.folder}", file=sys.stderr)
+        if running is None:
+            print(f"# no control plane in {folder}", file=sys.stderr)
+            return 0
+        running.stop()
+    except ControlPlaneError as failed:
+        print(f"error: {failed}", file=sys.stderr)
+        return 1
+    print(f"# stopped the control plane in {folder}", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":

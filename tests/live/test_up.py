@@ -1,8 +1,10 @@
 """``make up`` and ``make down`` as a person runs them (``python -m tests.live.controlplane``,
 what the Makefile's targets call): the control plane, Gitea and the default site's event
-path come up, their secret files readable by their owner only; a push to the code
-repository, cloned and pushed as ``up`` says, becomes its Workflow; a second ``up``
-changes nothing, ``down`` stops every process, and ``up`` comes up again after it."""
+path come up, their secret files readable by their owner only; the code repository's
+first commit is built and its digest written back before ``up`` returns; a push to the
+code repository, cloned and pushed at once as ``up`` says, becomes its Workflow and its
+write-back, and ``fabrique status`` says ``ok`` for it; a second ``up`` changes nothing,
+``down`` stops every process, and ``up`` comes up again after it."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,7 +61,8 @@ def _run(folder: Path, command: str) -> subprocess.CompletedProcess[str]:
         env={**os.environ, "FABRIQUE_LIVE_DIR": str(folder)},
         capture_output=True,
         text=True,
-        timeout=300,
+        # a fresh plane: the node's images, Argo CD, and the seed commit's build
+        timeout=900,
         check=False,
     )
 
@@ -85,6 +89,18 @@ def _push_as_printed(out: str, where: Path) -> str:
     )
     assert done.returncode == 0, done.stderr
     return done.stdout.split()[-1]
+
+
+def _head(gitea: Gitea) -> dict[str, Any]:
+    """The code repository's branch head: its ``sha`` and ``parents``."""
+    with gitea.admin() as admin:
+        listed = admin.get(f"/repos/{CODE_REPO}/commits", params={"sha": "main", "limit": "1"})
+    assert listed.status_code == 200, listed.text
+    return dict(listed.json()[0])
+
+
+def _parents(commit: dict[str, Any]) -> list[str]:
+    return [p["sha"] for p in commit["parents"]]
 
 
 def _hooks(gitea: Gitea) -> list[tuple[int, str]]:
@@ -135,14 +151,24 @@ def test_make_up_brings_up_the_event_path_and_make_down_stops_it(tmp_path: Path)
         assert "enforced by kube-network-policies" in up.stdout
         ((_, hook_url),) = _hooks(gitea)
         assert hook_url == found[1]  # the EventSource this plane runs
+        # the seed commit was built before `up` returned: the head is its write-back
+        seeded = _head(gitea)
+        (seed,) = _parents(seeded)
+        assert f"the seed commit {seed[:12]} built and its digest written back" in up.stderr
 
-        # a person clones the code repository and pushes, as `up` says: Gitea delivers the
-        # push to the EventSource, the Sensor makes its Workflow
+        # a person clones the code repository and pushes at once, as `up` says: the push
+        # is taken (no write-back lands under it), Gitea delivers it to the EventSource,
+        # the Sensor makes its Workflow, whose write-back lands on it
         sha = _push_as_printed(up.stdout, tmp_path)
         cluster = Cluster(plane)
         try:
             path = f"{ARGO}/namespaces/fabrique-build/workflows/fabrique-citation-{sha[:12]}"
             cluster.wait("the push's Workflow", lambda: cluster.exists(path) or None)
+            cluster.wait(
+                f"the write-back of {sha[:12]} on main",
+                lambda: _parents(_head(gitea)) == [sha] or None,
+                timeout=300,
+            )
         finally:
             cluster.http.close()
 
@@ -157,7 +183,7 @@ def test_make_up_brings_up_the_event_path_and_make_down_stops_it(tmp_path: Path)
         )
         assert status.returncode == 0, status.stderr
         (row,) = [line for line in status.stdout.splitlines() if line.startswith("citation ")]
-        assert sha[:12] in row, status.stdout
+        assert row.split()[1:3] == ["ok", sha[:12]], status.stdout  # STATE, WANT
 
         # again: the same processes, the same lines, the same repository and hook
         hooks = _hooks(gitea)
@@ -168,9 +194,7 @@ def test_make_up_brings_up_the_event_path_and_make_down_stops_it(tmp_path: Path)
         reloaded = ControlPlane.load(folder)
         assert reloaded is not None and reloaded.pids == plane.pids
         assert _hooks(gitea) == hooks
-        with gitea.admin() as admin:
-            head = admin.get(f"/repos/{CODE_REPO}/branches/main").json()["commit"]["id"]
-        assert head == sha
+        assert _parents(_head(gitea)) == [sha]  # the push's write-back, and nothing since
     finally:
         # what runs, recorded before `down`, which deletes the state files
         running = Gitea.load(folder / "gitea")
