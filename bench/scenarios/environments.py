@@ -13,6 +13,7 @@ and CONTEXT ``-``.
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from fabrique.site.config import Site, load_site
@@ -38,11 +39,14 @@ def lines(site: Site, name: str) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: environments.py APP", file=sys.stderr)
-        return 2
+    parser = argparse.ArgumentParser(
+        prog="environments.py",
+        description="The environments of an app as scenario 34 walks them, one line each.",
+    )
+    parser.add_argument("app", metavar="APP")
+    args = parser.parse_args(argv)
     try:
-        print("\n".join(lines(load_site(), argv[0])))
+        print("\n".join(lines(load_site(), args.app)))
     except FabriqueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -8,6 +8,7 @@ of what is wrong: empty means the gate passes. ``build-gitops-digest.sh`` calls 
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import sys
@@ -181,10 +182,20 @@ WORDS = {"reconciled": 2, "status-success": 2}
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[0] not in GATES:
-        print(f"usage: gates.py {{{','.join(GATES)}}} FILE… [APP REVISION|DIGEST]", file=sys.stderr)
-        return 2
-    name, args = argv[0], argv[1:]
+    parser = argparse.ArgumentParser(
+        prog="gates.py",
+        description="Judge one gate of scenario 34 on recorded outputs: "
+        "exit 0 pass, 1 fail, 2 usage.",
+    )
+    parser.add_argument("gate", choices=GATES)
+    parser.add_argument(
+        "args",
+        nargs="+",
+        metavar="FILE",
+        help="the recorded outputs, then APP and REVISION or DIGEST for " + " and ".join(WORDS),
+    )
+    parsed = parser.parse_args(argv)
+    name, args = parsed.gate, parsed.args
     if name in WORDS:
         files, words = args[: -WORDS[name]], args[-WORDS[name] :]
         problems = GATES[name](*[_load(a) for a in files], *words)

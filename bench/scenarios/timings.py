@@ -10,6 +10,7 @@ the Argo CD Application; PODS the app's pods. Prints one JSON object.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from datetime import datetime
@@ -52,11 +53,19 @@ def stages(
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 5:
-        print(__doc__.strip().splitlines()[3].strip(), file=sys.stderr)
-        return 2
-    loaded = [json.loads(Path(a).read_text()) for a in argv[1:]]
-    print(json.dumps(stages(float(argv[0]), *loaded)))
+    parser = argparse.ArgumentParser(
+        prog="timings.py",
+        description="The chain's stage times of one push: seconds from the push to each "
+        "stage, one JSON object.",
+    )
+    parser.add_argument("pushed_at", type=float, metavar="PUSHED_AT", help="the push's epoch time")
+    for name in ("WORKFLOW", "COMMIT", "APP", "PODS"):
+        parser.add_argument(name.lower(), type=Path, metavar=f"{name}.json")
+    args = parser.parse_args(argv)
+    loaded = [
+        json.loads(path.read_text()) for path in (args.workflow, args.commit, args.app, args.pods)
+    ]
+    print(json.dumps(stages(args.pushed_at, *loaded)))
     return 0
 
 

@@ -1537,8 +1537,7 @@ def main(argv: list[str]) -> int:
         nargs="?",
         default="up",
         choices=("up", "down", "scenario", "fabrique"),
-        help="start it (the default), stop it, run scenario 34 on it, or run fabrique "
-        "against it",
+        help="start it (the default), stop it, run scenario 34 on it, or run fabrique against it",
     )
     parser.add_argument("args", nargs=argparse.REMAINDER, help="fabrique's arguments")
     parsed = parser.parse_args(argv)

@@ -33,6 +33,7 @@ peer prints its name and how long it took.
 
 from __future__ import annotations
 
+import argparse
 import fcntl
 import functools
 import hashlib
@@ -455,16 +456,35 @@ class Prefetch:
             self.thread.join(timeout=10)
 
 
+def parser() -> argparse.ArgumentParser:
+    said = argparse.ArgumentParser(
+        prog="build.py",
+        description="Build (or find) the live tier's peers and print their folders.",
+    )
+    said.add_argument("names", nargs="*", metavar="PEER", help="the peers to build (all)")
+    said.add_argument("--check", action="store_true", help="exit 1 if any peer would be built")
+    said.add_argument(
+        "--if-go", action="store_true", help="without Go, a notice and exit 0 (not in CI)"
+    )
+    said.add_argument(
+        "--staging",
+        action="store_true",
+        help="print the kubernetes peer's replace lines, from the upstream go.mod of the "
+        "version required",
+    )
+    return said
+
+
 def main(argv: list[str]) -> int:
-    check = "--check" in argv
-    names = [a for a in argv if not a.startswith("-")]
+    args = parser().parse_args(argv)
+    check, names = args.check, args.names
     chosen = [p for p in peers() if not names or p.name in names]
     unknown = set(names) - {p.name for p in chosen}
     if unknown:
         print(f"error: no peer named {', '.join(sorted(unknown))}", file=sys.stderr)
         return 2
     go = find_go()
-    if go is None and "--if-go" in argv and not os.environ.get("CI"):
+    if go is None and args.if_go and not os.environ.get("CI"):
         print(
             f"notice: no Go >= {MIN_GO[0]}.{MIN_GO[1]}: the live tier's peers are not built "
             "and its tests will skip",
@@ -478,7 +498,7 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 3
-    if "--staging" in argv:
+    if args.staging:
         kubernetes = Peer("kubernetes", HERE / "kubernetes")
         version = kubernetes.required("k8s.io/kubernetes")
         lines = staging_replaces(upstream_gomod(go, "k8s.io/kubernetes", version), version)
