@@ -121,6 +121,20 @@ def test_a_values_file_is_never_created() -> None:
             {"kind": "helm-values", "helm": {"via": "parameters"}},
             "helm.via: parameters is an Application's; a values file has keys",
         ),
+        (  # the digest written over the tag: an image reference nothing can pull
+            {"kind": "helm-values", "helm": {"digest": "image.tag"}},
+            "apps[0].writeback.helm.digest: image.tag is the tag's path (by default) too: one "
+            "would be written over the other",
+        ),
+        (
+            {"kind": "argocd-application", "helm": {"tag": "img.ref", "repository": "img.ref"}},
+            "apps[0].writeback.helm.repository: img.ref is the tag's path too: one would",
+        ),
+        (  # a key cannot hold both a value and the keys under it
+            {"kind": "helm-values", "helm": {"repository": "image"}},
+            "apps[0].writeback.helm.repository: image and the tag's path (by default), "
+            "image.tag, are one inside the other",
+        ),
     ],
 )
 def test_the_config_says_what_is_wrong_with_a_helm_target(

@@ -22,6 +22,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
+from itertools import combinations
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 from typing import Annotated, Any, Literal
@@ -642,7 +643,8 @@ class HelmPaths(_Model):
     """Where a ``helm-values`` target holds the image (``apps[].writeback.helm``), as
     paths of keys: the repository, tag and digest apart (by default ``image.repository``,
     ``image.tag`` and ``image.digest``, as most charts name them), or ``image``: one
-    string holding all three (``registry:80/<app>:<sha12>@sha256:…``)."""
+    string holding all three (``registry:80/<app>:<sha12>@sha256:…``). Each path is a key
+    of its own: one key for two roles, or one path inside another, is refused."""
 
     # the path of the image's repository (default image.repository)
     repository: ValuesPath | None = None
@@ -664,6 +666,24 @@ class HelmPaths(_Model):
                 f"image: one string holds the repository, tag and digest; leave "
                 f"{', '.join(apart)} out"
             )
+        # one key for two roles (`digest: image.tag`) would write one over the other (an
+        # image reference nothing can pull); a key over another cannot hold a value
+        for (role, path), (other, elsewhere) in combinations(self.leaves().items(), 2):
+            if getattr(self, other) is not None and getattr(self, role) is None:
+                (role, path), (other, elsewhere) = (other, elsewhere), (role, path)
+            theirs = f"the {other}'s path" + (
+                " (by default)" if getattr(self, other) is None else ""
+            )
+            if path == elsewhere:
+                raise ValueError(
+                    f"{role}: {path} is {theirs} too: one would be written over the other; "
+                    "give each its own key"
+                )
+            if elsewhere.startswith(path + ".") or path.startswith(elsewhere + "."):
+                raise ValueError(
+                    f"{role}: {path} and {theirs}, {elsewhere}, are one inside the other: a "
+                    "key holds a value or keys, not both; give each its own key"
+                )
         return self
 
     def leaves(self) -> dict[str, str]:
