@@ -4,6 +4,7 @@ suite (tests/test_gitea_contract.py) holds the double's pull requests to a real 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -241,3 +242,22 @@ def test_a_pass_that_loses_its_proposal_race_reads_the_target_again(
     assert _line(result).startswith("citation: proposed: "), result.stdout + result.stderr
     proposal = code_repo.show(KUSTOMIZATION, ref=HEAD)
     assert "# a person's comment" in proposal and revision[:12] in proposal
+
+
+def test_the_proposal_branch_is_spelt_one_way_wherever_it_is_told() -> None:
+    """The code's spelling of a later environment's branch, ``<prefix><app>.<env>``, is
+    the one the site config's comment, the PullRequests docstring, the review module and
+    the write-back page give (the config reference is generated from the first two)."""
+    import fabrique.decisions.review as review_module
+    from fabrique.site.config import PullRequests
+
+    root = Path(__file__).resolve().parents[1]
+    told = {
+        "site.default.yaml": (root / "fabrique/site/site.default.yaml").read_text(),
+        "PullRequests": PullRequests.__doc__ or "",
+        "review.py": review_module.__doc__ or "",
+        "write-back.md": (root / "docs/operate/write-back.md").read_text(),
+    }
+    for where, text in told.items():
+        assert "<app>-<env" not in text and "(``-<environment>``" not in text, where
+        assert re.search(r"<(branch)?[pP]refix>?<app>\.<env", text), where

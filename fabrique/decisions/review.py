@@ -1,6 +1,6 @@
 """The write-back through a pull request (``writeback.mode: pull-request``).
 
-One branch per app and target (``<prefix><app>``, ``<prefix><app>-<env>`` for a later
+One branch per app and target (``<prefix><app>``, ``<prefix><app>.<env>`` for a later
 environment) and at most one open pull request from it into the target's branch. A
 proposal is always one commit on the target branch's head: the target read there,
 edited as a direct write-back would edit it, and forced onto the proposal branch (the

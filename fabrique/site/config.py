@@ -756,8 +756,8 @@ class Person(_Model):
 
 class PullRequests(_Model):
     """How a ``pull-request`` write-back proposes (``writeback.pullRequest``): one branch
-    per app and target, ``<branchPrefix><app>`` (``-<environment>`` for a later one), one
-    open pull request from it into the target's branch."""
+    per app and target, ``<branchPrefix><app>`` (``<branchPrefix><app>.<env>`` for a later
+    environment), one open pull request from it into the target's branch."""
 
     branch_prefix: Annotated[str, Field(pattern=r"^[A-Za-z0-9][-._/A-Za-z0-9]*$")] = "fabrique/"
     # ask Gitea to merge once the branch's required checks pass (merge_when_checks_succeed)
