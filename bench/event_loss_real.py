@@ -65,7 +65,7 @@ from typing import Any
 
 from kubernetes import config as k8s_config
 
-from bench.event_loss import (
+from bench.event_loss_world import (
     CountingTransport,
     Figures,
     World,

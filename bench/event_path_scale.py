@@ -39,8 +39,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.event_loss import make_site
 from bench.event_loss_real import BenchError, live_event_path
+from bench.event_loss_world import make_site
 from eventsources.sensor import sensors
 from fabrique.site.config import Site
 from fabrique.site.names import LABEL_REVISION
