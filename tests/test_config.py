@@ -445,3 +445,49 @@ def test_a_key_that_is_a_mapping_is_a_config_error_not_a_traceback(tmp_path: Pat
     result = run_cli("--values", str(path), "config", "show")
     assert result.exit_code == 2
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------------ environments' targets
+
+_PROD = {"repo": "atlas/atlas", "path": "deploy/kustomization.yaml"}
+
+
+def _two_environments(first: dict[str, object], prod: dict[str, object]) -> dict[str, object]:
+    return {
+        "targets": {"bench": {"context": "bench"}, "prod": {"context": "prod"}},
+        "apps": [
+            _app(
+                writeback=first,
+                environments=[
+                    {"name": "bench", "target": "bench"},
+                    {"name": "prod", "target": "prod", "writeback": prod},
+                ],
+            )
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("first", "prod"),
+    [
+        (_PROD, _PROD | {"branch": "main"}),  # the site's branch, said or not
+        (_PROD | {"branch": "main"}, _PROD),
+    ],
+    ids=["prod-says-main", "build-says-main"],
+)
+def test_a_target_is_one_file_whatever_says_its_branch(
+    tmp_path: Path, first: dict[str, object], prod: dict[str, object]
+) -> None:
+    """A branch left out is the site's (gitea.branch): prod's target on `main` and the
+    build's with none are one file, and every build would write straight into prod."""
+    assert _load(tmp_path, _two_environments(first, prod)) == (
+        "apps[0].environments[1].writeback: atlas/atlas:deploy/kustomization.yaml is "
+        "already another environment's target (bench's on branch main, where the build "
+        "writes)"
+    )
+
+
+def test_the_same_path_on_another_branch_is_another_target(tmp_path: Path) -> None:
+    values = _two_environments(_PROD, _PROD | {"branch": "release"})
+    site = load_site(write_values(tmp_path / "site.yaml", **values), env={})
+    assert [env.name for env in site.apps[0].environments] == ["bench", "prod"]

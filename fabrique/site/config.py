@@ -922,7 +922,6 @@ class AppConfig(_Model):
     @model_validator(mode="after")
     def _promotion_order(self) -> AppConfig:
         seen: set[str] = set()
-        targets = {(self.writeback.repo, self.writeback.branch, self.writeback.path): "first"}
         for index, env in enumerate(self.environments):
             at = f"environments[{index}]"
             if env.name in seen:
@@ -939,13 +938,6 @@ class AppConfig(_Model):
                 continue
             if env.writeback is None:
                 raise ValueError(f"{at}.writeback: required (where promote writes {env.name})")
-            key = (env.writeback.repo, env.writeback.branch, env.writeback.path)
-            if key in targets:
-                raise ValueError(
-                    f"{at}.writeback: {env.writeback.repo}:{env.writeback.path} is already "
-                    "another environment's target"
-                )
-            targets[key] = env.name
         return self
 
     def environment(
@@ -1053,7 +1045,24 @@ class Site(_Model):
     @model_validator(mode="after")
     def _environment_targets(self) -> Site:
         for index, app in enumerate(self.apps):
+            # each environment's file, its branch as written to (a branch left out is the
+            # site's): two environments on one file would deploy each other's digests
+            files: dict[tuple[str, str, str], str] = {}
             for position, env in enumerate(app.environments):
+                target = app.at(env).writeback
+                file = (target.repo, self.branch_of(target), target.path)
+                if file in files:
+                    build = (
+                        ", where the build writes"
+                        if files[file] == app.environments[0].name
+                        else ""
+                    )
+                    raise ValueError(
+                        f"apps[{index}].environments[{position}].writeback: {target.repo}:"
+                        f"{target.path} is already another environment's target "
+                        f"({files[file]}'s on branch {file[1]}{build})"
+                    )
+                files[file] = env.name
                 if env.target not in self.targets:
                     known = ", ".join(self.targets) or "none"
                     raise ValueError(
@@ -1137,6 +1146,10 @@ class Site(_Model):
                 return app
         known = ", ".join(app.name for app in self.apps)
         raise InputError(f"app {name!r}: not in the site config (known apps: {known})")
+
+    def branch_of(self, target: WriteBackTarget) -> str:
+        """The branch ``target`` is written to: its own, else the site's."""
+        return target.branch or self.gitea.branch
 
     def image_ref(self, app: AppConfig, tag: str) -> str:
         """``<registry>/<image>:<tag>``: where the build pushes."""
