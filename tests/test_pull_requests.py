@@ -261,3 +261,27 @@ def test_the_proposal_branch_is_spelt_one_way_wherever_it_is_told() -> None:
     for where, text in told.items():
         assert "<app>-<env" not in text and "(``-<environment>``" not in text, where
         assert re.search(r"<(branch)?[pP]refix>?<app>\.<env", text), where
+
+
+def test_a_merge_asked_while_gitea_checks_the_pushed_head_is_asked_again(
+    code_repo: Repo, tmp_path: Path, gitea: GiteaDouble, registry: Registry, env: dict[str, str]
+) -> None:
+    """Gitea answers 405 "Please try again later" while it checks a pull request's new
+    head: the write-back asks again after a pause, and says so when Gitea kept checking."""
+    gitea.protect(REPO, "main", checks=["ci/lint"])
+    gitea.check_answers = 1
+    values = _values(tmp_path, gitea, registry, **{"writeback.pullRequest.autoMerge": True})
+    revision = code_repo.commit({APP_FILE: "v2\n"})
+    said = _writeback(values, env, revision, "sha256:" + "a" * 64)
+    assert said.startswith("proposed: citation ") and "merges once its checks pass" in said, said
+    merges = [r for r in gitea.requests if r.method == "POST" and r.path.endswith("/merge")]
+    assert len(merges) == 2, "asked once while Gitea checked, once after"
+    (pull,) = gitea.pulls[REPO]
+    assert pull["scheduled"] == "merge"
+
+    gitea.check_answers = 100
+    newer = code_repo.commit({APP_FILE: "v3\n"})
+    gitea._cancel_merge(REPO, pull["number"])
+    said = _writeback(values, env, newer, "sha256:" + "b" * 64)
+    assert said.startswith("proposed: citation ") and "its merge not asked yet" in said, said
+    assert pull["scheduled"] is None

@@ -169,6 +169,9 @@ class GiteaDouble:
         # (repo, branch) -> the status contexts a merge into it waits for (branch protection)
         self.required_checks: dict[tuple[str, str], list[str]] = {}
         self.pulls: dict[str, list[dict[str, Any]]] = {}  # repo -> its pull requests, by number
+        # the merge requests a pull request answers 405 "Please try again later" after its
+        # head or base moved: Gitea is checking it (PullRequestStatusChecking) until then
+        self.check_answers = 0
         self.push_races = 0  # writes answered 500: the branch moved under Gitea's push
         self.before_push: Callable[[str, str], None] | None = None  # a rival, in a test
         self.max_blob_size = 10 * 1024 * 1024  # [api] DEFAULT_MAX_BLOB_SIZE
@@ -1191,7 +1194,7 @@ class GiteaDouble:
             "html_url": html,
             "diff_url": f"{html}.diff",
             "patch_url": f"{html}.patch",
-            "mergeable": pull["state"] == "open",
+            "mergeable": pull["state"] == "open" and self._pull_status(repo, pull) == "mergeable",
             "merged": pull["merged"],
             "merged_at": pull.get("closed_at") if pull["merged"] else None,
             "merge_commit_sha": pull.get("merge_commit"),
@@ -1325,6 +1328,10 @@ class GiteaDouble:
         pull = pulls[number - 1]
         if pull["merged"]:
             return self._error(405, "The PR is already merged")
+        if self._pull_status(repo, pull, asked=True) != "mergeable":
+            # CheckPullMergeable: a status other than mergeable (checking, conflict) is
+            # ErrNotMergeableState, which MergePullRequest answers so
+            return self._error(405, "Please try again later")
         if not body.get("merge_when_checks_succeed"):
             raise SpecViolation("the double merges only when checks succeed")
         if pull["scheduled"] is not None:
@@ -1336,6 +1343,25 @@ class GiteaDouble:
         pull["delete_branch"] = bool(body.get("delete_branch_after_merge"))
         self._auto_merge(repo)
         return 201, None
+
+    def _pull_status(self, repo: str, pull: dict[str, Any], *, asked: bool = False) -> str:
+        """Gitea's status of an open pull request: ``checking`` for ``check_answers``
+        merge requests (``asked``) after its head or base moved (a push queues its check:
+        AddToTaskQueue), then ``conflict`` when its head does not merge into its base
+        (the check's merge-tree), else ``mergeable``."""
+        head = self._resolve(repo, f"refs/heads/{pull['head']}") or pull["head_sha"]
+        base = self._resolve(repo, f"refs/heads/{pull['base']}") or ""
+        if pull.get("checked") != (head, base):
+            pull["checked"], pull["checking"] = (head, base), self.check_answers
+        if pull["checking"] > 0:
+            pull["checking"] -= 1 if asked else 0
+            return "checking"
+        merged = subprocess.run(
+            ["git", "-C", str(self._bare(repo)), "merge-tree", "--write-tree", base, head],
+            capture_output=True,
+            check=False,
+        )
+        return "conflict" if merged.returncode == 1 else "mergeable"
 
     def _auto_merge(self, repo: str) -> None:
         """Merge each scheduled pull request whose head has every required check green."""
@@ -1349,11 +1375,22 @@ class GiteaDouble:
             wanted = self.required_checks.get((repo, pull["base"]), [])
             if any(latest.get(context) != "success" for context in wanted):
                 continue
+            if self._pull_status(repo, pull) != "mergeable":
+                continue  # handlePullRequestAutoMerge: CheckPullMergeable fails, logged
             self._merge(repo, pull, head)
 
     def _merge(self, repo: str, pull: dict[str, Any], head: str) -> None:
         bare = self._bare(repo)
         base = git(bare, "rev-parse", f"refs/heads/{pull['base']}")
+        if pull["scheduled"] == "fast-forward-only":
+            ahead = subprocess.run(
+                ["git", "-C", str(bare), "merge-base", "--is-ancestor", base, head]
+            )
+            if ahead.returncode != 0:
+                return  # `git merge --ff-only` fails: the merge is logged as failed, no more
+            git(bare, "update-ref", f"refs/heads/{pull['base']}", head, base)
+            self._merged(repo, pull, head, head)
+            return
         tree = git(bare, "merge-tree", "--write-tree", base, head).splitlines()[0]
         message = f"Merge pull request '{pull['title']}' (#{pull['number']})"
         name, email = USER["login"], USER["email"]
@@ -1363,6 +1400,10 @@ class GiteaDouble:
         }  # fmt: skip
         merged = git(bare, "commit-tree", tree, "-p", base, "-p", head, "-m", message, env=identity)
         git(bare, "update-ref", f"refs/heads/{pull['base']}", merged, base)
+        self._merged(repo, pull, head, merged)
+
+    def _merged(self, repo: str, pull: dict[str, Any], head: str, merged: str) -> None:
+        bare = self._bare(repo)
         pull.update(state="closed", merged=True, merge_commit=merged, head_sha=head)
         pull["updated"] = self._touch()
         pull["closed_at"] = self._moment(pull["updated"])
