@@ -1,6 +1,7 @@
 """A short run of the fault bench's simulation (``bench/event_loss.py``), its rules asserted
-on what the bench observed: events are lost in each of the three ways, redeliveries meet
-409, and the reconciler makes every app converge anyway.
+on what the bench observed: events are lost in each of the three ways, a redelivery finds
+its Workflow and settles at once (the trigger's patch: no 409), and the reconciler makes
+every app converge anyway.
 
 For each push the bench reports what it did to the delivery (``fate``), how many times the
 Sensor double took its event (``taken``), and which apps' Workflows exist in the Kubernetes API double
