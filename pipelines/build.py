@@ -61,6 +61,7 @@ from fabrique.clients.git import TRANSIENT_ERE
 from fabrique.decisions.signature import KEY_FILE, SIGNING_MOUNT
 from fabrique.decisions.workflow import WORKSPACE_VOLUME
 from fabrique.site.config import Site
+from fabrique.site.errors import TRANSIENT_SAID
 from fabrique.site.names import (
     LABEL_APP,
     LABEL_MANAGED_BY,
@@ -121,16 +122,16 @@ POD_LABELS = {
 }
 STEP_LABEL = "fabrique.io/step"
 
-CHECKOUT_SCRIPT = r"""set -eu
-if [ -n "${GITEA_TOKEN:-}" ]; then
+CHECKOUT_SCRIPT = rf"""set -eu
+if [ -n "${{GITEA_TOKEN:-}}" ]; then
   # passed to git through the environment: never on a command line, never in a log
   export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=http.extraHeader
-  export GIT_CONFIG_VALUE_0="Authorization: token ${GITEA_TOKEN}"
+  export GIT_CONFIG_VALUE_0="Authorization: token ${{GITEA_TOKEN}}"
 fi
 src="$WORKSPACE/src"
 rm -rf "$src"
 # a SHA-256 repository (64-hex commit ids) needs a SHA-256 local repository
-if [ "${#REVISION}" -eq 64 ]; then
+if [ "${{#REVISION}}" -eq 64 ]; then
   git init -q --object-format=sha256 "$src"
 else
   git init -q "$src"
@@ -143,19 +144,19 @@ errors="$(mktemp)"
 # remote WHAT GIT-ARGS...: a git command that talks to the server. A partial clone's
 # checkout does too (it fetches the context's blobs), so both are judged alike: a server
 # not reached is transient (75, retried); any other failure is final (3).
-remote() {
+remote() {{
   what="$1"
   shift
   if ! git "$@" 2>"$errors"; then
     cat "$errors" >&2
     if grep -Eiq "$GIT_TRANSIENT" "$errors"; then
-      echo "checkout: the git server was not reached: transient, the step retries" >&2
+      echo "checkout: the git server was not reached: {TRANSIENT_SAID}" >&2
       exit 75
     fi
     echo "checkout: the git server refused to $what $REVISION" >&2
     exit 3
   fi
-}
+}}
 remote fetch fetch -q --depth=1 --filter=blob:none origin "$REVISION"
 remote "check out" -c advice.detachedHead=false checkout -q --detach FETCH_HEAD
 head="$(git rev-parse HEAD)"
@@ -207,7 +208,7 @@ if [ "$status" -ne 0 ]; then
   *"{RUN_FAILED}"* | {" | ".join(f'*"{words}"*' for words in REGISTRY_MISCONFIGURED)}) ;;
   *)
     if printf '%s\\n' "$cause" | grep -Eiq "$BUILD_TRANSIENT"; then
-      echo "build: the registry or the network did not answer: transient, the step retries" >&2
+      echo "build: the registry or the network did not answer: {TRANSIENT_SAID}" >&2
       exit 75
     fi
     ;;

@@ -14,6 +14,7 @@ from fabrique.clients.gitea import CommitStatus, GiteaClient
 from fabrique.clients.kube import workflow_state
 from fabrique.decisions import status
 from fabrique.site.config import load_site
+from fabrique.site.errors import TRANSIENT_SAID
 
 from .conftest import GITEA_TOKEN, Repo, run_cli, write_values
 from .doubles.gitea import GiteaDouble
@@ -212,6 +213,50 @@ def test_a_step_that_exited_75_until_its_retries_ran_out_is_an_error(step: str) 
     assert report.description.startswith(f"{name}: ") and f"exit code {code}" in report.description
     # the safety net reads the same node from the Workflow, when the report was lost
     node = {"type": "Pod", "phase": "Failed", "displayName": f"{name}(2)", "message": message}
+    state = workflow_state("wf", {"status": {"phase": "Failed", "nodes": {"n": node}}})
+    repaired = status.repair(
+        "failed", None, deployed_is_want=False, deployed_digest=None, workflow="wf",
+        phase="Failed", reason=state.reason,
+    )  # fmt: skip
+    assert repaired is not None and repaired.state == "error", repaired
+
+
+# The step's own last line, as the checkout and the build print it when they give up on
+# a transient cause, as Argo's node message carries it with no exit code ahead of it
+# (operator.go, inferFailedReason, before v4: a main container's termination message as
+# it is): that last line alone, or the log tail it ends (FallbackToLogsOnError)
+SAID = {
+    "checkout": f"checkout: the git server was not reached: {TRANSIENT_SAID}",
+    "build": f"build: the registry or the network did not answer: {TRANSIENT_SAID}",
+}
+FORMS = {
+    "tail-alone": "{said}",
+    "log-tail": "fatal: unable to connect to gitea:\nerrno=Connection refused\n{said}",
+    # buildctl's own error line before it, which the reason line is made of
+    "after-an-error-line": (
+        "#5 exporting to image\nerror: failed to solve: failed to push registry:80/citation:"
+        'aaaaaaaaaaaa: failed to do request: Put "http://registry:80/v2/": dial tcp '
+        "10.0.0.9:80: connect: connection refused\n{said}"
+    ),
+}
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+@pytest.mark.parametrize("step", list(SAID))
+def test_a_step_that_says_its_cause_is_transient_is_an_error_in_any_form(
+    step: str, form: str
+) -> None:
+    """The step's own word for a transient cause blames no commit, whether or not Argo's
+    message carries the exit code 75 too."""
+    message = FORMS[form].format(said=SAID[step])
+    failures = _failures(
+        _node(f"{step}(2)", message), _node(step, "No more retries left", at="2026-12-02T10:00:01Z")
+    )
+    report = status.failed("Failed", failures, "wf")
+    assert report is not None and report.state == "error", report
+    if form != "after-an-error-line":
+        assert report.description == SAID[step]
+    node = {"type": "Pod", "phase": "Failed", "displayName": f"{step}(2)", "message": message}
     state = workflow_state("wf", {"status": {"phase": "Failed", "nodes": {"n": node}}})
     repaired = status.repair(
         "failed", None, deployed_is_want=False, deployed_digest=None, workflow="wf",

@@ -9,6 +9,7 @@ BuildKit).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -18,8 +19,10 @@ from typing import Any
 
 import pytest
 
+from fabrique.decisions import status
 from fabrique.decisions.plan import make_plan
 from fabrique.site.config import load_site
+from fabrique.site.errors import TRANSIENT_SAID
 
 from .conftest import CodeRepo
 from .manifests import rendered_step, step_env
@@ -28,6 +31,19 @@ from .servers import GitDaemon, closed_port
 
 def _container(name: str, **site_env: str) -> dict[str, Any]:
     return rendered_step(load_site(env=site_env), name)
+
+
+def _reported(step: str, result: subprocess.CompletedProcess[str]) -> str:
+    """The state the exit handler reports for ``step`` failed with this run's log: its
+    tail on the node, as the kubelet makes a termination message of it
+    (FallbackToLogsOnError: the last 80 lines, at most 2048 bytes) and as Argo carries one
+    with no exit code ahead of it."""
+    tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-80:])
+    message = tail.encode()[-2048:].decode(errors="ignore")
+    failures = [{"displayName": f"{step}(2)", "message": message, "phase": "Failed"}]
+    report = status.failed("Failed", json.dumps(failures), "wf")
+    assert report is not None
+    return report.state
 
 
 def _run_checkout(
@@ -98,7 +114,8 @@ def test_checkout_of_an_unreachable_server_is_transient(tmp_path: Path, scheme: 
     url = f"{scheme}://127.0.0.1:{closed_port()}/atlas/atlas.git"
     result = _run_checkout(tmp_path / "w", url, "a" * 40, "dataops/citation-dagster")
     assert result.returncode == 75, result.stderr
-    assert "not reached: transient, the step retries" in result.stderr
+    assert f"not reached: {TRANSIENT_SAID}" in result.stderr
+    assert _reported("checkout", result) == "error", "the infrastructure's, not the commit's"
 
 
 class _OneConnection:
@@ -148,7 +165,7 @@ def test_a_server_lost_before_the_checkout_fetches_its_blobs_is_transient(
     server.thread.join(timeout=10)
     assert "fetching" in result.stdout  # the fetch passed: the checkout was what failed
     assert result.returncode == 75, result.stderr
-    assert "not reached: transient, the step retries" in result.stderr
+    assert f"not reached: {TRANSIENT_SAID}" in result.stderr
 
 
 def test_checkout_fails_when_the_dockerfile_is_missing(
@@ -336,7 +353,9 @@ def test_the_build_says_which_failures_a_retry_may_fix(
     result = _run_build(tmp_path, {}, buildctl=_failing_buildctl(cause))
     assert result.returncode == code, result.stdout + result.stderr
     assert cause in result.stdout  # buildctl's own words stay in the step's log
-    assert ("transient, the step retries" in result.stderr) is (code == 75)
+    assert (TRANSIENT_SAID in result.stderr) is (code == 75)
+    # what the exit handler reports once the retries ran out: the step's own words decide
+    assert _reported("build", result) == ("error" if code == 75 else "failure")
 
 
 def test_a_build_that_passes_exits_0_with_its_progress_in_the_log(tmp_path: Path) -> None:

@@ -44,7 +44,12 @@ from typing import Any
 
 from fabrique.clients.gitea import CommitStatus, GiteaClient
 from fabrique.site.config import AppConfig, Site
-from fabrique.site.errors import INFRASTRUCTURE_EXITS, RemoteError, reason_line
+from fabrique.site.errors import (
+    INFRASTRUCTURE_EXITS,
+    TRANSIENT_SAID,
+    RemoteError,
+    reason_line,
+)
 from fabrique.site.names import redact_urls, short_sha
 
 log = logging.getLogger("fabrique.status")
@@ -60,10 +65,14 @@ _GENERIC = re.compile(
     re.S,
 )
 # causes outside the commit itself: the build could not finish (a step that exited with
-# one of INFRASTRUCTURE_EXITS says so on its reason line, where ``reason_line`` puts it)
+# one of INFRASTRUCTURE_EXITS says so on its reason line, where ``reason_line`` puts it;
+# a step that gave up on a transient cause says TRANSIENT_SAID, on a node message that
+# may carry no exit code at all)
 _INFRASTRUCTURE = re.compile(
     r"deadline|OOMKilled|out of memory|evicted|pod deleted|ImagePull|ErrImage|"
     r"unreachable|timed out|HTTP 5[0-9][0-9]|Unschedulable|Stopped with strategy|"
+    + re.escape(TRANSIENT_SAID)
+    + "|"
     + "|".join(f"exit code {code}" for code in sorted(INFRASTRUCTURE_EXITS)),
     re.I,
 )

@@ -56,6 +56,9 @@ class TargetError(InputError):
 
 
 TRANSIENT_EXIT_CODE = 75  # EX_TEMPFAIL: the Argo step retries on this code only
+# What a step's script says, on its last line, when it gives up on a transient cause:
+# the exit handler's report reads it (``decisions.status``) as it reads exit code 75
+TRANSIENT_SAID = "transient, the step retries"
 
 
 class RemoteError(FabriqueError):
@@ -138,7 +141,7 @@ class ValidationFailed(FabriqueError):
 # <Reason> (exit code <n>)", then ": <termination message>" when there is one
 _ARGO_EXIT = re.compile(r"^(?:[\w.-]+: )?(?P<reason>[A-Za-z]+) \(exit code (?P<code>\d+)\)")
 # Exit codes that blame no commit, whatever words the log ends with: 75 (EX_TEMPFAIL), a
-# step's "transient: retried" (still there when the last attempt gave up), and 137, a
+# step's TRANSIENT_SAID (still there when the last attempt gave up), and 137, a
 # container killed (out of memory, evicted).
 INFRASTRUCTURE_EXITS = frozenset({TRANSIENT_EXIT_CODE, 137})
 
@@ -148,13 +151,17 @@ def reason_line(message: str) -> str:
 
     A build container's termination message is the tail of its log
     (``FallbackToLogsOnError``): fabrique's own one-line ``error: …`` when there is one,
-    else the last line (buildctl's error, Argo's ``Error (exit code 1)``). An exit code
-    that blames no commit (75, 137), which Argo puts ahead of the tail, is carried on the line
-    (``… (exit code 75)``): it, not the words, says that the infrastructure gave up.
+    else the last line (buildctl's error, Argo's ``Error (exit code 1)``). What says that
+    the infrastructure gave up is carried on the line: an exit code that blames no commit
+    (75, 137), which Argo puts ahead of the tail (``… (exit code 75)``), and the step's own
+    TRANSIENT_SAID when another line was chosen (``… (transient, the step retries)``),
+    which is all an Argo message with no exit code ahead of the tail has to say so.
     """
     lines = [line.strip() for line in message.splitlines() if line.strip()]
     errors = [line.removeprefix("error: ") for line in lines if line.startswith("error: ")]
     line = errors[-1] if errors else lines[-1] if lines else ""
+    if TRANSIENT_SAID in message and TRANSIENT_SAID not in line:
+        line = f"{line} ({TRANSIENT_SAID})"
     argo = _ARGO_EXIT.match(message.lstrip())
     if argo is None or int(argo["code"]) not in INFRASTRUCTURE_EXITS or argo[0] in line:
         return line
