@@ -89,22 +89,8 @@ def variant(
         rule |= {"enable_status_check": True, "status_check_contexts": [CHECK]}
         with gitea.admin() as admin:
             admin.post(f"/repos/{slug}/branch_protections", json=rule).raise_for_status()
-    app = {
-        "name": "citation",
-        "image": "citation-dagster",
-        "context": APP,
-        "writeback": {"kind": "kustomize-images", "repo": slug, "path": TARGET},
-    }
     values = work / f"{slug.replace('/', '-')}.yaml"
-    settings: dict[str, Any] = {"gitea": {"url": proxy.url, "codeRepo": slug}, "apps": [app]}
-    settings["writeback"] = {"transport": transport, "gitUrl": gitea.url}
-    for dotted, value in MODES[mode].items():
-        node = settings
-        *parents, leaf = dotted.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    values.write_text(yaml.safe_dump(settings))
+    values.write_text(yaml.safe_dump(site_values(slug, transport, mode, proxy.url, gitea.url)))
     env = {**os.environ, "FABRIQUE_GITEA_TOKEN": gitea.token}
     digests = ["sha256:" + f"{n % 16:x}" * 64 for n in range(builds)]
     runs = []
@@ -132,6 +118,32 @@ def variant(
                 "requests": len(proxy.requests) - before,
             }
         )
+    return summary(transport, mode, runs)
+
+
+def site_values(slug: str, transport: str, mode: str, api_url: str, git_url: str) -> dict[str, Any]:
+    """The values of one variant: the app pinned in ``slug``, the API reached through the
+    counting proxy at ``api_url``, git directly at ``git_url``, ``mode``'s settings."""
+    app = {
+        "name": "citation",
+        "image": "citation-dagster",
+        "context": APP,
+        "writeback": {"kind": "kustomize-images", "repo": slug, "path": TARGET},
+    }
+    settings: dict[str, Any] = {"gitea": {"url": api_url, "codeRepo": slug}, "apps": [app]}
+    settings["writeback"] = {"transport": transport, "gitUrl": git_url}
+    for dotted, value in MODES[mode].items():
+        node = settings
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return settings
+
+
+def summary(transport: str, mode: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row of figures from a variant's runs: its builds' write-backs, then the
+    replay (the last run)."""
     writes, replay = runs[:-1], runs[-1]
     return {
         "transport": transport,
@@ -143,6 +155,24 @@ def variant(
         "next_outcomes": sorted({r["outcome"] for r in writes[1:]}),
         "replay": replay,
     }
+
+
+def table(rows: list[dict[str, Any]]) -> list[str]:
+    """The rows as RESULTS' table prints them."""
+    lines = [
+        "| transport | mode | first: outcome, s, requests | next (median / max s) "
+        "| next requests | replay: outcome, s, requests |",
+        "| --- | --- | --- | ---: | ---: | --- |",
+    ]
+    for r in rows:
+        first, replay = r["first"], r["replay"]
+        lines.append(
+            f"| {r['transport']} | {r['mode']} | {first['outcome']}, {first['seconds']:.2f}, "
+            f"{first['requests']} | {r['next_median_s']:.2f} / {r['next_max_s']:.2f} | "
+            f"{', '.join(map(str, r['next_requests']))} | {replay['outcome']}, "
+            f"{replay['seconds']:.2f}, {replay['requests']} |"
+        )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,19 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"rows": rows, "violations": violations}, indent=2))
         return 0
-    print(
-        "| transport | mode | first: outcome, s, requests | next (median / max s) "
-        "| next requests | replay: outcome, s, requests |"
-    )
-    print("| --- | --- | --- | ---: | ---: | --- |")
-    for r in rows:
-        first, replay = r["first"], r["replay"]
-        print(
-            f"| {r['transport']} | {r['mode']} | {first['outcome']}, {first['seconds']:.2f}, "
-            f"{first['requests']} | {r['next_median_s']:.2f} / {r['next_max_s']:.2f} | "
-            f"{', '.join(map(str, r['next_requests']))} | {replay['outcome']}, "
-            f"{replay['seconds']:.2f}, {replay['requests']} |"
-        )
+    print("\n".join(table(rows)))
     if violations:
         print(f"swagger violations: {violations}")
     return 0
