@@ -285,3 +285,50 @@ def test_a_merge_asked_while_gitea_checks_the_pushed_head_is_asked_again(
     said = _writeback(values, env, newer, "sha256:" + "b" * 64)
     assert said.startswith("proposed: citation ") and "its merge not asked yet" in said, said
     assert pull["scheduled"] is None
+
+
+@pytest.mark.parametrize("style", ["fast-forward-only", "merge"])
+def test_a_proposal_the_base_left_behind_is_made_again_on_its_head(
+    code_repo: Repo,
+    tmp_path: Path,
+    gitea: GiteaDouble,
+    registry: Registry,
+    env: dict[str, str],
+    kube: KubeApiDouble,
+    style: str,
+) -> None:
+    """The base moves under an open proposal: fast-forward-only can no longer merge it,
+    and an edit of the same lines conflicts (Gitea's 405 for ever). A replay and a pass
+    make it again, one commit on the base's new head; the pass asks the merge once."""
+    gitea.protect(REPO, "main", checks=["ci/lint"])
+    gitea.protected.pop((REPO, "main"))
+    more = {"writeback.pullRequest.autoMerge": True, "writeback.pullRequest.mergeStyle": style}
+    values = _values(tmp_path, gitea, registry, **more)
+    revision = code_repo.commit({APP_FILE: "v2\n"})
+    digest = push_image(registry.url, "citation-dagster", revision[:12])
+    assert _writeback(values, env, revision, digest).startswith("proposed: citation ")
+    (pull,) = gitea.pulls[REPO]
+    first = code_repo.git("rev-parse", HEAD).strip()
+    if style == "merge":  # another entry appended where the proposal appends its own
+        text = code_repo.show(KUSTOMIZATION) + '  - name: redis\n    newTag: "7"\n'
+        moved = code_repo.commit({KUSTOMIZATION: text}, "another app's entry")
+        status = gitea._pull_status(REPO, pull)
+        assert status == "conflict" and not gitea._pull_view(REPO, pull)["mergeable"]
+    else:
+        moved = code_repo.commit({"README.md": "moved\n"}, "the base moves on")
+
+    again = _writeback(values, env, revision, digest)
+    assert again.startswith("proposed: citation "), again
+    remade = code_repo.git("rev-parse", HEAD).strip()
+    assert code_repo.git("rev-parse", f"{HEAD}^").strip() == moved and remade != first
+    assert [p["number"] for p in gitea.pulls[REPO]] == [pull["number"]], "the same one"
+
+    code_repo.commit({"README.md": "moved again\n"}, "the base moves on again")
+    _phase(kube, revision, "Succeeded", values=values, verified=digest)
+    before = len(gitea.requests)
+    line = _line(_reconcile(values, env, "--app", "citation"))
+    assert line.startswith("citation: proposed: "), line
+    merges = [r for r in gitea.requests[before:] if r.path.endswith("/merge")]
+    assert len(merges) == 1, "a pass asks the merge once"
+    replay = _writeback(values, env, revision, digest)
+    assert replay.startswith("in review: citation "), replay

@@ -78,6 +78,8 @@ class PullRequest:
     head_sha: str
     title: str
     body: str
+    base_sha: str = ""  # the base branch's head now
+    merge_base: str = ""  # where Gitea last found head and base to part
 
 
 STATUS_STATES = frozenset({"pending", "success", "error", "failure", "warning", "skipped"})
@@ -472,6 +474,10 @@ class GiteaClient(JsonApi):
         if pages is None:
             raise GiteaError(f"{what}: more than {seen}; fabrique reads no more")
 
+    def behind(self, repo: str, base: str, head: str) -> int:
+        """How many commits of ``base`` ``head`` lacks (one compare)."""
+        return self._compare_total(repo, head, base)
+
     def cancel_merge(self, repo: str, number: int) -> None:
         """Cancel the merge scheduled for pull request ``number``; none is no error."""
         response = self.request("DELETE", f"/repos/{repo}/pulls/{number}/merge")
@@ -716,6 +722,8 @@ def _pull(data: Any, what: str) -> PullRequest:
         head,
         str(_get(data, "title") or ""),
         str(_get(data, "body") or ""),
+        str(_get(data, "base", "sha") or ""),
+        str(_get(data, "merge_base") or ""),
     )
 
 

@@ -297,6 +297,7 @@ class Reconciler:
                     "",
                     backoff_of(self.site),
                     time.sleep,
+                    attempts=1,  # a 'try again later' is the next pass's to ask
                 )
                 return f"; {merge}" if merge else ""
             if action == "held" and facts.hold is not None:
@@ -319,6 +320,8 @@ class Reconciler:
         if proposed is None or proposed.tag != short_sha(want):
             return None
         if found.pull is not None:
+            if review.left_behind(reviews, target.repo, found.pull):
+                return None  # made again on the base's head, as any pin not proposed
             return found.pull.url, found.pull.number, False
         closed = review.rejected(reviews, target.repo, base, found)
         return (closed.url, closed.number, True) if closed is not None else None

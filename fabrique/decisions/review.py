@@ -45,6 +45,8 @@ class Reviews(Protocol):
 
     def closed_pull(self, repo: str, base: str, head: str, sha: str) -> PullRequest | None: ...
 
+    def behind(self, repo: str, base: str, head: str) -> int: ...
+
     def cancel_merge(self, repo: str, number: int) -> None: ...
 
     def create_pull(
@@ -121,6 +123,16 @@ def find_proposal(
     return Proposal(head, pull, tip, text)
 
 
+def left_behind(reviews: Reviews, repo: str, pull: PullRequest) -> bool:
+    """Whether the base moved since ``pull``'s proposal was made on its head: a
+    fast-forward-only merge of it fails then, and it may conflict (Gitea answers 'try
+    again later' for ever). Asked of Gitea only when its merge base is not the base's
+    head (it may lag behind a push Gitea has not checked yet)."""
+    if not pull.base_sha or pull.merge_base == pull.base_sha:
+        return False
+    return reviews.behind(repo, pull.base_sha, pull.head_sha) > 0
+
+
 def schedule_merge(
     site: Site,
     reviews: Reviews,
@@ -129,17 +141,22 @@ def schedule_merge(
     head: str,
     backoff: RetryPolicy,
     sleep: Callable[[float], None],
+    *,
+    attempts: int | None = None,
 ) -> str:
     """With ``autoMerge``, ask Gitea to merge pull request ``number`` once its checks
     pass (asked again by a replay and by each pass that finds it in review: a schedule
-    already there is kept); what to say of it, "" without ``autoMerge``."""
+    already there is kept); what to say of it, "" without ``autoMerge``. Gitea's 'try
+    again later' is asked again after a pause, ``attempts`` times in all (by default
+    ``writeback.attempts``: right after a push, while Gitea checks it)."""
     pulls = site.writeback.pull_request
     if not pulls.auto_merge:
         return ""
-    for attempt in range(1, site.writeback.attempts + 1):
+    attempts = attempts or site.writeback.attempts
+    for attempt in range(1, attempts + 1):
         if reviews.merge_pull(repo, number, style=pulls.merge_style, head=head) != "busy":
             return "merges once its checks pass"
-        if attempt < site.writeback.attempts:  # Gitea is still checking it after a push
+        if attempt < attempts:  # Gitea is still checking it after a push
             sleep(backoff.delay(attempt))
     log.warning(
         "%s: Gitea kept answering 'try again later' for pull request #%d (checking it, or "

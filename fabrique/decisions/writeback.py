@@ -454,7 +454,11 @@ def _propose(
             return edited
         found = review.find_proposal(reviews, transport, target, base, head)
         pull = found.pull
-        if pull is not None and proposes(found.text):
+        if (
+            pull is not None
+            and proposes(found.text)
+            and not review.left_behind(reviews, target.repo, pull)
+        ):
             merge = "" if dry_run else review.schedule_merge(
                 site, reviews, target.repo, pull.number, pull.head_sha, backoff, sleep
             )  # fmt: skip

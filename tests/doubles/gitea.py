@@ -1356,6 +1356,8 @@ class GiteaDouble:
         if pull["checking"] > 0:
             pull["checking"] -= 1 if asked else 0
             return "checking"
+        if base:  # the check records where head and base part (checkPullRequestMergeable)
+            pull["merge_base"] = git(self._bare(repo), "merge-base", base, head)
         merged = subprocess.run(
             ["git", "-C", str(self._bare(repo)), "merge-tree", "--write-tree", base, head],
             capture_output=True,
