@@ -80,7 +80,7 @@ from fabrique.decisions.reconcile import Reconciler
 from fabrique.decisions.writeback import GiteaTransport
 from fabrique.render import render_tree, write_tree
 from fabrique.site.config import Site
-from fabrique.site.names import workflow_name
+from fabrique.site.names import SENSOR_MADE, workflow_name
 from tests import servers
 from tests.gitrepo import BareRepo
 from tests.live import controlplane
@@ -471,11 +471,9 @@ class RealBench:
             if push.fate != "sent" and per_push[push.sha] > 1:
                 f.gitea_retried += 1
         # the Sensor's trigger patches: a creation and a redelivery's no-op are both
-        # "triggered"; the Workflows it created carry its label (none expired yet)
+        # "triggered"; the Workflows it created carry no submitter's label (none expired yet)
         triggered = int(events.sensor_metric("argo_events_action_triggered_total"))
-        f.workflows_created = len(
-            world.cluster.items(world.path, "fabrique.io/submitted-by=sensor")
-        )
+        f.workflows_created = len(world.cluster.items(world.path, SENSOR_MADE))
         f.workflows_existing = triggered - f.workflows_created
         f.workflows_refused_409 = int(events.sensor_metric("argo_events_action_failed_total"))
         f.redeliveries_given_up = int(

@@ -23,7 +23,10 @@ created, which changes nothing. A redelivered push (Gitea's "Replay", or JetStre
 handing an event again to a Sensor that died before its ack) is so settled at once; a
 ``create`` would meet 409 AlreadyExists, which Argo Events retries like any error, for
 the minute of ``RETRY_STRATEGY``. The build namespace's admission refuses any UPDATE by
-the Sensor's account that would change a Workflow (pipelines/admission.py).
+the Sensor's account that would change a Workflow (pipelines/admission.py). So the body
+holds only what every caller's Workflow of the commit holds: no
+``fabrique.io/submitted-by`` (a Sensor-made Workflow is the one without it,
+``SENSOR_MADE``), which the safety net's and ``fabrique submit``'s carry.
 
 The Argo Events controller hands a Sensor to its pod as one environment variable, which
 Linux caps at 128 KiB: a site whose Sensor would outweigh ``SENSOR_ENV_TARGET`` is split
@@ -244,7 +247,9 @@ def sensor(site: Site, name: str = SENSOR, apps: list[AppConfig] | None = None) 
                 app.name,
                 f"{WORKFLOW_PREFIX}{app.name}-{UNRESOLVED}",
                 UNRESOLVED,
-                submitted_by="sensor",
+                # the one field that differs by caller: left out, so that the merge patch
+                # of a redelivered push changes no Workflow the safety net or a person made
+                submitted_by=None,
             )
         }
         trigger = {

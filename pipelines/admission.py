@@ -18,7 +18,9 @@ creates it if there is none, and otherwise merge-patches it with the same body, 
 how a redelivered push is settled at once instead of a minute of 409s. So the Sensor's
 account may get and patch Workflows; a second policy (``SENSOR_POLICY``) lets its UPDATE
 through only when it changes nothing: the same spec, labels and annotations. A
-redelivery of the Sensor's own Workflow passes; any edit by that account is refused.
+redelivery passes whoever made the Workflow (the Sensor's body leaves out the one label
+that differs by caller, eventsources/sensor.py); any edit by that account is refused,
+and so is a redelivery that would drop a ``--force`` submission's ``force``.
 
 Argo's own ``workflowRestrictions.templateReferencing: Strict`` was not chosen: it is a
 setting of the whole controller (every team's Workflows, every namespace), it lets a

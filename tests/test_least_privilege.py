@@ -15,7 +15,7 @@ from fabrique.site.config import load_site
 from . import payloads
 from .conftest import ROOT
 from .doubles.admission import Admission, admission_of
-from .doubles.sensor import fire
+from .doubles.sensor import fire, merge_patch
 from .manifests import documents, find
 
 TREE = ROOT / "manifests"
@@ -216,3 +216,46 @@ def test_the_sensor_s_update_is_admitted_only_when_it_changes_nothing() -> None:
         changed = copy.deepcopy(running)
         edit(changed)
         assert sensor.refusals(changed, old=running) == [message]
+
+
+def _running(workflow: dict[str, Any]) -> dict[str, Any]:
+    """``workflow`` as the API holds it once the Argo controller has taken it."""
+    running = copy.deepcopy(workflow)
+    running["metadata"]["labels"]["workflows.argoproj.io/phase"] = "Running"
+    return running
+
+
+@pytest.mark.parametrize("caller", ["sensor", "reconciler", "cli"])
+def test_a_redelivered_push_finds_any_caller_s_workflow_as_it_is(caller: str) -> None:
+    """Whoever made the Workflow of a commit (the Sensor, the safety net, ``fabrique
+    submit``), the trigger's merge patch of a redelivered push changes nothing in it, and
+    the Sensor's policy admits it: the redelivery is settled at once, not a minute of
+    refused tries and a failure counted."""
+    trigger = find(TREE, "Sensor", "fabrique-build")["spec"]["triggers"][0]
+    made = {
+        "sensor": _sensor_workflow(),
+        "reconciler": build_workflow(SITE, "citation", REVISION, submitted_by="reconciler"),
+        "cli": build_workflow(SITE, "citation", REVISION, submitted_by="cli"),
+    }
+    found = _running(made[caller])
+    patch = fire(trigger, payloads.push(after=REVISION, files=["dataops/citation-dagster/x"]))
+    patched = merge_patch(found, patch)
+    assert patched == found
+    sensor = Admission(TREE, "fabrique-sensor-changes-nothing")
+    assert sensor.refusals(patched, old=found) == []
+
+
+def test_a_redelivery_never_drops_a_forced_build_s_force() -> None:
+    """A merge patch replaces a list whole: the Sensor's parameters would take ``force``
+    out of a Workflow a person submitted with ``--force``. The policy refuses it (the
+    Sensor changes nothing it did not create); that redelivery is the safety net's
+    (docs/DESIGN.md, the event path)."""
+    trigger = find(TREE, "Sensor", "fabrique-build")["spec"]["triggers"][0]
+    forced = _running(build_workflow(SITE, "citation", REVISION, submitted_by="cli", force=True))
+    patch = fire(trigger, payloads.push(after=REVISION, files=["dataops/citation-dagster/x"]))
+    patched = merge_patch(forced, patch)
+    assert patched["spec"] != forced["spec"]
+    sensor = Admission(TREE, "fabrique-sensor-changes-nothing")
+    assert sensor.refusals(patched, old=forced) == [
+        "the Sensor may find a Workflow here as it is (a redelivered push), never change it"
+    ]

@@ -29,6 +29,7 @@ from fabrique.site.names import (
     LABEL_MANAGED_BY,
     LABEL_PART_OF,
     LABEL_REVISION,
+    LABEL_SUBMITTED_BY,
     SHORT_SHA_LEN,
     TEMPLATE_NAME,
     check_revision,
@@ -69,25 +70,28 @@ def build_workflow(
 
 
 def workflow_object(
-    site: Site, app: str, name: str, revision: str, *, submitted_by: str
+    site: Site, app: str, name: str, revision: str, *, submitted_by: str | None
 ) -> dict[str, Any]:
     """The Workflow body itself. ``build_workflow`` checks its inputs; the Sensor fills
     ``name`` and ``revision`` from the push event (``NAME_DEST``, ``REVISION_DESTS``,
     ``SHORT_REVISION_DESTS``). The revision label holds its first 12 characters (a label
-    value holds at most 63, a SHA-256 commit 64), the annotation the whole."""
+    value holds at most 63, a SHA-256 commit 64), the annotation the whole. Without
+    ``submitted_by`` (the Sensor's) there is no ``fabrique.io/submitted-by`` label."""
+    labels = {
+        LABEL_APP: app,
+        LABEL_REVISION: revision[:SHORT_SHA_LEN],
+        LABEL_PART_OF: "fabrique",
+        LABEL_MANAGED_BY: "fabrique",
+    }
+    if submitted_by is not None:
+        labels[LABEL_SUBMITTED_BY] = submitted_by
     return {
         "apiVersion": API_VERSION,
         "kind": "Workflow",
         "metadata": {
             "name": name,
             "namespace": site.namespaces.build,
-            "labels": {
-                LABEL_APP: app,
-                LABEL_REVISION: revision[:SHORT_SHA_LEN],
-                LABEL_PART_OF: "fabrique",
-                LABEL_MANAGED_BY: "fabrique",
-                "fabrique.io/submitted-by": submitted_by,
-            },
+            "labels": labels,
             "annotations": {ANNOTATION_REVISION: revision},
         },
         "spec": {

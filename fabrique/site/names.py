@@ -32,6 +32,10 @@ LABEL_REVISION = "fabrique.io/revision"
 ANNOTATION_REVISION = "fabrique.io/revision"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_PART_OF = "app.kubernetes.io/part-of"
+# who made a build's Workflow (cli, reconciler); the Sensor's carry none, so that its
+# patch of a redelivered push changes no other caller's (eventsources/sensor.py)
+LABEL_SUBMITTED_BY = "fabrique.io/submitted-by"
+SENSOR_MADE = f"{LABEL_PART_OF}=fabrique,!{LABEL_SUBMITTED_BY}"  # a label selector
 
 TEMPLATE_NAME = "fabrique-build"
 # The step of fabrique-build that checks the pushed digest against the registry, and its

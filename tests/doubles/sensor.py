@@ -16,6 +16,9 @@
 - Trigger parameters: ``dataKey`` copies a value, ``dataTemplate`` renders a Go template
   over ``.Input`` (only the ``| substr a b`` pipe fabrique uses), and ``dest`` is an sjson
   path (``\\.`` escapes a dot, numbers index lists) into a copy of the resource.
+- A ``patch`` trigger (standard-k8s.go) gets the object of that name, creates the
+  resource when there is none, and otherwise sends it as a JSON merge patch (RFC 7386,
+  ``merge_patch``: a map's keys merged, a list replaced whole, ``null`` removes).
 """
 
 from __future__ import annotations
@@ -222,3 +225,18 @@ def fire(
             value = lookup(first if first is not None else event, source["dataKey"])
         set_path(resource, parameter["dest"], value)
     return resource
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """``target`` after the JSON merge patch ``patch`` (RFC 7386), as the API server
+    applies a trigger's ``patch`` to the object it found: what the Sensor's account asks
+    its admission to let through."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    merged = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = merge_patch(merged.get(key), value)
+    return merged

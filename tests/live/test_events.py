@@ -18,10 +18,11 @@ import pytest
 import yaml
 
 from eventsources.sensor import sensor, sensor_rbac
+from fabrique.decisions.workflow import build_workflow
 from fabrique.gestures.doctor import SENSOR_SUBJECT
 from fabrique.site.config import load_site
 from fabrique.site.limits import GO_ZERO_FIELDS, pod_env_size
-from fabrique.site.names import webhook_service_url
+from fabrique.site.names import LABEL_SUBMITTED_BY, SENSOR_MADE, webhook_service_url
 
 from .. import payloads, sensor_cases
 from ..conftest import KUSTOMIZATION, SEED_KUSTOMIZATION
@@ -45,7 +46,7 @@ from .events import (
 from .forge import Forge
 from .forge import forge as open_forge
 from .pods import running_pod
-from .test_workflows import BUILD_NS, EXECUTOR, ended, step_pod
+from .test_workflows import BUILD_NS, EXECUTOR, create_workflow, ended, step_pod
 
 SITE = load_site(env={})
 # the webhook's bearer token: the value the event path's fixture gives the Secret
@@ -134,9 +135,7 @@ def event_path(cluster: Cluster, argo_events: ArgoEvents) -> Iterator[ArgoEvents
     except ControlPlaneError as failed:
         pytest.fail(str(failed), pytrace=False)
     yield argo_events
-    for workflow in cluster.items(
-        f"{ARGO}/namespaces/{BUILD_NS}/workflows", "fabrique.io/submitted-by=sensor"
-    ):
+    for workflow in cluster.items(f"{ARGO}/namespaces/{BUILD_NS}/workflows", SENSOR_MADE):
         delete_workflow(cluster, workflow["metadata"]["name"])
 
 
@@ -182,7 +181,7 @@ def test_a_push_posted_to_the_eventsource_becomes_the_workflow_of_its_commit(
     assert answer.status_code == 200, answer.text
     workflow = sensor_workflow(cluster, sha)
     meta = workflow["metadata"]
-    assert meta["labels"]["fabrique.io/submitted-by"] == "sensor"
+    assert LABEL_SUBMITTED_BY not in meta["labels"]  # the Sensor's carry none
     assert meta["annotations"]["fabrique.io/revision"] == sha
     assert workflow["spec"]["arguments"]["parameters"][1] == {"name": "revision", "value": sha}
     # the trigger's patch found none and created it: the Sensor says so
@@ -227,6 +226,35 @@ def test_a_redelivered_push_finds_its_workflow_as_it_is_and_is_settled_at_once(
         "the Sensor may find a Workflow here as it is (a redelivered push), never change it"
     ), answer.message
     fail(cluster, first["metadata"]["name"], ["plan"])  # it holds citation's mutex: end it
+
+
+@pytest.mark.parametrize("caller", ["reconciler", "cli"])
+def test_a_push_whose_workflow_another_caller_made_is_settled_at_once(
+    cluster: Cluster, event_path: ArgoEvents, caller: str
+) -> None:
+    """The safety net or a person made the commit's Workflow before its push (late, or
+    replayed) reached the Sensor: the trigger's patch finds it, the API server's admission
+    lets it through since it changes nothing, and no action counts as failed."""
+    sha = payloads.revision()
+    made = create_workflow(cluster, build_workflow(SITE, "citation", sha, submitted_by=caller))
+    assert made.status == 201, made.message
+    first = sensor_workflow(cluster, sha)
+    patched = event_path.said("sensor", "patching the object")
+    failed = event_path.sensor_metric("argo_events_action_failed_total")
+    last = event_path.stream_last()
+    assert post(event_path, payloads.push(after=sha, files=[APP_FILE])["body"]).status_code == 200
+    cluster.wait(
+        "the Sensor to take and ack the push",
+        lambda: event_path.stream_last() > last and event_path.settled(),
+        timeout=10,
+    )
+    again = cluster.workflow(BUILD_NS, first["metadata"]["name"])
+    assert again["metadata"]["labels"][LABEL_SUBMITTED_BY] == caller
+    assert again["spec"] == first["spec"]
+    assert event_path.said("sensor", "patching the object") == patched + 1
+    assert event_path.sensor_metric("argo_events_action_failed_total") == failed
+    fail(cluster, first["metadata"]["name"], ["plan"])  # it holds citation's mutex: end it
+    delete_workflow(cluster, first["metadata"]["name"])
 
 
 @pytest.fixture(scope="module")
@@ -278,9 +306,7 @@ def test_the_real_sensor_passes_the_pushes_the_contract_table_says(
     cluster.wait("every Sensor to take and ack every push", event_path.settled, timeout=60)
     made = {
         w["metadata"]["name"]
-        for w in cluster.items(
-            f"{ARGO}/namespaces/{NAMESPACE}/workflows", "fabrique.io/submitted-by=sensor"
-        )
+        for w in cluster.items(f"{ARGO}/namespaces/{NAMESPACE}/workflows", SENSOR_MADE)
     }
     wanted = {
         f"fabrique-{app}-{case.after[:12]}" for case in sensor_cases.CASES for app in case.apps
@@ -406,7 +432,7 @@ def test_a_git_push_to_the_apps_context_becomes_its_workflow_and_runs(
     workflow = sensor_workflow(cluster, sha)
     name = workflow["metadata"]["name"]
     assert name == f"fabrique-citation-{sha[:12]}"
-    assert workflow["metadata"]["labels"]["fabrique.io/submitted-by"] == "sensor"
+    assert LABEL_SUBMITTED_BY not in workflow["metadata"]["labels"]
     outputs = plan(cluster, forge, name, tmp_path)
     assert outputs["build"] == "true", outputs["reason"]
     # admitted and going on: the checkout's pod is made, on a worker
