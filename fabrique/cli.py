@@ -810,19 +810,34 @@ def reconcile(
 @kube_context_option
 @pass_state
 def status(state: _State, app: str | None, output: str, kube_context: str | None) -> None:
-    """Is prod on the commit I pushed? Want, deployed, built and in-flight, per app. Read-only."""
-    import json
-    from dataclasses import asdict
+    """Is prod on the commit I pushed? Want, deployed, built and in-flight, per app. Read-only.
 
-    from fabrique.decisions.reconcile import raise_for_errors, selected, table
-    from fabrique.gestures.promote import stage_line, stages
+    Every app gets its row. An app whose facts could not be read (its target or an
+    environment's, a server that failed) is an error row that says why, and the others
+    are shown; the exit code is then non-zero when any row is an error: 75 when each
+    of them may pass on a later run (a server unreachable, 5xx), else 3.
+    """
+    import json
+    from dataclasses import asdict, replace
+
+    from fabrique.decisions.reconcile import error_result, raise_for_errors, selected, table
+    from fabrique.gestures.promote import Stage, stage_line, stages
 
     site = state.site
     apps = selected(site, app)  # an unknown app is named before the cluster is asked
     with _reconciler(site, kube_context) as reconciler:
         results = reconciler.run(apps, "status")
-        # each environment of an app that has them: what it deploys, what waits for it
-        staged = {a.name: stages(site, reconciler.transport, a) for a in apps if a.environments}
+        # each environment of an app that has them: what it deploys, what waits for it;
+        # one that cannot be read makes its app's row an error, not the whole table's
+        staged: dict[str, list[Stage]] = {}
+        for index, a in enumerate(apps):
+            if not a.environments:
+                continue
+            try:
+                staged[a.name] = stages(site, reconciler.transport, a)
+            except FabriqueError as err:
+                if results[index].state != "error":
+                    results[index] = replace(error_result(a.name, err), facts=results[index].facts)
     if output == "json":
         click.echo(
             json.dumps(
