@@ -76,7 +76,7 @@ class Size:
     apps: int
     sensors: int
     largest_sensor_bytes: int
-    ready_seconds: float  # from the event path's objects applied to every Sensor listening
+    ready_seconds: float  # from the Argo Events controller's start to every Sensor listening
     scenarios: list[Scenario] = field(default_factory=list)
 
 
