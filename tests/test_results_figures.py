@@ -1,29 +1,30 @@
-"""Every figure bench/RESULTS.md quotes comes from one of its own tables.
+"""Every figure bench/RESULTS.md quotes is tied to the one cell of a table it comes from.
 
 A figure is a number with the unit of something measured: a time (s, ms, min), a size
-(kB, KiB, MB, GB), a ratio (a times sign), requests. Quoted in the prose, or in the result column of
-the targets' table, it must be a value of one of the tables (or charts) the benches
-printed, as printed or rounded to the digits quoted. A figure carried over from an
-earlier run, from another machine or from a sum done by hand has no table, and fails
-here: update the table from the bench's output, or quote what it holds.
+(kB, KiB, MB, GB), a ratio (a times sign), requests. Quoted in the prose, or in the
+result column of the targets' table, it is tied here (``TIES``, section by section, in
+the order the prose quotes them) to its table, column and row, and must be a value of
+that cell, as printed or rounded to the digits quoted; or to the difference of two
+cells; or it is one of the bench's settings (``SETTING``: a latency it adds, the data it
+makes). A figure changed in the prose, or a table re-measured without its prose, fails
+here, and so does a figure quoted without a tie.
 
 The sections listed in ``BY_HAND`` report runs that no bench prints as a table (the
-peers' builds, the scenario on a cluster, the fault bench's phases); they are not checked.
+peers' builds, the scenario on a cluster, the fault bench's phases): their figures have
+no cell to be tied to, and are not checked.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+
+import pytest
 
 from .conftest import ROOT
 
 RESULTS = ROOT / "bench" / "RESULTS.md"
-BY_HAND = (
-    "Scenario 34",
-    "Fault bench",
-    "The live tier",
-    "The build step with the real BuildKit",
-)
+BY_HAND = ("Scenario 34", "Fault bench", "The live tier")
 NUMBER = r"\d{1,3}(?: \d{3})+(?![\d.])|\d+(?:\.\d+)?"
 # a number, not part of a date, a version or a name, followed by a measured unit
 FIGURE = re.compile(
@@ -64,57 +65,272 @@ def _split(lines: list[str]) -> tuple[list[str], list[str]]:
     return printed, prose
 
 
-def quoted_and_printed(text: str) -> tuple[list[tuple[str, str]], set[float]]:
-    """The figures quoted (section, figure as written) and every number printed."""
-    quoted: list[tuple[str, str]] = []
-    printed_numbers: set[float] = set()
+@dataclass(frozen=True)
+class Cell:
+    """The cell of ``column`` in the one row whose cells ``row`` names (header: value),
+    in a table of the section whose title starts with ``section``."""
+
+    section: str
+    column: str
+    row: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One cell's number less another's (a figure the prose works out)."""
+
+    of: Cell
+    less: Cell
+
+
+SETTING = "a setting of the bench"
+TIMES = "\u00d7"  # a ratio's sign
+Tie = Cell | Difference | str
+
+SCALE = "Reconcile at scale"
+WRITEBACK = "Write-back cost against repository size"
+EVENTS = "What a push costs on the event path"
+GITEA = "The Gitea double beside a real Gitea"
+MODES = "A write-back through a pull request beside a direct one"
+
+
+def _scale(column: str, apps: str, latency: str = "10") -> Cell:
+    return Cell(SCALE, column, {"apps": apps, "files": "50", "latency (ms)": latency})
+
+
+def _contents(column: str, commits: str, latency: str) -> Cell:
+    return Cell(WRITEBACK, column, {"commits": commits, "latency (ms)": latency})
+
+
+def _mode(column: str, transport: str, mode: str) -> Cell:
+    return Cell(MODES, column, {"transport": transport, "mode": mode})
+
+
+PUSH_TO_WORKFLOW = Cell(EVENTS, "push → Workflow (s)", {"apps": "1 000", "push": "one app"})
+VS_CLONE = "Contents API vs clone: time / bytes"
+CONTENTS = "Contents API s / requests / bytes"
+GITEA_COLD = Cell(GITEA, "cold", {"apps / files": "1 000 / 50", "server": "gitea"})
+NEXT_S, NEXT_REQUESTS = "next (median / max s)", "next requests"
+
+# section (the start of its title) -> its figures in the order quoted, each tied
+TIES: dict[str, list[tuple[str, Tie]]] = {
+    "": [
+        ("200 MB", SETTING),
+        ("10 ms", SETTING),
+        ("10 ms", SETTING),
+        ("10 ms", SETTING),
+        ("3.054 requests", _scale("cold", "1 000", "0")),
+    ],
+    EVENTS: [
+        ("1.35 s", PUSH_TO_WORKFLOW),
+        ("1.6 s", Cell(EVENTS, "Sensors CPU (s)", {"apps": "1 000", "push": "one app"})),
+    ],
+    WRITEBACK: [
+        ("10 ms", SETTING),
+        (f"12.4{TIMES}", _contents(VS_CLONE, "50 000", "10")),
+        ("232.6 MB", _contents("full clone s / bytes", "50 000", "10")),
+        ("0 ms", SETTING),
+        ("10 ms", SETTING),
+        ("0 ms", SETTING),
+        ("2 requests", _contents(CONTENTS, "1 000", "0")),
+        ("10 ms", SETTING),
+        ("200 MB", SETTING),
+    ],
+    SCALE: [
+        ("10 s", SETTING),  # the load average's sampling
+        ("0.79 s", _scale("idle", "200")),
+        ("0.97 s", _scale("idle", "1 000")),
+        ("10 ms", SETTING),
+        ("53 requests", _scale("idle", "1 000")),
+        ("10 ms", SETTING),
+        ("3.054 requests", _scale("cold", "1 000")),
+        ("0 ms", SETTING),
+        ("10 ms", SETTING),
+    ],
+    GITEA: [
+        ("0 ms", SETTING),
+        ("135.35 s", GITEA_COLD),
+        ("52.40 s", Cell(GITEA, "cold", {"apps / files": "1 000 / 50", "server": "double"})),
+        ("213.59 s", GITEA_COLD),
+        ("3.56 s", Cell(GITEA, "idle", {"apps / files": "1 000 / 50", "server": "double"})),
+    ],
+    "Reconcile with one target file per app": [
+        (
+            "4 requests",
+            Cell(
+                "Reconcile with one target file per app",
+                "0 ms",
+                {"figure": "`fabrique reconcile` of 200 apps, concurrency 1"},
+            ),
+        ),
+    ],
+    "Targets": [
+        ("630.1 ms", Cell("Render", "wall (ms)", {"apps": "200"})),
+        (
+            "3 requests",
+            Difference(_contents(CONTENTS, "1 000", "10"), _contents(CONTENTS, "1 000", "0")),
+        ),
+        (f"20 576{TIMES}", _contents(VS_CLONE, "50 000", "10")),
+        (f"12.4{TIMES}", _contents(VS_CLONE, "50 000", "10")),
+        ("10 ms", SETTING),
+        (f"7.5{TIMES}", _contents(VS_CLONE, "50 000", "0")),
+        ("0 ms", SETTING),
+        ("0.97 s", _scale("idle", "1 000")),
+        ("1.35 s", _scale("one", "1 000")),
+        ("37.38 s", _scale("cold", "1 000")),
+        ("135.35 s", GITEA_COLD),
+        ("0 ms", SETTING),
+        ("0.79 s", _scale("idle", "200")),
+        ("0.97 s", _scale("idle", "1 000")),
+        ("10 ms", SETTING),
+        ("0.97 s", _scale("idle", "1 000")),
+        (
+            "231.6 ms",
+            Cell(SCALE, "median (ms)", {"command": "`fabrique --version`, 5 processes"}),
+        ),
+        ("13 requests", Cell(SCALE, "idle", {"apps": "10", "files": "10"})),
+        ("63.3 MB", _scale("peak memory, idle (MB)", "1 000")),
+        ("1.35 s", PUSH_TO_WORKFLOW),
+    ],
+    "The build step with the real BuildKit": [
+        (
+            "0.4 s",
+            Difference(
+                Cell(
+                    "The build step",
+                    "wall (s)",
+                    {"build": "cold: nothing in `<image>:buildcache`"},
+                ),
+                Cell("The build step", "wall (s)", {"build": "again, `build.cache` off"}),
+            ),
+        ),
+    ],
+    MODES: [
+        ("8 requests", _mode(NEXT_REQUESTS, "gitea", "pull-request")),
+        ("1.66 s", _mode(NEXT_S, "gitea", "pull-request")),
+        ("1.13 s", _mode(NEXT_S, "gitea", "commit")),
+        ("10 requests", _mode(NEXT_REQUESTS, "gitea", "pull-request, autoMerge")),
+        ("2.29 s", _mode(NEXT_S, "gitea", "pull-request, autoMerge")),
+        ("4 requests", _mode(NEXT_REQUESTS, "git", "pull-request, autoMerge")),
+        ("0.86 s", _mode("replay: outcome, s, requests", "git", "pull-request, autoMerge")),
+    ],
+}
+
+
+Table = tuple[list[str], list[list[str]]]
+
+
+def _tables(lines: list[str]) -> list[Table]:
+    """The Markdown tables of a section: each its header cells and its rows' cells."""
+    tables: list[Table] = []
+    block: list[list[str]] = []
+    for line in [*lines, ""]:
+        if line.startswith("|"):
+            block.append([c.strip() for c in line.strip().strip("|").split("|")])
+            continue
+        if len(block) > 2:
+            tables.append((block[0], block[2:]))
+        block = []
+    return tables
+
+
+def quoted(text: str) -> tuple[dict[str, list[str]], dict[str, list[Table]]]:
+    """The figures each section quotes, in order, and each section's tables."""
+    figures: dict[str, list[str]] = {}
+    tables: dict[str, list[Table]] = {}
     for title, lines in _sections(text):
+        _, prose = _split(lines)
+        tables[title] = _tables(lines)
         if title.startswith(BY_HAND):
             continue
-        printed, prose = _split(lines)
         if title == "Targets":
             # its result column quotes the tables above; the target column is the goal
-            for row in printed:
-                cells = [c.strip() for c in row.strip("|").split("|")]
-                if len(cells) > 1 and not set(cells[1]) <= set("-: "):
-                    prose.append(cells[1])
-            printed = []
-        for line in printed:
-            printed_numbers.update(_value(n) for n in SOURCE.findall(line))
+            prose = [row[1] for _, rows in tables[title] for row in rows]
         # one text: a figure may be cut from its unit at a line's end
-        quoted.extend((title, m.group(0)) for m in FIGURE.finditer(" ".join(prose)))
-    return quoted, printed_numbers
+        figures[title] = [m.group(0) for m in FIGURE.finditer(" ".join(prose))]
+    return figures, tables
 
 
-def _printed(figure: str, numbers: set[float]) -> bool:
+def _cell(cell: Cell, tables: dict[str, list[Table]]) -> str:
+    found = [
+        row[header.index(cell.column)]
+        for title, section in tables.items()
+        if title.startswith(cell.section)
+        for header, rows in section
+        if cell.column in header and set(cell.row) <= set(header)
+        for row in rows
+        if all(row[header.index(key)] == value for key, value in cell.row.items())
+    ]
+    assert len(found) == 1, f"{cell}: {len(found)} cells, not one"
+    return found[0]
+
+
+def _numbers(text: str) -> list[float]:
+    return [_value(n) for n in SOURCE.findall(text)]
+
+
+def _holds(figure: str, tie: Tie, tables: dict[str, list[Table]]) -> bool:
     match = FIGURE.match(figure)
     assert match is not None
     value, digits = _value(match.group("value")), _decimals(match.group("value"))
-    return any(abs(round(n, digits) - value) < 1e-9 for n in numbers)
+    if isinstance(tie, Cell):
+        candidates = _numbers(_cell(tie, tables))
+    elif isinstance(tie, Difference):
+        # the numbers of one place in both cells (a time, a count, a size)
+        of, less = _numbers(_cell(tie.of, tables)), _numbers(_cell(tie.less, tables))
+        candidates = [a - b for a, b in zip(of, less, strict=True)]
+    else:
+        return True
+    return any(abs(round(n, digits) - value) < 1e-9 for n in candidates)
 
 
-def test_every_figure_quoted_is_in_a_table() -> None:
-    quoted, numbers = quoted_and_printed(RESULTS.read_text())
-    assert len(quoted) > 20, "the figures of the prose are found"
-    missing = [
-        f"{section or '(top)'}: {figure}"
-        for section, figure in quoted
-        if not _printed(figure, numbers)
-    ]
-    assert missing == [], "figures that no table of RESULTS holds:\n" + "\n".join(missing)
+def problems(text: str, ties: dict[str, list[tuple[str, Tie]]]) -> list[str]:
+    """What is wrong: a section whose figures are not those tied, in that order, or a
+    figure its cell does not hold."""
+    figures, tables = quoted(text)
+    found = []
+    for title, quotes in figures.items():
+        tied = next((t for key, t in ties.items() if key and title.startswith(key)), None)
+        tied = ties.get("", []) if tied is None and not title else (tied or [])
+        if [figure for figure, _ in tied] != quotes:
+            found.append(
+                f"{title or '(top)'}: quotes {quotes}, tied {[f for f, _ in tied]}: tie each "
+                "figure to its cell in tests/test_results_figures.py's TIES"
+            )
+            continue
+        found += [
+            f"{title or '(top)'}: {figure} is not what its cell holds ({tie})"
+            for figure, tie in tied
+            if not _holds(figure, tie, tables)
+        ]
+    return found
 
 
-def test_a_figure_from_no_table_is_found() -> None:
-    text = (
-        "# Results\n\n## Reconcile\n\n| apps | cold |\n| ---: | ---: |\n"
-        "| 1 000 | 135.35 s, 3054 req |\n\n"
-        "The cold pass takes 135 s (135.35 s), 3 054 requests; 73.2 s on 2026-12-03 with v1.27.3.\n"
-        "\n## Targets\n\n| target | result |\n| --- | --- |\n"
-        "| a pass under 10 s | 40.4 s |\n"
-    )
-    quoted, numbers = quoted_and_printed(text)
-    missing = [figure for _, figure in quoted if not _printed(figure, numbers)]
-    assert missing == ["73.2 s", "40.4 s"]
+def test_every_figure_quoted_is_its_cells() -> None:
+    assert problems(RESULTS.read_text(), TIES) == []
+
+
+@pytest.mark.parametrize(
+    ("quoted", "changed"),
+    [
+        ("push → Workflow is 1.35 s", "push → Workflow is 0.63 s"),  # a number of another table
+        ("costs 8 requests", "costs 3 requests"),  # a number of another cell of its table
+        (f"12.4{TIMES} faster", f"7.5{TIMES} faster"),  # another row's
+    ],
+)
+def test_a_figure_changed_in_the_prose_is_found(quoted: str, changed: str) -> None:
+    text = " ".join(RESULTS.read_text().split(" "))
+    assert quoted in " ".join(text.split()), quoted
+    moved = re.sub(r"\s+".join(map(re.escape, quoted.split())), changed, text, count=1)
+    assert problems(moved, TIES) != []
+
+
+def test_a_table_measured_again_without_its_prose_is_found() -> None:
+    text = RESULTS.read_text()
+    row = "| 1 000 | 40 | 72 348 | 64.3 | one app | 1 | 1 | 1.35 |"
+    assert row in text
+    found = problems(text.replace(row, row.replace("1.35", "1.41")), TIES)
+    assert any("1.35 s is not what its cell holds" in line for line in found), found
 
 
 def test_the_safety_net_page_counts_an_idle_pass_as_results_measured_it() -> None:
