@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import urlsplit
 
 import httpx
@@ -1180,7 +1180,9 @@ def _seed_built(site: Site, plane: ControlPlane, gitea: Gitea, folder: Path, see
         delivered = False
     if not delivered:
         print(f"# no Workflow {name} from the hook: submitted", file=sys.stderr)
-        if _fabrique(folder, ["submit", "--app", app, "--revision", seed]) != 0:
+        # its output on stderr: stdout is what `make up`'s shell evaluates
+        submitted = _fabrique(folder, ["submit", "--app", app, "--revision", seed], sys.stderr)
+        if submitted != 0:
             raise ControlPlaneError(f"fabrique submit of the seed commit {seed[:12]} failed")
     ended = until(
         f"Workflow {name} to end",
@@ -1466,7 +1468,7 @@ def _scenario(folder: Path) -> int:
     return subprocess.run(argv, env=env, check=False).returncode
 
 
-def _fabrique(folder: Path, args: list[str]) -> int:
+def _fabrique(folder: Path, args: list[str], stdout: TextIO | None = None) -> int:
     """``fabrique <args>`` against the plane of ``make up``, as its pods would run it:
     the default site's names through the plane's hosts file (in a mount namespace of its
     own), fabrique's token read from its file, the plane's kube context: its exit status."""
@@ -1488,7 +1490,7 @@ def _fabrique(folder: Path, args: list[str]) -> int:
         "FABRIQUE_GITEA_TOKEN": gitea.token,
     }
     argv = resolving(folder / "hosts", [str(Path(sys.executable).parent / "fabrique"), *args])
-    return subprocess.run(argv, env=env, check=False).returncode
+    return subprocess.run(argv, env=env, stdout=stdout, check=False).returncode
 
 
 SCENARIO = ROOT / "bench" / "scenarios" / "build-gitops-digest.sh"
