@@ -251,6 +251,41 @@ def test_an_empty_flow_mapping_is_written_out_keeping_its_comment(text: str, hel
     assert apply_hold(text, None, where=WHERE, app="citation") == text
 
 
+@pytest.mark.parametrize(
+    ("text", "held"),
+    [
+        (
+            "kind: Kustomization\nmetadata:\nimages: []\n",
+            f"kind: Kustomization\nmetadata:\n  annotations:\n    {KEY}: '{HOLD.value()}'\n"
+            "images: []\n",
+        ),
+        (
+            "kind: Kustomization\r\nmetadata:   # the overlay's\r\n",
+            "kind: Kustomization\r\nmetadata:   # the overlay's\r\n  annotations:\r\n"
+            f"    {KEY}: '{HOLD.value()}'\r\n",
+        ),
+        (
+            "kind: Kustomization\nmetadata:",
+            f"kind: Kustomization\nmetadata:\n  annotations:\n    {KEY}: '{HOLD.value()}'",
+        ),
+    ],
+    ids=["mid-file", "comment-crlf", "last-no-final-newline"],
+)
+def test_metadata_with_no_value_gets_the_hold_under_it(text: str, held: str) -> None:
+    """`metadata:` and nothing after it is an empty mapping: the hold is written under it,
+    and releasing an app that is not held there changes nothing."""
+    assert read_hold(text, WHERE, "citation") is None
+    assert apply_hold(text, HOLD, where=WHERE, app="citation") == held
+    assert read_hold(held, WHERE, "citation") == HOLD
+    assert apply_hold(text, None, where=WHERE, app="citation") == text
+
+
+def test_metadata_that_is_null_is_refused_with_what_to_do() -> None:
+    text = "kind: Kustomization\nmetadata: ~   # none\n"
+    with pytest.raises(TargetError, match=rf"^{re.escape(WHERE)}: metadata is null \(~\); "):
+        apply_hold(text, HOLD, where=WHERE, app="citation")
+
+
 def test_a_held_app_is_decided_held_before_anything_else() -> None:
     for changes in ({}, {"deployed_is_current": True}, {"phase": "Succeeded"}):
         action, detail = decide(_facts(hold=HOLD, **changes))

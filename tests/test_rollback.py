@@ -148,6 +148,27 @@ def test_rollback_writes_the_older_digest_and_a_hold_that_every_path_respects(
     assert read_hold(code_repo.show(KUSTOMIZATION), "k", "citation") is None
 
 
+def test_rollback_and_hold_on_a_target_whose_metadata_has_no_value(
+    code_repo: Repo, gitea: GiteaDouble, registry: Registry, values: Path, env: dict[str, str]
+) -> None:
+    """`metadata:` with nothing after it is an empty mapping: the hold goes under it."""
+    (old, old_digest), _ = _scenario(code_repo, registry, gitea.url, values, env)
+    text = code_repo.show(KUSTOMIZATION).replace(
+        "kind: Kustomization\n", "kind: Kustomization\nmetadata:\n"
+    )
+    code_repo.commit({KUSTOMIZATION: text})
+    result = fab(values, env, "rollback", "--app", "citation", "--to", old, "--reason", "v2")
+    assert result.exit_code == 0, result.stderr
+    held = code_repo.show(KUSTOMIZATION)
+    assert "kind: Kustomization\nmetadata:\n  annotations:\n    hold.fabrique.io/citation: " in held
+    assert _pin(code_repo)["digest"] == old_digest
+    assert fab(values, env, "release", "--app", "citation").exit_code == 0
+    result = fab(values, env, "hold", "--app", "citation", "--reason", "freeze")
+    assert result.exit_code == 0, result.stderr
+    hold = read_hold(code_repo.show(KUSTOMIZATION), "k", "citation")
+    assert hold is not None and hold.reason == "freeze"
+
+
 def test_rollback_to_a_revision_never_built_exits_2_and_writes_nothing(
     code_repo: Repo, gitea: GiteaDouble, registry: Registry, values: Path, env: dict[str, str]
 ) -> None:

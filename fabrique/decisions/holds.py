@@ -17,8 +17,9 @@ taken as the reason.
 Edits splice one line into the original text (plus ``metadata:``/``annotations:`` when
 they are missing, and removing them again when the hold was all they held); the result is
 parsed again and must be the original document with exactly that change. An empty
-``annotations: {}`` (or ``metadata: {}``) is written out in block style, keeping the
-comment after it, as the pin's edit writes out ``kustomize: {}``; a hold with no value
+``annotations: {}`` (or ``metadata: {}``, or ``metadata:`` with no value) is written out
+in block style, keeping the comment after it, as the pin's edit writes out
+``kustomize: {}``; a hold with no value
 (``hold.fabrique.io/<app>:``) holds, with no reason. A file the readers refuse (a key that
 is a mapping, say) is refused by the edit too, hold and release alike.
 """
@@ -134,9 +135,10 @@ def apply_hold(text: str, hold: Hold | None, *, where: str, app: str | None) -> 
     annotations = _annotations(data, where)
     line = None if hold is None else f"{key}: {_single_quoted(hold.value())}"
     if hold is not None:
-        expected.setdefault("metadata", {}).setdefault("annotations", {})
-        expected["metadata"]["annotations"][key] = hold.value()
-    if metadata is None:
+        if expected.get("metadata") is None:  # absent, or `metadata:` with no value
+            expected["metadata"] = {}
+        expected["metadata"].setdefault("annotations", {})[key] = hold.value()
+    if "metadata" not in data:
         if line is None:
             return text
         splicer.append(f"metadata:\n  annotations:\n    {line}\n")
@@ -144,7 +146,8 @@ def apply_hold(text: str, hold: Hold | None, *, where: str, app: str | None) -> 
         if line is None:
             return text
         block = ["annotations:", f"  {line}"]
-        if not _write_out_empty(splicer, data, "metadata", block, "metadata"):  # `metadata: {}`
+        # `metadata: {}`, or `metadata:` with no value
+        if not _write_out_empty(splicer, data, "metadata", block, "metadata"):
             _require_block(metadata, where, "metadata")
             pad = _key_pad(metadata, where, "metadata")
             last = _last_line(metadata, metadata.lc.key(next(iter(metadata)))[0])

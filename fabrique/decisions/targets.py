@@ -1052,9 +1052,21 @@ def _write_out_empty(
     splicer: _Splicer, parent: CommentedMap, key: str, lines: list[str], what: str
 ) -> bool:
     """Write out ``key: {}`` (``{ }``, ``[]``, over lines, a comment after it) in block
-    style, ``lines`` under it one level deeper and the comment kept on the key's line.
-    False, and nothing done, when ``parent[key]`` is not an empty flow collection."""
+    style, or ``key:`` with no value, ``lines`` under it one level deeper and the comment
+    kept on the key's line. False, and nothing done, when ``parent[key]`` is neither an
+    empty flow collection nor empty; a null written out (``~``) is refused."""
     node = parent[key]
+    if node is None:
+        line, col, empty = _scalar_at(splicer, parent, key)
+        if not empty:
+            null = splicer.lines[line][col:].split("#")[0].strip()
+            raise TargetError(
+                f"{splicer.where}: {what} is null ({null}); leave it empty ('{key}:') or "
+                "remove the key"
+            )
+        inner = " " * (parent.lc.key(key)[1] + 2)
+        splicer.insert_after(line, "".join(f"{inner}{text}\n" for text in lines))
+        return True
     if len(node):
         return False
     lead = rf"[ \t]*{re.escape(key)}:[ \t]*"
