@@ -174,7 +174,8 @@ CILIUM_NETWORK_POLICY = _closed(
         "metadata": {"type": "object", "required": ["name", "namespace"]},
         "spec": _closed(
             {
-                "endpointSelector": _LABELS,
+                # {}: every endpoint of the namespace (an app's namespace, whole)
+                "endpointSelector": {"anyOf": [_LABELS, {"const": {}}]},
                 "egress": {
                     "type": "array",
                     "minItems": 1,

@@ -6,7 +6,7 @@ import ipaddress
 from typing import Any
 
 from fabrique.site.allowlist import too_wide
-from fabrique.site.config import PeerSelector, Site
+from fabrique.site.config import EGRESS_PEERS, AppConfig, PeerSelector, Site, allowlist_entry
 from fabrique.site.errors import RenderError
 from fabrique.site.names import (
     EVENT_BUS,
@@ -32,6 +32,8 @@ EVENTSOURCE_POD = {"matchLabels": {"eventsource-name": EVENT_SOURCE}}
 # every Sensor of the site (render splits a large one): the label their template sets
 SENSOR_POD = {"matchLabels": {SENSOR_ROLE_LABEL: SENSOR_ROLE}}
 EVENTBUS_POD = {"matchLabels": {"eventbus-name": EVENT_BUS}}
+# every pod of every namespace, whatever its port: inside the cluster, never outside
+IN_THE_CLUSTER = {"to": [{"namespaceSelector": {}}]}
 
 
 def _ns_selector(namespace: str) -> dict[str, Any]:
@@ -133,8 +135,17 @@ def build_namespace(site: Site) -> list[dict[str, Any]]:
 
 
 def cilium_build_egress(site: Site) -> dict[str, Any]:
-    """The build's 443 allowlist by host name. Cilium learns the names' addresses through
-    its DNS proxy, hence the DNS rule with an L7 ``dns`` match."""
+    """The build's 443 allowlist by host name."""
+    return _cilium_fqdn_egress(
+        site, "build-internet-egress", site.namespaces.build, BUILD_POD, site.netpol.egress_fqdns
+    )
+
+
+def _cilium_fqdn_egress(
+    site: Site, name: str, namespace: str, selector: dict[str, Any], fqdns: list[str]
+) -> dict[str, Any]:
+    """TCP 443 to ``fqdns`` by host name. Cilium learns the names' addresses through its
+    DNS proxy, hence the DNS rule with an L7 ``dns`` match."""
     dns = site.netpol.dns
     assert dns.namespace is not None and dns.pod_labels is not None  # the site refuses cidrs
     dns_endpoint = {
@@ -146,9 +157,9 @@ def cilium_build_egress(site: Site) -> dict[str, Any]:
     return {
         "apiVersion": "cilium.io/v2",
         "kind": "CiliumNetworkPolicy",
-        "metadata": object_meta("build-internet-egress", site.namespaces.build),
+        "metadata": object_meta(name, namespace),
         "spec": {
-            "endpointSelector": BUILD_POD,
+            "endpointSelector": selector,
             "egress": [
                 {
                     "toEndpoints": [dns_endpoint],
@@ -162,7 +173,7 @@ def cilium_build_egress(site: Site) -> dict[str, Any]:
                 {
                     "toFQDNs": [
                         {"matchPattern": name} if name.startswith("*") else {"matchName": name}
-                        for name in site.netpol.egress_fqdns
+                        for name in fqdns
                     ],
                     "toPorts": [{"ports": [{"port": "443", "protocol": "TCP"}]}],
                 },
@@ -330,11 +341,79 @@ def gitea_namespace(site: Site) -> list[dict[str, Any]]:
     ]
 
 
+def _named_peer(site: Site, name: str) -> dict[str, Any]:
+    """The rule of a peer an app names in ``apps[].egress`` (``EGRESS_PEERS``)."""
+    if name == "apiServer":
+        return _api(site)
+    return _peer(site.netpol.gitea if name == "gitea" else site.netpol.registry)
+
+
+def app_egress(site: Site, app: AppConfig, namespace: str) -> list[dict[str, Any]]:
+    """What every pod of ``namespace``, where ``app`` runs, may reach: pods of any
+    namespace, DNS, and what the app names in ``apps[].egress``; nothing else. Its pods
+    reach a Service through its endpoints (a policy sees them after kube-proxy's DNAT):
+    one whose endpoints are pods is in the cluster; the ``kubernetes`` Service's is the
+    API server, reached only when the app names ``apiServer``. Ingress stays the app's."""
+    listed = [allowlist_entry(n) for n in app.egress if n not in EGRESS_PEERS]
+    rules = [IN_THE_CLUSTER, _dns(site)]
+    if listed and site.netpol.flavor == "kubernetes":
+        rules.append(
+            {
+                "to": [{"ipBlock": {"cidr": cidr}} for cidr in listed],
+                "ports": [{"protocol": "TCP", "port": 443}],
+            }
+        )
+    rules += [_named_peer(site, name) for name in app.egress if name in EGRESS_PEERS]
+    docs = [_policy(f"{app.name}-egress", namespace, {}, egress=rules)]
+    if listed and site.netpol.flavor == "cilium":
+        docs.append(_cilium_fqdn_egress(site, f"{app.name}-internet-egress", namespace, {}, listed))
+    return docs
+
+
+def argo_cd_egress(site: Site, namespace: str) -> dict[str, Any]:
+    """What every pod of Argo CD's ``namespace`` may reach: pods of any namespace, DNS,
+    the Gitea it reads and the API server it deploys through; nothing outside."""
+    egress = [IN_THE_CLUSTER, _dns(site), _peer(site.netpol.gitea), _api(site)]
+    return _policy("argo-cd-egress", namespace, {}, egress=egress)
+
+
+def deploy_namespaces(site: Site) -> dict[str, list[dict[str, Any]]]:
+    """Argo CD's namespaces and the apps', those of the Applications ``fabrique seed``
+    writes (``AppConfig.deployment``): the deployment and the runtime stay in the cluster."""
+    own = {site.namespaces.control, site.namespaces.build, site.namespaces.gitea}
+    argo_cd: dict[str, None] = {}
+    apps: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
+    for app in site.apps:
+        for env in app.environments or [None]:
+            deployment = app.deployment(env)
+            if deployment is None:
+                continue
+            for namespace in (deployment.namespace, deployment.destination):
+                if namespace in own:
+                    # its policy would open fabrique's pods to every pod of the cluster
+                    raise RenderError(
+                        f"app {app.name}: deploys through or into {namespace}, one of "
+                        "fabrique's namespaces (namespaces.*): deploy it elsewhere"
+                    )
+            argo_cd[deployment.namespace] = None
+            if (app.name, deployment.destination) not in seen:
+                seen.add((app.name, deployment.destination))
+                apps += app_egress(site, app, deployment.destination)
+    tree = {}
+    if argo_cd:
+        tree["netpol/argo-cd-namespace.yaml"] = [argo_cd_egress(site, ns) for ns in argo_cd]
+    if apps:
+        tree["netpol/app-namespaces.yaml"] = apps
+    return tree
+
+
 def policies(site: Site) -> dict[str, list[dict[str, Any]]]:
     tree = {
         "netpol/build-namespace.yaml": build_namespace(site),
         "netpol/control-namespace.yaml": control_namespace(site),
         "netpol/gitea-namespace.yaml": gitea_namespace(site),
+        **deploy_namespaces(site),
     }
     bound = site.netpol.widest_prefix
     for path, documents in tree.items():

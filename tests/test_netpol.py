@@ -350,3 +350,195 @@ def test_a_peer_is_pods_or_addresses_never_both_nor_a_wide_net(
     assert result.exit_code == 2
     assert result.stderr.startswith(f"error: {expected}"), result.stderr
     assert not out.exists()
+
+
+# -- the deployment and the runtime: Argo CD's namespace and the apps' -------------------
+
+
+def _app(**fields: Any) -> dict[str, Any]:
+    from fabrique.site.config import default_values
+
+    return {**default_values()["apps"][0], **fields}
+
+
+IN_THE_CLUSTER = {"to": [{"namespaceSelector": {}}]}
+DNS_PODS = {
+    "to": [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+        }
+    ],
+    "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+}
+
+
+def _in(root: Path, kind: str, name: str, namespace: str) -> dict[str, Any]:
+    found = [
+        d
+        for d in documents(root)
+        if d["kind"] == kind
+        and d["metadata"]["name"] == name
+        and d["metadata"].get("namespace") == namespace
+    ]
+    assert len(found) == 1, f"{kind} {namespace}/{name}: {len(found)} found"
+    return found[0]
+
+
+def test_the_apps_namespace_keeps_its_egress_inside_the_cluster() -> None:
+    """Every pod of the namespace the app deploys into (``dagster``) may reach pods of
+    any namespace (Services too: a policy sees their endpoints, after kube-proxy's DNAT)
+    and DNS; nothing outside the cluster. Ingress stays the app's."""
+    policy = _in(TREE, "NetworkPolicy", "citation-egress", "dagster")
+    assert policy["spec"] == {
+        "podSelector": {},
+        "policyTypes": ["Egress"],
+        "egress": [IN_THE_CLUSTER, DNS_PODS],
+    }
+
+
+def test_argo_cds_namespace_reaches_the_cluster_gitea_and_the_api_only() -> None:
+    policy = _in(TREE, "NetworkPolicy", "argo-cd-egress", "argocd")
+    assert policy["spec"] == {
+        "podSelector": {},
+        "policyTypes": ["Egress"],
+        "egress": [
+            IN_THE_CLUSTER,
+            DNS_PODS,
+            {
+                "to": [
+                    {
+                        "namespaceSelector": {
+                            "matchLabels": {"kubernetes.io/metadata.name": "gitea"}
+                        },
+                        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "gitea"}},
+                    }
+                ],
+                "ports": [{"protocol": "TCP", "port": 3000}],
+            },
+            {
+                "to": [{"ipBlock": {"cidr": "192.0.2.1/32"}}],
+                "ports": [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 6443}],
+            },
+        ],
+    }
+
+
+def test_an_app_is_widened_by_the_names_of_what_the_site_lists(tmp_path: Path, specs: Path) -> None:
+    """``apps[].egress`` names a peer of the site (``gitea``, ``registry``, ``apiServer``)
+    or an entry of the build's allowlist (its CIDR): the app's namespace reaches that,
+    on the peer's port or on 443 as the build does, and nothing else outside."""
+    values = write_values(
+        tmp_path / "site.yaml",
+        **{
+            "netpol.egressCidrs": ["203.0.113.0/24", "198.51.100.0/24"],
+            "netpol.registry": {"cidrs": ["10.9.0.0/16"], "port": 5000},
+            "apps": [_app(egress=["203.0.113.0/24", "registry", "apiServer"])],
+        },
+    )
+    out = tmp_path / "m"
+    assert run_cli("--values", str(values), "render", "--out", str(out)).exit_code == 0
+    egress = _in(out, "NetworkPolicy", "citation-egress", "dagster")["spec"]["egress"]
+    assert egress[2:] == [
+        {
+            "to": [{"ipBlock": {"cidr": "203.0.113.0/24"}}],
+            "ports": [{"protocol": "TCP", "port": 443}],
+        },
+        {
+            "to": [{"ipBlock": {"cidr": "10.9.0.0/16"}}],
+            "ports": [{"protocol": "TCP", "port": 5000}],
+        },
+        {
+            "to": [{"ipBlock": {"cidr": "192.0.2.1/32"}}],
+            "ports": [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 6443}],
+        },
+    ]
+    assert validate_tree(out, specs) == []
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (
+            {"apps": [_app(egress=["pypi.org"])]},
+            "apps[0].egress[0]: 'pypi.org' names nothing the site lists: a peer "
+            "(gitea, registry, apiServer) or an entry of netpol.egressCidrs (none)",
+        ),
+        (
+            {"netpol.egressCidrs": ["203.0.113.0/24"], "apps": [_app(egress=["203.0.113.0/25"])]},
+            "apps[0].egress[0]: '203.0.113.0/25' names nothing the site lists: a peer "
+            "(gitea, registry, apiServer) or an entry of netpol.egressCidrs (203.0.113.0/24)",
+        ),
+        (
+            {"netpol.flavor": "cilium", "apps": [_app(egress=["example.org"])]},
+            "apps[0].egress[0]: 'example.org' names nothing the site lists: a peer "
+            "(gitea, registry, apiServer) or an entry of netpol.egressFqdns (pypi.org, ",
+        ),
+    ],
+)
+def test_a_widening_names_only_what_the_site_lists(
+    tmp_path: Path, overrides: dict[str, Any], expected: str
+) -> None:
+    values = write_values(tmp_path / "site.yaml", **overrides)
+    out = tmp_path / "m"
+    result = run_cli("--values", str(values), "render", "--out", str(out))
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: {expected}"), result.stderr
+    assert not out.exists()
+
+
+def test_with_cilium_an_app_is_widened_by_host_name(tmp_path: Path, specs: Path) -> None:
+    site = load_site(
+        write_values(
+            tmp_path / "site.yaml",
+            **{"netpol.flavor": "cilium", "apps": [_app(egress=["huggingface.co"])]},
+        ),
+        env={},
+    )
+    out = tmp_path / "m"
+    write_tree(render_tree(site), out)
+    assert validate_tree(out, specs) == []
+    policy = _in(out, "CiliumNetworkPolicy", "citation-internet-egress", "dagster")
+    assert policy["spec"]["endpointSelector"] == {}
+    assert policy["spec"]["egress"][1] == {
+        "toFQDNs": [{"matchName": "huggingface.co"}],
+        "toPorts": [{"ports": [{"port": "443", "protocol": "TCP"}]}],
+    }
+    # the namespace's own policy stays inside the cluster
+    assert _in(out, "NetworkPolicy", "citation-egress", "dagster")["spec"]["egress"] == [
+        IN_THE_CLUSTER,
+        DNS_PODS,
+    ]
+
+
+def test_each_environment_and_its_argo_cd_get_their_policy(tmp_path: Path) -> None:
+    """Where an app runs in each environment (its ``namespace``) and the namespace of
+    the Argo CD that deploys it (its ``application``) each get theirs, once."""
+    writeback = {
+        "kind": "kustomize-images",
+        "repo": "atlas/atlas",
+        "path": "dataops/citation-dagster/deploy/overlays/prod2/kustomization.yaml",
+    }
+    environments = [
+        {"name": "bench", "target": "prod", "namespace": "dagster-bench"},
+        {
+            "name": "prod",
+            "target": "prod",
+            "application": "gitops/citation-prod",
+            "writeback": writeback,
+        },
+    ]
+    values = write_values(tmp_path / "site.yaml", apps=[_app(environments=environments)])
+    out = tmp_path / "m"
+    assert run_cli("--values", str(values), "render", "--out", str(out)).exit_code == 0
+    egress = {
+        (d["metadata"]["namespace"], d["metadata"]["name"])
+        for d in _policies(out)
+        if d["metadata"]["namespace"] not in ("fabrique", "fabrique-build", "gitea")
+    }
+    assert egress == {
+        ("dagster-bench", "citation-egress"),
+        ("dagster", "citation-egress"),
+        ("argocd", "argo-cd-egress"),
+        ("gitops", "argo-cd-egress"),
+    }

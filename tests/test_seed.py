@@ -381,3 +381,45 @@ def test_seed_checks_the_image_as_rollback_does_and_a_replay_keeps_the_verified_
     replay = _seed(values, env, "--yes")
     assert replay.exit_code == 8, replay.stderr
     assert code_repo.head() == head and built in code_repo.show(target)
+
+
+def test_where_an_application_of_seed_deploys_the_rendered_tree_keeps_egress_in_the_cluster(
+    tmp_path: Path,
+) -> None:
+    """The Application seed writes and the tree's policies come from one place (the app's
+    deployments): the namespace it deploys into and Argo CD's, which holds it, each get
+    a policy whose egress stays in the cluster, as far as the app widens it by name."""
+    from fabrique.gestures.seed import application_document
+    from fabrique.render import render_tree
+    from fabrique.site.config import default_values, load_site
+
+    app = default_values()["apps"][0]
+    app["environments"] = [
+        {"name": "bench", "target": "prod", "namespace": "dagster-bench"},
+        {
+            "name": "prod",
+            "target": "prod",
+            "application": "gitops/citation",
+            "writeback": {**app["writeback"], "path": "deploy/prod/kustomization.yaml"},
+        },
+    ]
+    app["egress"] = ["registry"]
+    site = load_site(write_values(tmp_path / "site.yaml", apps=[app]), env={})
+    tree = render_tree(site)
+    policies = {
+        (d["metadata"]["namespace"], d["metadata"]["name"]): d["spec"]
+        for documents in tree.values()
+        for d in documents
+        if d["kind"] == "NetworkPolicy"
+    }
+    for env in site.apps[0].environments:
+        deployment = site.apps[0].deployment(env)
+        assert deployment is not None
+        document = application_document(site, deployment)
+        runs_in = document["spec"]["destination"]["namespace"]
+        app_policy = policies[(runs_in, "citation-egress")]
+        assert app_policy["podSelector"] == {} and app_policy["policyTypes"] == ["Egress"]
+        assert not any("ipBlock" in peer for rule in app_policy["egress"] for peer in rule["to"])
+        assert (document["metadata"]["namespace"], "argo-cd-egress") in policies
+    assert {ns for ns, name in policies if name.endswith("-egress") and ns not in (
+        "fabrique", "fabrique-build", "gitea")} == {"dagster", "dagster-bench", "argocd", "gitops"}  # fmt: skip

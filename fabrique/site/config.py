@@ -486,6 +486,19 @@ Cidr = Annotated[str, AfterValidator(_cidr)]
 Fqdn = Annotated[str, AfterValidator(_fqdn)]
 
 
+# the site's peers an app may name in apps[].egress (netpol.gitea, netpol.registry, the
+# API server of netpol.apiServerCidrs and apiServerPorts)
+EGRESS_PEERS = ("gitea", "registry", "apiServer")
+
+
+def allowlist_entry(name: str) -> str:
+    """An entry of the build's allowlist as the site holds it: a CIDR normalised."""
+    try:
+        return str(ipaddress.ip_network(name, strict=False))
+    except ValueError:
+        return name
+
+
 class PeerSelector(_Model):
     """What a policy lets pods reach, on one port: pods in-cluster (a namespace and pod
     labels), or what runs outside the pod network by its addresses (``cidrs``): a
@@ -918,6 +931,10 @@ class AppConfig(_Model):
     application: ApplicationConfig | None = None
     # its environments in promotion order (bench, then prod)
     environments: list[Environment] = Field(default_factory=list)
+    # what its pods may reach outside the cluster besides DNS, by name: a peer of the
+    # site (``EGRESS_PEERS``) or an entry of the build's allowlist (netpol.egressCidrs,
+    # named by its CIDR; netpol.egressFqdns, by host name, with flavor cilium)
+    egress: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _promotion_order(self) -> AppConfig:
@@ -1040,6 +1057,22 @@ class Site(_Model):
             if wide:
                 index, why = wide
                 raise ValueError(f"{field}{'' if index is None else f'[{index}]'}: {why}")
+        return self
+
+    @model_validator(mode="after")
+    def _named_egress(self) -> Site:
+        cilium = self.netpol.flavor == "cilium"
+        flavor_list = "egressFqdns" if cilium else "egressCidrs"
+        listed = self.netpol.egress_fqdns if cilium else self.netpol.egress_cidrs
+        for index, app in enumerate(self.apps):
+            for position, name in enumerate(app.egress):
+                if name in EGRESS_PEERS or allowlist_entry(name) in listed:
+                    continue
+                raise ValueError(
+                    f"apps[{index}].egress[{position}]: {name!r} names nothing the site lists: "
+                    f"a peer ({', '.join(EGRESS_PEERS)}) or an entry of netpol.{flavor_list} "
+                    f"({', '.join(listed) or 'none'})"
+                )
         return self
 
     @model_validator(mode="after")
