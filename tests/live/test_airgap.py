@@ -35,6 +35,12 @@ from .cluster import Cluster
 from .controlplane import ControlPlane, render
 from .node import WORLD_HOSTS
 
+KUSTOMIZATION = "kustomization.yaml"
+# a Service in front of the Gitea stand-in: what a pod reaches through kube-proxy's DNAT
+GITEA_SERVICE = "airgap-gitea"
+# the second app of the apps' form: its own namespace, widened by name
+WIDENED_APP, WIDENED_NAMESPACE = "widened", "dagster-wide"
+
 pytestmark = pytest.mark.xdist_group("real-node")
 
 PACKETS = Path(__file__).with_name("packets.py")
@@ -77,17 +83,21 @@ def _template_pod(tree: Path, path: str, template: str) -> tuple[dict[str, str],
     raise AssertionError(f"{path} has no template {template}")
 
 
-def render_netpol(folder: Path, netpol: dict[str, Any]) -> Path:
+def render_netpol(
+    folder: Path, netpol: dict[str, Any], apps: list[dict[str, Any]] | None = None
+) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     values = folder / "site.yaml"
-    values.write_text(yaml.safe_dump({"netpol": netpol}))
+    values.write_text(yaml.safe_dump({"netpol": netpol, **({"apps": apps} if apps else {})}))
     return render(values, folder / "manifests")
 
 
 def apply_policies(cluster: Cluster, tree: Path) -> None:
     """The tree's namespaces, fabrique's ServiceAccounts and its NetworkPolicies: what
     packets are judged by (the Workflows and CronWorkflows are the scenario's)."""
-    policies = sorted(f"netpol/{p.name}" for p in (tree / "netpol").glob("*-namespace.yaml"))
+    policies = sorted(
+        f"netpol/{p.name}" for p in (tree / "netpol").glob("*.yaml") if p.name != KUSTOMIZATION
+    )
     for name in [*ACCOUNTS, *policies]:
         cluster.kubectl(
             "apply", "--server-side", "--field-manager=fabrique", "-f", str(tree / name)
@@ -178,6 +188,31 @@ def _ready_ip(cluster: Cluster, pod: Pod) -> str | None:
     return got["status"].get("podIP") if ready else None
 
 
+def _service(cluster: Cluster, namespace: str, selector: dict[str, str], port: int) -> str:
+    """A ClusterIP Service on ``port`` in front of the pods ``selector`` names; its
+    address, once it has an endpoint."""
+    cluster.kubectl(
+        "apply", "-f", "-",
+        stdin=yaml.safe_dump({
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": GITEA_SERVICE, "namespace": namespace},
+            "spec": {"selector": dict(selector), "ports": [{"port": port, "targetPort": port}]},
+        }),
+    )  # fmt: skip
+    slices = f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices"
+    label = f"kubernetes.io/service-name={GITEA_SERVICE}"
+
+    def endpoint() -> bool | None:
+        return any(s.get("endpoints") for s in cluster.items(slices, label)) or None
+
+    cluster.wait(f"Service {namespace}/{GITEA_SERVICE} to have an endpoint", endpoint, timeout=60)
+    address: str = cluster.get(f"/api/v1/namespaces/{namespace}/services/{GITEA_SERVICE}")["spec"][
+        "clusterIP"
+    ]
+    return address
+
+
 @pytest.fixture(scope="module")
 def airgap(node_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airgap]:
     plane = node_plane
@@ -197,6 +232,9 @@ def airgap(node_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -
     dns, gitea, registry = site.netpol.dns, site.netpol.gitea, site.netpol.registry
     assert dns.namespace and dns.pod_labels and gitea.namespace and gitea.pod_labels
     assert registry.namespace and registry.pod_labels
+    deployment = site.apps[0].deployment()
+    assert deployment is not None
+    app_namespace, argo_cd_namespace = deployment.destination, deployment.namespace
     pods = [
         Pod("free", "default", {}),
         Pod("build", build_ns, build_labels, build_account),
@@ -213,6 +251,12 @@ def airgap(node_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -
             (f"udp:{dns.port}", f"tcp:{dns.port}", "udp:5353")),
         Pod("registry", registry.namespace, dict(registry.pod_labels), None,
             (f"tcp:{registry.port}", "tcp:5000")),
+        # a pod where the default site's app runs, one of the widened app's, and one of
+        # Argo CD's namespace (Argo CD runs outside the cluster here: its policy selects
+        # every pod of the namespace, this one as the repo server's)
+        Pod("app", app_namespace, {}),
+        Pod("app-wide", WIDENED_NAMESPACE, {}),
+        Pod("argo-cd", argo_cd_namespace, {}),
     ]  # fmt: skip
     # the tree's namespaces and accounts first, before any policy: the pods start free
     for name in ACCOUNTS:
@@ -242,10 +286,14 @@ def airgap(node_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -
         cluster.wait(
             "the host's Gitea stand-in to listen", lambda: ready.exists() or None, timeout=30
         )
+        ips[GITEA_SERVICE] = _service(cluster, gitea.namespace, site.mirror_sync.gitea_pod_labels,
+                                      gitea.port)  # fmt: skip
         yield Airgap(plane, cluster, folder, {p.name: p for p in pods}, ips)
     finally:
         host_gitea.terminate()
         host_gitea.wait(timeout=10)
+        cluster.kubectl("delete", "service", "-n", gitea.namespace, GITEA_SERVICE,
+                        "--wait=false", check=False)  # fmt: skip
         for pod in pods:
             cluster.kubectl(
                 "delete", "pod", "-n", pod.namespace, pod.name, "--wait=false", check=False
@@ -274,6 +322,8 @@ def _targets(gap: Airgap) -> dict[str, str]:
         "gitea-pod": f"tcp:{gap.ips['gitea']}:{site.netpol.gitea.port}",
         "registry-pod": f"tcp:{gap.ips['registry']}:80",
         "registry-pod-5000": f"tcp:{gap.ips['registry']}:5000",
+        "free-pod": f"tcp:{gap.ips['free']}:{POD_PORT}",
+        "gitea-service": f"tcp:{gap.ips[GITEA_SERVICE]}:{site.netpol.gitea.port}",
     }
 
 
@@ -287,14 +337,21 @@ def test_with_no_policy_every_pod_reaches_every_target(airgap: Airgap) -> None:
     stand-ins all answer. Each refusal below is a policy's."""
     every = list(_targets(airgap))
     airgap.cluster.kubectl("delete", "networkpolicies", "--all", "-A", check=False)
-    for pod in ("free", "build", "stray-build", "mirror-sync", "gitea"):
+    for pod in ("free", "build", "stray-build", "mirror-sync", "gitea", "app", "argo-cd"):
         airgap.judge(pod, _expect(airgap, set(every), every))
 
 
-def _in_force(gap: Airgap, form: str, netpol: dict[str, Any], sign: tuple[str, str, str]) -> None:
-    """Render the site with ``netpol``, apply it, and wait until the engine judges by
-    it: ``sign`` is (pod, target name, what it gives once the policies are in force)."""
-    tree = render_netpol(gap.folder / form, netpol)
+def _in_force(
+    gap: Airgap,
+    form: str,
+    netpol: dict[str, Any],
+    sign: tuple[str, str, str],
+    apps: list[dict[str, Any]] | None = None,
+) -> None:
+    """Render the site with ``netpol`` (and ``apps``), apply it, and wait until the
+    engine judges by it: ``sign`` is (pod, target name, what it gives once the policies
+    are in force)."""
+    tree = render_netpol(gap.folder / form, netpol, apps)
     apply_policies(gap.cluster, tree)
     pod, name, want = sign
     target = _targets(gap)[name]
@@ -364,4 +421,44 @@ def test_by_pods_the_selectors_find_the_labelled_pods_on_their_ports(airgap: Air
     airgap.judge("step", _expect(airgap, pods, names))
     airgap.judge("stray-build", _expect(airgap, set(), names))
     airgap.judge("mirror-sync", _expect(airgap, pods - {"registry-pod"}, names))
+    airgap.judge("free", _expect(airgap, set(names), names))
+
+
+IN_THE_CLUSTER = [
+    "dns-pod", "dns-pod-tcp", "dns-pod-5353", "gitea-pod", "registry-pod", "registry-pod-5000",
+    "free-pod", "gitea-service",
+]  # fmt: skip
+
+
+def test_the_app_and_argo_cd_reach_the_cluster_and_nothing_outside(airgap: Airgap) -> None:
+    """The deployment and the runtime stay air-gapped. A pod of the app's namespace
+    reaches pods of any namespace on any port, a Service whose endpoint is a pod (judged
+    after kube-proxy's DNAT, as the pod it reaches) and DNS; not the API server (the
+    ``kubernetes`` Service's endpoint is no pod), nor Gitea or the registry off the pod
+    network, nor anything outside. A pod of Argo CD's namespace reaches the same, and
+    Gitea and the API server besides. An app widened by name (``apps[].egress``: an entry
+    of the build's allowlist, the registry) reaches those, on their ports, and no more."""
+    from fabrique.site.config import default_values
+
+    node = airgap.plane.real_node
+    netpol = node.netpol_values(airgap.plane.ports["apiserver"])
+    citation = default_values()["apps"][0]
+    widened = {
+        **citation,
+        "name": WIDENED_APP,
+        "image": WIDENED_APP,
+        "context": "widened",
+        "writeback": {**citation["writeback"], "path": "widened/kustomization.yaml"},
+        "application": {**citation["application"], "path": "apps/widened.yaml",
+                        "namespace": WIDENED_NAMESPACE},
+        "egress": [WORLD_HOSTS["allowlisted"][1], "registry"],
+    }  # fmt: skip
+    _in_force(airgap, "apps", netpol, ("app-wide", "outside", REFUSED), [citation, widened])
+    names = [*EVERY, *IN_THE_CLUSTER]
+    inside = {"dns", "dns-tcp", *IN_THE_CLUSTER}
+    airgap.judge("app", _expect(airgap, inside, names))
+    airgap.judge("argo-cd", _expect(airgap, inside | {"gitea", "api"}, names))
+    airgap.judge("app-wide", _expect(airgap, inside | {"allowlisted", "registry"}, names))
+    # fabrique's own pods keep theirs: a policy of the apps' opens nothing of fabrique's
+    airgap.judge("stray-build", _expect(airgap, set(), names))
     airgap.judge("free", _expect(airgap, set(names), names))
