@@ -332,3 +332,65 @@ def test_a_proposal_the_base_left_behind_is_made_again_on_its_head(
     assert len(merges) == 1, "a pass asks the merge once"
     replay = _writeback(values, env, revision, digest)
     assert replay.startswith("in review: citation "), replay
+
+
+def test_a_rejection_is_found_however_many_pull_requests_closed_since(
+    code_repo: Repo,
+    tmp_path: Path,
+    gitea: GiteaDouble,
+    registry: Registry,
+    env: dict[str, str],
+    kube: KubeApiDouble,
+) -> None:
+    """A person closes the proposal unmerged; then 120 other pull requests into the base
+    close. The safety net still finds the refusal, and lists no pull requests to do so."""
+    values = _values(tmp_path, gitea, registry)
+    revision = code_repo.commit({APP_FILE: "v2\n"})
+    digest = push_image(registry.url, "citation-dagster", revision[:12])
+    _writeback(values, env, revision, digest)
+    (pull,) = gitea.pulls[REPO]
+    with _api(gitea) as api:
+        api.patch(f"/repos/{REPO}/pulls/{pull['number']}", json={"state": "closed"})
+        for n in range(120):
+            code_repo.git("branch", f"other-{n}", "main")
+            made = api.post(
+                f"/repos/{REPO}/pulls",
+                json={"base": "main", "head": f"other-{n}", "title": "t", "body": ""},
+            )
+            number = made.json()["number"]
+            api.patch(f"/repos/{REPO}/pulls/{number}", json={"state": "closed"})
+    _phase(kube, revision, "Succeeded", values=values, verified=digest)
+    before = len(gitea.requests)
+    line = _line(_reconcile(values, env, "--app", "citation"))
+    assert line.startswith("citation: rejected: ") and "/pulls/1" in line, line
+    listings = [r.query.get("state") for r in gitea.requests[before:] if r.path.endswith("/pulls")]
+    assert set(listings) <= {"open"}, "a refusal is read where it is recorded, not in the history"
+    assert _writeback(values, env, revision, digest).startswith("rejected: citation ")
+
+
+def test_a_rejected_pin_stays_rejected_after_an_older_build_proposes(
+    code_repo: Repo,
+    tmp_path: Path,
+    gitea: GiteaDouble,
+    registry: Registry,
+    env: dict[str, str],
+    kube: KubeApiDouble,
+) -> None:
+    """The newer build's pull request is closed unmerged; a slower older build then
+    opens a pull request of its own. The pass does not put the newer pin back into it."""
+    values = _values(tmp_path, gitea, registry)
+    older = code_repo.commit({APP_FILE: "v2\n"})
+    newer = code_repo.commit({APP_FILE: "v3\n"})
+    digest = push_image(registry.url, "citation-dagster", newer[:12])
+    assert _writeback(values, env, newer, digest).startswith("proposed: citation ")
+    with _api(gitea) as api:
+        api.patch(f"/repos/{REPO}/pulls/1", json={"state": "closed"})
+    late = _writeback(values, env, older, "sha256:" + "a" * 64)
+    assert late.startswith("proposed: citation "), late
+    _phase(kube, newer, "Succeeded", values=values, verified=digest)
+    line = _line(_reconcile(values, env, "--app", "citation"))
+    assert line.startswith("citation: rejected: ") and "/pulls/1" in line, line
+    assert older[:12] in code_repo.show(KUSTOMIZATION, ref=HEAD), "the older pin stays proposed"
+    again = _writeback(values, env, newer, digest)
+    assert again.startswith("rejected: citation "), again
+    assert newer[:12] not in code_repo.show(KUSTOMIZATION, ref=HEAD)

@@ -614,9 +614,17 @@ def test_pull_request_mode_proposes_then_waits_in_review_then_is_ok_once_merged(
         )
     assert posted.status_code == 201 and pull["merged"]
     assert _deployed(code_repo)["digest"] == digest
-    (proposed,) = [s for s in gitea.latest_statuses("atlas/atlas", revision)]
+    (proposed,) = [
+        s
+        for s in gitea.latest_statuses("atlas/atlas", revision)
+        if s["context"] == "fabrique/citation"
+    ]
     assert "proposed in a pull request" in proposed["description"]
     assert _line(_reconcile(values, env, "--app", "citation")).startswith("citation: ok: ")
     # merged since it said so: the status now says what is deployed
-    (deployed,) = [s for s in gitea.latest_statuses("atlas/atlas", revision)]
+    (deployed,) = [
+        s
+        for s in gitea.latest_statuses("atlas/atlas", revision)
+        if s["context"] == "fabrique/citation"
+    ]
     assert deployed["description"] == f"safety net: {digest} deployed"

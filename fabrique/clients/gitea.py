@@ -28,7 +28,6 @@ TOKEN_ENV = "FABRIQUE_GITEA_TOKEN"
 PATH_PAGE = 50  # Gitea's [git] COMMITS_RANGE_SIZE: one page of commits listed by path
 STATUS_PAGE = 50  # Gitea's [api] MAX_RESPONSE_ITEMS: the most contexts a page of statuses holds
 MAX_PULL_PAGES = 100  # 5 000 open pull requests into one branch: past that, gone wrong
-MAX_CLOSED_PAGES = 2  # the closed pull requests looked at for one just closed by a person
 MAX_STATUS_PAGES = 400  # 20 000 contexts on one commit: past that, a server gone wrong
 
 
@@ -435,24 +434,30 @@ class GiteaClient(JsonApi):
                 return found
         return next(self._pulls(repo, base, head, "open"), None)
 
-    def closed_pull(self, repo: str, base: str, head: str, sha: str) -> PullRequest | None:
-        """The closed pull request from ``head`` into ``base`` whose head was ``sha``, if
-        any: among the most recently updated ones (a person closes it; it is then one of
-        the last touched)."""
-        for found in self._pulls(repo, base, head, "closed", pages=MAX_CLOSED_PAGES):
-            if found.head_sha == sha:
-                return found
+    def pull(self, repo: str, number: int) -> PullRequest | None:
+        """Pull request ``number``, whatever its state; None if there is none."""
+        what = f"pull request #{number} of {repo}"
+        response = self.request("GET", f"/repos/{repo}/pulls/{number}")
+        if response.status_code == 404 and not self.anonymous:
+            return None
+        return _pull(self._check(response, what), what)
+
+    def latest_status(self, repo: str, sha: str, context: str) -> CommitStatus | None:
+        """The latest status of ``context`` on commit ``sha``, if any: its combined
+        status read no further than the page that holds it."""
+        for page in self.status_pages(repo, sha):
+            for status in page:
+                if status.context == context:
+                    return status
         return None
 
-    def _pulls(
-        self, repo: str, base: str, head: str, state: str, pages: int | None = None
-    ) -> Iterator[PullRequest]:
+    def _pulls(self, repo: str, base: str, head: str, state: str) -> Iterator[PullRequest]:
         """The pull requests in ``state`` from branch ``head`` of ``repo`` into ``base``,
         the most recently updated first, listed page by page (whatever the page size
         Gitea keeps: a page with none, or the count X-Total-Count gives, ends it)."""
         what = f"{state} pull requests into {base} of {repo}"
         seen = 0
-        for page in range(1, (pages or MAX_PULL_PAGES) + 1):
+        for page in range(1, MAX_PULL_PAGES + 1):
             params = {"state": state, "base_branch": base, "sort": "recentupdate"}
             params |= {"page": str(page), "limit": "50"}
             response = self.request("GET", f"/repos/{repo}/pulls", params=params)
@@ -471,8 +476,7 @@ class GiteaClient(JsonApi):
             total = response.headers.get("X-Total-Count", "")
             if not batch or (total.isdigit() and seen >= int(total)):
                 return
-        if pages is None:
-            raise GiteaError(f"{what}: more than {seen}; fabrique reads no more")
+        raise GiteaError(f"{what}: more than {seen}; fabrique reads no more")
 
     def behind(self, repo: str, base: str, head: str) -> int:
         """How many commits of ``base`` ``head`` lacks (one compare)."""

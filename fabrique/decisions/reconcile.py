@@ -177,7 +177,7 @@ def decide(facts: Facts) -> tuple[Action, str]:
         return (
             "rejected",
             f"{want} was proposed in {facts.review}, closed unmerged; nothing built or "
-            "written: a newer build proposes again (delete the proposal branch to propose "
+            "written: a newer build proposes again (reopen the pull request to propose "
             "this one again)",
         )
     if facts.review is not None:
@@ -317,13 +317,17 @@ class Reconciler:
         found = review.find_proposal(reviews, self.transport, target, base, head)
         probe = desired_pin(self.site, app, want, "sha256:" + "0" * 64)
         proposed = found.pin(target, probe, target_where(self.site, app))
-        if proposed is None or proposed.tag != short_sha(want):
-            return None
-        if found.pull is not None:
-            if review.left_behind(reviews, target.repo, found.pull):
-                return None  # made again on the base's head, as any pin not proposed
+        if (
+            found.pull is not None
+            and proposed is not None
+            and proposed.tag == short_sha(want)
+            and not review.left_behind(reviews, target.repo, found.pull)
+        ):
             return found.pull.url, found.pull.number, False
-        closed = review.rejected(reviews, target.repo, base, found)
+        # refused by a person, whatever the branch proposes since; else (made again on the
+        # base's head when it left the proposal behind) proposed as any pin
+        record = review.proposal_record(reviews, self.site, want, head)
+        closed = review.rejection(reviews, target.repo, record)
         return (closed.url, closed.number, True) if closed is not None else None
 
     def _status(self, app: AppConfig, want: str | None, *, read: bool) -> dict[str, Any]:

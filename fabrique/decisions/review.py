@@ -11,7 +11,10 @@ deleting its branch would close it.
 The guards are a direct write-back's, on both branches: a held target proposes nothing
 and closes the open pull request, its description saying who holds it and why; a target or a pull
 request that already deploys (proposes) a newer commit is ``superseded``; a pull
-request that already proposes this very pin is ``in-review`` and nothing is written.
+request that already proposes this very pin is ``in-review`` and nothing is written,
+unless the base moved past it (it is made again on the base's head); a pin whose pull
+request a person closed unmerged is ``rejected`` (each proposal is recorded on the built
+commit, where the refusal is read).
 With ``autoMerge``, Gitea is asked to merge the proposed commit once the checks its
 branch protection requires pass (``merge_when_checks_succeed``), and deletes the
 branch when it has.
@@ -20,11 +23,12 @@ branch when it has.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from fabrique.clients.gitea import PullRequest
+from fabrique.clients.gitea import CommitStatus, PullRequest
 from fabrique.site.config import AppConfig, Environment, Site, WriteBackTarget
 from fabrique.site.errors import ConfigError
 from fabrique.site.retry import RetryPolicy
@@ -43,7 +47,11 @@ class Reviews(Protocol):
 
     def open_pull(self, repo: str, base: str, head: str) -> PullRequest | None: ...
 
-    def closed_pull(self, repo: str, base: str, head: str, sha: str) -> PullRequest | None: ...
+    def pull(self, repo: str, number: int) -> PullRequest | None: ...
+
+    def latest_status(self, repo: str, sha: str, context: str) -> CommitStatus | None: ...
+
+    def create_status(self, repo: str, sha: str, status: CommitStatus) -> None: ...
 
     def behind(self, repo: str, base: str, head: str) -> int: ...
 
@@ -170,15 +178,54 @@ def schedule_merge(
     )
 
 
-def rejected(reviews: Reviews, repo: str, base: str, proposal: Proposal) -> PullRequest | None:
-    """The pull request a person closed unmerged with the proposal branch's tip as its
-    head, if any (fabrique deletes the branch when it closes one, and Gitea when it
-    merges one: a branch left with no open pull request was closed by hand, or its pull
-    request was never opened)."""
-    if proposal.pull is not None or proposal.tip is None:
+# A proposal is recorded on the built commit, in the code repository: a status of its own
+# context per proposal branch, whose link is the pull request. A person's refusal is then
+# read in two requests whatever the history (Gitea lists pull requests by base, never by
+# head), and whatever the proposal branch holds since.
+RECORD_STATE = "success"  # a record, no check: it must hold back no merge that requires all
+CLOSED_BY_FABRIQUE = "**Closed by fabrique: "
+PULL_URL = re.compile(r"/pulls/(\d+)$")
+
+
+def record_context(head: str) -> str:
+    """The status that records the proposals of branch ``head`` on the built commit."""
+    return f"proposal: {head}"
+
+
+def proposal_record(reviews: Reviews, site: Site, revision: str, head: str) -> CommitStatus | None:
+    """The record of the last pull request that proposed ``revision``'s pin from
+    ``head``, if any."""
+    return reviews.latest_status(site.gitea.code_repo, revision, record_context(head))
+
+
+def rejection(reviews: Reviews, repo: str, record: CommitStatus | None) -> PullRequest | None:
+    """The pull request a person closed unmerged that ``record`` names, if so: one that
+    is open, merged, or closed by fabrique (a hold) is no refusal; nor is one reopened."""
+    found = PULL_URL.search(record.target_url) if record is not None else None
+    if found is None:
         return None
-    closed = reviews.closed_pull(repo, base, proposal.head, proposal.tip)
-    return closed if closed is not None and not closed.merged else None
+    pull = reviews.pull(repo, int(found[1]))
+    if pull is None or pull.state != "closed" or pull.merged:
+        return None
+    return None if pull.body.startswith(CLOSED_BY_FABRIQUE) else pull
+
+
+def record_proposal(
+    reviews: Reviews,
+    site: Site,
+    revision: str,
+    head: str,
+    pull: PullRequest,
+    record: CommitStatus | None,
+) -> None:
+    """Record on the built commit that ``pull`` proposes its pin (unless ``record``, read
+    before, says so already)."""
+    if record is not None and record.target_url == pull.url:
+        return
+    status = CommitStatus(
+        record_context(head), RECORD_STATE, f"proposed in pull request #{pull.number}", pull.url
+    )
+    reviews.create_status(site.gitea.code_repo, revision, status)
 
 
 def close_review(
@@ -192,7 +239,7 @@ def close_review(
     if pull is None:
         return None
     reviews.cancel_merge(repo, pull.number)  # closing alone leaves Gitea's schedule
-    body = f"**Closed by fabrique: {app} is {why}.**\n\n{pull.body}"
+    body = f"{CLOSED_BY_FABRIQUE}{app} is {why}.**\n\n{pull.body}"
     reviews.edit_pull(repo, pull.number, state="closed", body=body)
     reviews.delete_branch(repo, head)
     log.warning("%s: closed pull request #%d (%s)", app, pull.number, why)

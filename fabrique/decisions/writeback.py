@@ -143,8 +143,8 @@ class Outcome:
         if self.state == "rejected":
             return (
                 f"rejected: {self.app} {self.pin.reference} was proposed in {self.detail}, "
-                "closed unmerged; nothing written (a newer build proposes again; delete the "
-                "proposal branch to propose this one again)"
+                "closed unmerged; nothing written (a newer build proposes again; reopen the "
+                "pull request to propose this one again)"
             )
         if self.state == "held":
             return (
@@ -463,11 +463,12 @@ def _propose(
                 site, reviews, target.repo, pull.number, pull.head_sha, backoff, sleep
             )  # fmt: skip
             return Outcome("in-review", app.name, where, pin, detail=_said(pull.url, merge))
-        if proposes(found.text):  # no pull request open: one a person closed?
-            closed = review.rejected(reviews, target.repo, base, found)
-            if closed is not None:
-                log.warning("%s: %s was closed unmerged; not proposing it again", where, closed.url)
-                return Outcome("rejected", app.name, where, pin, detail=closed.url)
+        # a pin a person refused stays refused, whatever the branch has proposed since
+        record = review.proposal_record(reviews, site, revision, head)
+        closed = review.rejection(reviews, target.repo, record)
+        if closed is not None:
+            log.warning("%s: %s was closed unmerged; not proposing it again", where, closed.url)
+            return Outcome("rejected", app.name, where, pin, detail=closed.url)
         if pull is not None:
             proposed = found.pin(target, pin, where)
             later = newer(proposed.tag) if proposed and proposed.tag else None
@@ -496,6 +497,7 @@ def _propose(
             log.info("%s: opened pull request #%d (%s)", where, pull.number, pull.url)
         elif (pull.title, pull.body) != (title, body):
             pull = reviews.edit_pull(target.repo, pull.number, title=title, body=body)
+        review.record_proposal(reviews, site, revision, head, pull, record)
         merge = review.schedule_merge(
             site, reviews, target.repo, pull.number, commit, backoff, sleep
         )
@@ -843,10 +845,17 @@ class GitTransport:
         tip = remote.fetch_tip()
         return Snapshot(remote.show(tip, path), tip)
 
+    def _signed(self) -> None:
+        """Never an unsigned commit where the site signs: a transport opened to read
+        (``open_transport(writes=False)``) holds no key, and makes no commit."""
+        if self.site.writeback.signing is not None and self.signing_key is None:
+            raise RuntimeError("this git transport was opened to read, with no signing key")
+
     @_locked
     def write(
         self, repo: str, branch: str, path: str, text: str, snapshot: Snapshot, message: str
     ) -> str:
+        self._signed()
         remote = self._remote(repo, branch)
         tip = str(snapshot.lease)
         author = self.site.writeback.author
@@ -866,6 +875,7 @@ class GitTransport:
         message: str,
         head_tip: str | None,
     ) -> str:
+        self._signed()
         remote = self._remote(repo, base)
         author = self.site.writeback.author
         commit = remote.commit_file(
@@ -902,8 +912,12 @@ class GitTransport:
 
 
 @contextmanager
-def open_transport(site: Site, token: str | None) -> Iterator[Transport]:
-    """The site's transport, its connections and scratch space released on exit."""
+def open_transport(site: Site, token: str | None, *, writes: bool = True) -> Iterator[Transport]:
+    """The site's transport, its connections and scratch space released on exit.
+
+    ``writes=False`` for a command that writes nothing (status, a dry run, the plan):
+    reading needs no signing key, so none is asked for, and such a transport makes no
+    commit."""
     author = Identity(site.writeback.author.name, site.writeback.author.email)
     if site.writeback.transport == "gitea":
         with GiteaClient.for_site(site, token) as client:
@@ -914,6 +928,6 @@ def open_transport(site: Site, token: str | None) -> Iterator[Transport]:
             GiteaClient.for_site(site, token) as reviews,  # asked for pull requests only
         ):
             key = None
-            if site.writeback.signing is not None:  # checked before anything is read
+            if writes and site.writeback.signing is not None:  # checked before any read
                 key = ssh_signing_key(os.environ.get(SIGNING_KEY_ENV), Path(scratch))
             yield GitTransport(site, Path(scratch), token, key, reviews)

@@ -35,6 +35,11 @@ context first; X-Total-Count counts them all), and its state is Gitea's
 or warning, ``success`` if every one is success or skipped, else ``pending``; with no
 status at all it is ``pending`` too (ToCombinedStatus), and ``statuses`` is null.
 
+Pull requests are Gitea's too: a merge asked while Gitea checks a new head or base
+(``check_answers`` requests after a push, 0 by default) or of one that conflicts answers
+405 "Please try again later", and ``mergeable`` is false then; a scheduled
+fast-forward-only merge of a head the base has moved past never happens.
+
 Faults can be injected: ``faults`` is a queue of (method, fault) consumed by the next
 matching request, where fault is an HTTP status, ``"drop"`` (close the connection with no
 answer), ``"lost"`` (do the work, then close the connection: a timeout the server
@@ -323,6 +328,8 @@ class GiteaDouble:
         if rest == "pulls" and method == "POST":
             return self._create_pull(repo, request.json())
         pull = re.fullmatch(r"pulls/(\d+)(/merge)?", rest)
+        if pull and method == "GET" and not pull[2]:
+            return self._get_pull(repo, int(pull[1]))
         if pull and method == "PATCH" and not pull[2]:
             return self._edit_pull(repo, int(pull[1]), request.json())
         if pull and method == "POST" and pull[2]:
@@ -1282,6 +1289,12 @@ class GiteaDouble:
         pull["created_at"] = self._moment(pull["updated"])
         pulls.append(pull)
         return 201, self._pull_view(repo, pull)
+
+    def _get_pull(self, repo: str, number: int) -> tuple[int, Any]:
+        pulls = self.pulls.get(repo, [])
+        if not 0 < number <= len(pulls):
+            return self._not_found()
+        return 200, self._pull_view(repo, pulls[number - 1])
 
     def _edit_pull(self, repo: str, number: int, body: dict[str, Any]) -> tuple[int, Any]:
         pulls = self.pulls.get(repo, [])
