@@ -6,7 +6,14 @@ import ipaddress
 from typing import Any
 
 from fabrique.site.allowlist import too_wide
-from fabrique.site.config import EGRESS_PEERS, AppConfig, PeerSelector, Site, allowlist_entry
+from fabrique.site.config import (
+    EGRESS_PEERS,
+    AppConfig,
+    Environment,
+    PeerSelector,
+    Site,
+    allowlist_entry,
+)
 from fabrique.site.errors import RenderError
 from fabrique.site.names import (
     EVENT_BUS,
@@ -33,7 +40,7 @@ EVENTSOURCE_POD = {"matchLabels": {"eventsource-name": EVENT_SOURCE}}
 SENSOR_POD = {"matchLabels": {SENSOR_ROLE_LABEL: SENSOR_ROLE}}
 EVENTBUS_POD = {"matchLabels": {"eventbus-name": EVENT_BUS}}
 # every pod of every namespace, whatever its port: inside the cluster, never outside
-IN_THE_CLUSTER = {"to": [{"namespaceSelector": {}}]}
+IN_THE_CLUSTER: dict[str, Any] = {"to": [{"namespaceSelector": {}}]}
 
 
 def _ns_selector(namespace: str) -> dict[str, Any]:
@@ -385,7 +392,8 @@ def deploy_namespaces(site: Site) -> dict[str, list[dict[str, Any]]]:
     apps: list[dict[str, Any]] = []
     seen: set[tuple[str, str]] = set()
     for app in site.apps:
-        for env in app.environments or [None]:
+        envs: list[Environment | None] = [*app.environments] or [None]
+        for env in envs:
             deployment = app.deployment(env)
             if deployment is None:
                 continue
