@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fabrique.decisions import targets
 from fabrique.decisions.holds import read_hold
 from fabrique.decisions.targets import ImagePin, apply_pin, new_target, read_pin
 from fabrique.site.config import HelmPaths, load_site
@@ -73,6 +74,66 @@ def test_one_image_string_and_other_paths() -> None:
     assert read_pin(after, "helm-values", PIN, where="v", helm=helm) == PIN
     before = read_pin(values, "helm-values", PIN, where="v", helm=helm)
     assert before == ImagePin(PIN.image, PIN.new_name, "0f0f0f0f0f0f", None)
+
+
+@pytest.mark.parametrize(
+    ("values", "written"),
+    [
+        (
+            "image: {repository: registry:80/citation-dagster, tag: 0f0f0f0f0f0f, digest: ''}"
+            "  # by digest\nreplicaCount: 2\n",
+            "image: {repository: registry:80/citation-dagster, tag: abcdefabcdef, digest: "
+            f"'{DIGEST}'}}  # by digest\nreplicaCount: 2\n",
+        ),
+        (  # nested, over two lines, CRLF, empty and null values, no final newline
+            'chart: {image: {repository: "",\r\n  tag: ~, digest: }, replicas: 2}',
+            'chart: {image: {repository: "registry:80/citation-dagster",\r\n  tag: '
+            f"abcdefabcdef, digest: {DIGEST} }}, replicas: 2}}",
+        ),
+    ],
+    ids=["one-line", "nested-crlf"],
+)
+def test_keys_in_flow_style_are_written_in_place(values: str, written: str) -> None:
+    """`image: {repository: …, tag: …, digest: ''}` is valid YAML: each value is
+    replaced where it stands, and every other byte of the line stays."""
+    helm = (
+        HelmPaths()
+        if values.startswith("image")
+        else HelmPaths(
+            repository="chart.image.repository", tag="chart.image.tag", digest="chart.image.digest"
+        )
+    )
+    after = apply_pin(values, "helm-values", PIN, where="v", helm=helm)
+    assert after == written
+    assert read_pin(after, "helm-values", PIN, where="v", helm=helm) == PIN
+    assert apply_pin(after, "helm-values", PIN, where="v", helm=helm) == after
+
+
+def test_an_edit_that_does_not_read_back_is_the_edit_s_fault_not_the_file_s(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The user's file is valid YAML: an edit that breaks it says so, never "not valid
+    YAML" of a file the user may not touch."""
+    monkeypatch.setattr(targets._Splicer, "result", lambda self: "image: {tag: a, b\n")
+    with pytest.raises(TargetError, match=r"^v: the in-place edit did not give the intended"):
+        apply_pin(VALUES, "helm-values", PIN, where="v", helm=HelmPaths())
+
+
+def test_a_value_in_flow_style_is_quoted_where_flow_style_needs_it() -> None:
+    """A registry named by its IPv6 address holds brackets, which end a plain value in a
+    flow mapping; an all-digit tag would read as a number there as anywhere."""
+    pin = ImagePin("citation-dagster", "[fd00::1]:5000/citation-dagster", "123456789012", DIGEST)
+    values = "image: {repository: r, tag: t, digest: d}\n"
+    after = apply_pin(values, "helm-values", pin, where="v", helm=HelmPaths())
+    assert yaml.safe_load(after)["image"] == {
+        "repository": pin.new_name,
+        "tag": pin.tag,
+        "digest": DIGEST,
+    }
+    image = "app: {image: r:t}\n"
+    after = apply_pin(image, "helm-values", pin, where="v", helm=HelmPaths(image="app.image"))
+    assert yaml.safe_load(after) == {"app": {"image": pin.reference}}
+    assert targets.yaml_scalar("a,b") == "a,b" and targets.yaml_scalar("a,b", flow=True) == '"a,b"'
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,9 @@ These are pure functions of the file's text.
 
 Values are read as their source text (``newTag: 1.10`` is the tag ``1.10``, not the
 number 1.1), inserted lines keep the file's line ending (CRLF stays CRLF) and come in
-kustomize's natural order (``name, newName, newTag, digest``). A file that would not
+kustomize's natural order (``name, newName, newTag, digest``); a value in a flow mapping
+(``image: {tag: …, digest: ''}``) is replaced where it stands, up to the ``,`` or ``}``
+that ends it, quoted where flow style needs it. A file that would not
 deploy what fabrique reports is refused, not edited: two entries for the same image
 (under its plain name and its registry name, say: kustomize would keep applying the
 other one), ``images:`` with no list, YAML merge keys (``<<``), a key that is a mapping or a
@@ -167,11 +169,16 @@ def apply_pin(
         _expect_application(spec["sources"][index] if index is not None else spec["source"], pin)
     result = splicer.result()
     # read back as the expectation was made: a Kustomization as source text (a values
-    # file as Helm reads it: a tag that would turn into a number is a defect)
-    if kind == "kustomize-images":
-        got = _read_shared(result, where)
-    else:
-        got = _plain(_load(result, where))
+    # file as Helm reads it: a tag that would turn into a number is a defect); what does
+    # not read back is the edit's fault, never the user's file
+    try:
+        got = (
+            _read_shared(result, where)
+            if kind == "kustomize-images"
+            else _plain(_load(result, where))
+        )
+    except TargetError:
+        got = None
     if got != expected:
         raise TargetError(
             f"{where}: the in-place edit did not give the intended document (an unusual "
@@ -721,13 +728,15 @@ def _application_entries(images: list[str], pin: ImagePin) -> tuple[dict[int, st
 # ------------------------------------------------------------------ the text edit
 
 
-def yaml_scalar(value: str) -> str:
+def yaml_scalar(value: str, flow: bool = False) -> str:
     """``value`` as a YAML scalar that reads back as the same string, under YAML 1.1 and
-    1.2 alike (an all-digit or ``1e5``-like tag must not turn into a number)."""
+    1.2 alike (an all-digit or ``1e5``-like tag must not turn into a number); ``flow``:
+    as a value of a flow mapping (``{tag: …}``), where ``,``, ``[`` and ``]`` end it."""
     try:
+        text, read = (f"{{k: {value}}}", {"k": value}) if flow else (value, value)
         plain_ok = (
-            pyyaml.safe_load(value) == value
-            and YAML(typ="safe", pure=True).load(value) == value
+            pyyaml.safe_load(text) == read
+            and YAML(typ="safe", pure=True).load(text) == read
             and not value.startswith(("*", "&", "!", "%", "@"))
         )
     except (pyyaml.YAMLError, YAMLError):
@@ -758,13 +767,16 @@ class _Splicer:
             self.final_newline = True
         self.where = where
         self._edits: list[tuple[int, int, str, Any]] = []  # (line, order, op, payload)
+        self._ends: dict[tuple[int, int], tuple[int, int]] | None = None  # _plain_ends
 
-    def replace_scalar(self, line: int, col: int, value: str) -> None:
-        self._edits.append((line, 2, "replace", (col, value)))
+    def replace_scalar(self, line: int, col: int, value: str, flow: bool = False) -> None:
+        """Replace the scalar that starts at (``line``, ``col``), in a flow collection or
+        not (``flow``), keeping its quotes."""
+        self._edits.append((line, 2, "replace", (col, value, flow)))
 
-    def fill_empty(self, line: int, col: int, value: str) -> None:
+    def fill_empty(self, line: int, col: int, value: str, flow: bool = False) -> None:
         """Write ``value`` where an empty one stands: ``col`` is just after the colon."""
-        self._edits.append((line, 2, "fill", (col, value)))
+        self._edits.append((line, 2, "fill", (col, value, flow)))
 
     def insert_after(self, line: int, text: str) -> None:
         self._edits.append((line, 1, "insert", text))
@@ -784,13 +796,18 @@ class _Splicer:
                 inserts[line] = inserts.get(line, "") + payload.replace("\n", self.newline)
         edits = [e for e in self._edits if e[2] != "insert"]
         edits += [(line, 1, "insert", payload) for line, payload in inserts.items()]
-        for line, _, op, payload in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
+        # bottom-up, and right to left on a line (a flow mapping's values): each edit's
+        # column is still the original text's
+        in_line = ("replace", "fill")
+        edits.sort(key=lambda e: (e[0], e[1], e[3][0] if e[2] in in_line else 0), reverse=True)
+        for line, _, op, payload in edits:
             if op == "replace":
-                col, value = payload
-                lines[line] = self._replace(lines[line], col, value)
+                col, value, flow = payload
+                lines[line] = self._replace(line, lines[line], col, value, flow)
             elif op == "fill":
-                col, value = payload
-                lines[line] = f"{lines[line][:col]} {yaml_scalar(value)}{lines[line][col:]}"
+                col, value, flow = payload
+                text = yaml_scalar(value, flow)
+                lines[line] = f"{lines[line][:col]} {text}{lines[line][col:]}"
             elif op == "insert":
                 lines.insert(line + 1, payload)
             else:
@@ -798,7 +815,7 @@ class _Splicer:
         text = "".join(lines)
         return text if self.final_newline else text[: -len(self.newline)]
 
-    def _replace(self, line: str, col: int, value: str) -> str:
+    def _replace(self, row: int, line: str, col: int, value: str, flow: bool) -> str:
         rest = line[col:]
         if rest[:1] in ('"', "'"):
             quote = rest[0]
@@ -817,9 +834,26 @@ class _Splicer:
             raise TargetError(
                 f"{self.where}: a value in block or flow style cannot be edited in place"
             )
-        comment = re.search(r"\s+#", rest)
-        end = comment.start() if comment else len(rest.rstrip("\r\n").rstrip())
-        return line[:col] + yaml_scalar(value) + rest[end:]
+        # a plain scalar ends where the parser says: before a comment, or at the `,` or
+        # `}` of a flow mapping (the rest of the line is the user's)
+        if self._ends is None:
+            self._ends = _plain_ends("".join(self.lines))
+        end = self._ends.get((row, col))
+        if end is None or end[0] != row:
+            raise TargetError(
+                f"{self.where}: line {row + 1}: a plain value spans several lines; cannot "
+                "edit it in place"
+            )
+        return line[:col] + yaml_scalar(value, flow) + line[end[1] :]
+
+
+def _plain_ends(text: str) -> dict[tuple[int, int], tuple[int, int]]:
+    """Where each plain scalar of ``text`` ends (line, column), by where it starts."""
+    return {
+        (e.start_mark.line, e.start_mark.column): (e.end_mark.line, e.end_mark.column)
+        for e in pyyaml.parse(text, Loader=_TextLoader)
+        if isinstance(e, pyyaml.ScalarEvent) and not e.style  # None, or "" from C
+    }
 
 
 def _closing_quote(text: str, quote: str) -> int:
@@ -862,7 +896,8 @@ def _scalar_at(splicer: _Splicer, mapping: CommentedMap, key: Any) -> tuple[int,
         return line, col, False
     if _value_line(mapping, key) == line:
         rest = splicer.lines[line][col:].strip()
-        if rest and not rest.startswith("#"):  # `~` or `null`: text to replace
+        # `~` or `null`: text to replace; not what ends a flow mapping's empty value
+        if rest and not rest.startswith(("#", ",", "}", "]")):
             return line, col, False
     line, col = mapping.lc.key(key)
     text = splicer.lines[line]
@@ -879,10 +914,11 @@ def _scalar_at(splicer: _Splicer, mapping: CommentedMap, key: Any) -> tuple[int,
 
 def _set_scalar(splicer: _Splicer, mapping: CommentedMap, key: Any, value: str) -> None:
     line, col, empty = _scalar_at(splicer, mapping, key)
+    flow = getattr(mapping, "fa", None) is not None and bool(mapping.fa.flow_style())
     if empty:
-        splicer.fill_empty(line, col, value)
+        splicer.fill_empty(line, col, value, flow)
     else:
-        splicer.replace_scalar(line, col, value)
+        splicer.replace_scalar(line, col, value, flow)
 
 
 def _last_line(node: Any, fallback: int) -> int:
