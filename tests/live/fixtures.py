@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from . import controlplane
 from .cluster import Cluster
@@ -117,6 +118,12 @@ def apply_site(cluster: Cluster, tree: Path) -> Path:
     """A rendered tree applied server-side as the README's install does it, the Secrets
     its step 4 asks the site's own secret tooling for made; back once the admission
     policy is in force and the Argo controller holds the tree's WorkflowTemplates."""
+    # Argo CD's namespace and the apps' are the platform's, made before fabrique's tree
+    # (docs/operate/air-gap.md): the tree only gives them their egress policy
+    for path in (tree / "netpol").glob("*.yaml"):
+        if path.name in ("argo-cd-namespace.yaml", "app-namespaces.yaml"):
+            for doc in yaml.safe_load_all(path.read_text()):
+                cluster.kubectl("create", "namespace", doc["metadata"]["namespace"], check=False)
     cluster.apply_tree(tree)
     for namespace, name in SITE_SECRETS:
         cluster.kubectl(
