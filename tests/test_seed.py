@@ -383,6 +383,58 @@ def test_seed_checks_the_image_as_rollback_does_and_a_replay_keeps_the_verified_
     assert code_repo.head() == head and built in code_repo.show(target)
 
 
+def test_a_later_environment_s_application_reads_where_its_target_lives(tmp_path: Path) -> None:
+    """The build's environment deploys the overlay of the code repository, on the site's
+    branch; a later one deploys the folder of its own target, in the repository and on
+    the branch promote writes to, else it would never see a promotion."""
+    from fabrique.gestures.seed import application_document
+    from fabrique.site.config import default_values, load_site
+
+    app = default_values()["apps"][0]
+    app["environments"] = [
+        {"name": "bench", "target": "prod"},
+        {
+            "name": "prod",
+            "target": "prod",
+            "application": "argocd/citation-prod",
+            "namespace": "dagster-prod",
+            "writeback": {
+                "repo": "platform/deploy",
+                "branch": "release",
+                "path": "citation/prod/kustomization.yaml",
+            },
+        },
+        {
+            "name": "dr",
+            "target": "prod",
+            "application": "argocd/citation-dr",
+            "namespace": "dagster-dr",
+            "writeback": {"repo": "platform/deploy", "path": "citation/dr/kustomization.yaml"},
+        },
+    ]
+    site = load_site(write_values(tmp_path / "site.yaml", apps=[app]), env={})
+    bench, prod, dr = site.apps[0].environments
+    sources = []
+    for env in (bench, prod, dr):
+        deployment = site.apps[0].deployment(env)
+        assert deployment is not None
+        sources.append(application_document(site, deployment)["spec"]["source"])
+    url = site.gitea.url
+    assert sources == [
+        {
+            "repoURL": f"{url}/atlas/atlas.git",
+            "targetRevision": "main",
+            "path": site.apps[0].application.source_path,  # type: ignore[union-attr]
+        },
+        {
+            "repoURL": f"{url}/platform/deploy.git",
+            "targetRevision": "release",
+            "path": "citation/prod",
+        },
+        {"repoURL": f"{url}/platform/deploy.git", "targetRevision": "main", "path": "citation/dr"},
+    ]
+
+
 def test_where_an_application_of_seed_deploys_the_rendered_tree_keeps_egress_in_the_cluster(
     tmp_path: Path,
 ) -> None:

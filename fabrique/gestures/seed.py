@@ -128,8 +128,8 @@ def application_document(site: Site, deployment: Deployment) -> dict[str, Any]:
         "spec": {
             "project": deployment.project,
             "source": {
-                "repoURL": site.gitea.repo_url(site.gitea.code_repo),
-                "targetRevision": site.gitea.branch,
+                "repoURL": site.gitea.repo_url(deployment.repo or site.gitea.code_repo),
+                "targetRevision": deployment.branch or site.gitea.branch,
                 "path": deployment.source_path,
             },
             "destination": {

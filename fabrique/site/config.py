@@ -903,8 +903,9 @@ class Environment(_Model):
 @dataclass(frozen=True)
 class Deployment:
     """An Argo CD Application that deploys an app (or one environment of it): its file
-    in the apps repository, its namespace and name, its project, the overlay it deploys
-    from the code repository and the namespace it deploys into."""
+    in the apps repository, its namespace and name, its project, the overlay it deploys,
+    the namespace it deploys into, and where the overlay is read: the repository and the
+    branch (None: the code repository, the site's branch)."""
 
     path: str
     namespace: str
@@ -912,6 +913,8 @@ class Deployment:
     project: str
     source_path: str
     destination: str
+    repo: str | None = None
+    branch: str | None = None
 
 
 class AppConfig(_Model):
@@ -971,7 +974,8 @@ class AppConfig(_Model):
         """The Argo CD Application that ``fabrique seed`` keeps for ``env`` (None: the
         app's, without environments) in the apps repository; None when the site names
         none (``apps[].application``) or the environment's target is an Application
-        already (kind argocd-application)."""
+        already (kind argocd-application). A later environment's deploys its target's
+        folder, where promote writes it: that repository, that branch."""
         config = self.application
         if config is None:
             return None
@@ -990,6 +994,8 @@ class AppConfig(_Model):
             *(namespace, name, config.project),
             str(PurePosixPath(env.writeback.path).parent),
             destination,
+            env.writeback.repo,
+            env.writeback.branch,
         )
 
     def auto_promotions(self) -> list[tuple[Environment, Environment]]:
