@@ -838,22 +838,24 @@ class _Splicer:
         # `}` of a flow mapping (the rest of the line is the user's)
         if self._ends is None:
             self._ends = _plain_ends("".join(self.lines))
-        end = self._ends.get((row, col))
-        if end is None or end[0] != row:
+        stop = self._ends.get((row, col))
+        if stop is None or stop[0] != row:
             raise TargetError(
                 f"{self.where}: line {row + 1}: a plain value spans several lines; cannot "
                 "edit it in place"
             )
-        return line[:col] + yaml_scalar(value, flow) + line[end[1] :]
+        return line[:col] + yaml_scalar(value, flow) + line[stop[1] :]
 
 
 def _plain_ends(text: str) -> dict[tuple[int, int], tuple[int, int]]:
     """Where each plain scalar of ``text`` ends (line, column), by where it starts."""
-    return {
-        (e.start_mark.line, e.start_mark.column): (e.end_mark.line, e.end_mark.column)
-        for e in pyyaml.parse(text, Loader=_TextLoader)
-        if isinstance(e, pyyaml.ScalarEvent) and not e.style  # None, or "" from C
-    }
+    ends = {}
+    for event in pyyaml.parse(text, Loader=_TextLoader):
+        if isinstance(event, pyyaml.ScalarEvent) and not event.style:  # None, or "" from C
+            start, end = event.start_mark, event.end_mark
+            assert start is not None and end is not None  # the parser marks every event
+            ends[start.line, start.column] = (end.line, end.column)
+    return ends
 
 
 def _closing_quote(text: str, quote: str) -> int:
