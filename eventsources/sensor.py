@@ -60,6 +60,7 @@ from fabrique.decisions.workflow import (
     workflow_object,
 )
 from fabrique.site.config import AppConfig, Site
+from fabrique.site.errors import RenderError
 from fabrique.site.limits import POD_ENV_LIMIT, pod_env_size
 from fabrique.site.names import (
     EVENT_BUS,
@@ -174,20 +175,50 @@ def sensors(site: Site) -> list[dict[str, Any]]:
     ``SENSOR_ENV_TARGET``; else ``fabrique-build-<n>``, as few as fit it, each app in
     the Sensor its name's CRC-32 picks (so that adding an app changes one Sensor, and
     restarts one pod, unless it takes one Sensor more). A Sensor no app falls in is not
-    rendered."""
-    whole = sensor(site)
+    rendered. An app whose dependency and trigger alone outweigh the target fails render
+    (``RenderError``): no split holds it."""
+    parts = {app.name: app_parts(site, app) for app in site.apps}
+    whole = _sensor_of(site, SENSOR, list(parts.values()))
     size = pod_env_size(whole)
     if size <= SENSOR_ENV_TARGET:
         return [whole]
-    count = math.ceil(size / SENSOR_ENV_TARGET)
-    while True:
+    longest = f"{SENSOR}-{len(site.apps) - 1}"  # the longest name a split may give it
+    for index, app in enumerate(site.apps):
+        alone = pod_env_size(_sensor_of(site, longest, [parts[app.name]]))
+        if alone > SENSOR_ENV_TARGET:
+            raise RenderError(_too_heavy(site, index, alone))
+    # one Sensor an app at most: a split that still needs more has apps that collide
+    fewest = math.ceil(size / SENSOR_ENV_TARGET)
+    for count in range(fewest, max(fewest, len(site.apps)) + 1):
         groups: dict[int, list[AppConfig]] = {}
         for app in site.apps:
             groups.setdefault(zlib.crc32(app.name.encode()) % count, []).append(app)
-        split = [sensor(site, f"{SENSOR}-{n}", groups[n]) for n in sorted(groups)]
+        split = [
+            _sensor_of(site, f"{SENSOR}-{n}", [parts[app.name] for app in groups[n]])
+            for n in sorted(groups)
+        ]
         if all(pod_env_size(one) <= SENSOR_ENV_TARGET for one in split):
             return split
-        count += 1
+    heaviest = max(split, key=pod_env_size)
+    raise RenderError(
+        f"apps: no split into {len(site.apps)} Sensors or fewer keeps each under "
+        f"{SENSOR_ENV_TARGET} bytes as its pod's SENSOR_OBJECT ({heaviest['metadata']['name']}: "
+        f"{pod_env_size(heaviest)} bytes, apps "
+        f"{', '.join(d['name'].removeprefix('push-') for d in heaviest['spec']['dependencies'])}): "
+        "make those apps' contexts hold fewer write-back targets"
+    )
+
+
+def _too_heavy(site: Site, index: int, size: int) -> str:
+    app = site.apps[index]
+    written = sorted(p for p in fabrique_paths(site) if p.startswith(app.context + "/"))
+    return (
+        f"apps[{index}].context: {app.context!r} holds {len(written)} files fabrique writes "
+        "(write-back targets), each left out by its Sensor's filter: that app alone makes a "
+        f"Sensor of {size} bytes as its pod's SENSOR_OBJECT, over the {SENSOR_ENV_TARGET} "
+        f"bytes render keeps a Sensor under (Linux takes {POD_ENV_LIMIT} for one variable); "
+        "narrow the context, or move those targets out of it"
+    )
 
 
 def sensor_names(site: Site) -> list[str]:
@@ -195,73 +226,75 @@ def sensor_names(site: Site) -> list[str]:
 
 
 def sensor(site: Site, name: str = SENSOR, apps: list[AppConfig] | None = None) -> dict[str, Any]:
-    dependencies = []
-    triggers = []
-    for app in site.apps if apps is None else apps:
-        dep = dependency_name(app.name)
-        dependencies.append(
-            dump(
-                EventDependency(
-                    name=dep,
-                    event_source_name=EVENT_SOURCE,
-                    event_name=EVENT_NAME,
-                    filters=EventDependencyFilter(
-                        data=push_filters(site), data_logical_operator="and"
-                    ),
-                )
-            )
+    """The Sensor ``name`` of ``apps`` (every app of the site by default)."""
+    return _sensor_of(
+        site, name, [app_parts(site, app) for app in (site.apps if apps is None else apps)]
+    )
+
+
+def app_parts(site: Site, app: AppConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``app``'s dependency and its trigger, as a Sensor holds them."""
+    dep = dependency_name(app.name)
+    dependency = dump(
+        EventDependency(
+            name=dep,
+            event_source_name=EVENT_SOURCE,
+            event_name=EVENT_NAME,
+            filters=EventDependencyFilter(data=push_filters(site), data_logical_operator="and"),
         )
-        dependencies[-1]["filters"].update(touched_filters(site, app))
-        parameters = [
+    )
+    dependency["filters"].update(touched_filters(site, app))
+    parameters = [
+        TriggerParameter(
+            src=TriggerParameterSource(dependency_name=dep, data_template=name_template(app.name)),
+            dest=NAME_DEST,
+        ),
+        *(
+            TriggerParameter(
+                src=TriggerParameterSource(dependency_name=dep, data_template=REVISION_TEMPLATE),
+                dest=dest,
+            )
+            for dest in REVISION_DESTS
+        ),
+        *(
             TriggerParameter(
                 src=TriggerParameterSource(
-                    dependency_name=dep, data_template=name_template(app.name)
+                    dependency_name=dep, data_template=SHORT_REVISION_TEMPLATE
                 ),
-                dest=NAME_DEST,
-            ),
-            *(
-                TriggerParameter(
-                    src=TriggerParameterSource(
-                        dependency_name=dep, data_template=REVISION_TEMPLATE
-                    ),
-                    dest=dest,
-                )
-                for dest in REVISION_DESTS
-            ),
-            *(
-                TriggerParameter(
-                    src=TriggerParameterSource(
-                        dependency_name=dep, data_template=SHORT_REVISION_TEMPLATE
-                    ),
-                    dest=dest,
-                )
-                for dest in SHORT_REVISION_DESTS
-            ),
-        ]
-        k8s = dump(StandardK8STrigger(operation="patch", parameters=parameters))
-        # The resource must be the raw Workflow object: hera's K8SResource would dump it as
-        # a base64 {value: …}, which the API rejects.
-        k8s["source"] = {
-            "resource": workflow_object(
-                site,
-                app.name,
-                f"{WORKFLOW_PREFIX}{app.name}-{UNRESOLVED}",
-                UNRESOLVED,
-                # the one field that differs by caller: left out, so that the merge patch
-                # of a redelivered push changes no Workflow the safety net or a person made
-                submitted_by=None,
+                dest=dest,
             )
-        }
-        trigger = {
-            "template": {"name": f"build-{app.name}", "conditions": dep, "k8s": k8s},
-            # at-most-once unless told: a Sensor that dies between ack and create would lose it
-            "atLeastOnce": True,
-            "retryStrategy": RETRY_STRATEGY,
-            "rateLimit": dump(
-                RateLimit(unit="Second", requests_per_unit=site.events.triggers_per_second)
-            ),
-        }
-        triggers.append(trigger)
+            for dest in SHORT_REVISION_DESTS
+        ),
+    ]
+    k8s = dump(StandardK8STrigger(operation="patch", parameters=parameters))
+    # The resource must be the raw Workflow object: hera's K8SResource would dump it as
+    # a base64 {value: …}, which the API rejects.
+    k8s["source"] = {
+        "resource": workflow_object(
+            site,
+            app.name,
+            f"{WORKFLOW_PREFIX}{app.name}-{UNRESOLVED}",
+            UNRESOLVED,
+            # the one field that differs by caller: left out, so that the merge patch
+            # of a redelivered push changes no Workflow the safety net or a person made
+            submitted_by=None,
+        )
+    }
+    trigger = {
+        "template": {"name": f"build-{app.name}", "conditions": dep, "k8s": k8s},
+        # at-most-once unless told: a Sensor that dies between ack and create would lose it
+        "atLeastOnce": True,
+        "retryStrategy": RETRY_STRATEGY,
+        "rateLimit": dump(
+            RateLimit(unit="Second", requests_per_unit=site.events.triggers_per_second)
+        ),
+    }
+    return dependency, trigger
+
+
+def _sensor_of(
+    site: Site, name: str, parts: list[tuple[dict[str, Any], dict[str, Any]]]
+) -> dict[str, Any]:
     template = {
         "metadata": {"labels": {SENSOR_ROLE_LABEL: SENSOR_ROLE}},
         "serviceAccountName": SENSOR_SERVICE_ACCOUNT,
@@ -271,8 +304,8 @@ def sensor(site: Site, name: str = SENSOR, apps: list[AppConfig] | None = None) 
     spec = {
         "eventBusName": EVENT_BUS,
         "template": template,
-        "dependencies": dependencies,
-        "triggers": triggers,
+        "dependencies": [dependency for dependency, _ in parts],
+        "triggers": [trigger for _, trigger in parts],
     }
     return document("Sensor", name, site.namespaces.control, spec)
 

@@ -15,6 +15,7 @@ from eventsources.eventbus import event_bus
 from eventsources.sensor import SENSOR_ENV_TARGET, sensor, sensors
 from fabrique.decisions.workflow import build_workflow
 from fabrique.site.config import load_site
+from fabrique.site.errors import RenderError
 from fabrique.site.limits import POD_ENV_LIMIT, pod_env_size
 from fabrique.site.names import LABEL_SUBMITTED_BY, SENSOR_ROLE, SENSOR_ROLE_LABEL
 from fabrique.validate import validate_tree
@@ -390,6 +391,34 @@ def test_adding_an_app_changes_one_sensor_only() -> None:
 def test_a_small_site_keeps_the_one_sensor_fabrique_build() -> None:
     assert [s["metadata"]["name"] for s in sensors(_apps_site(30))] == ["fabrique-build"]
     assert len(sensors(_apps_site(40))) > 1
+
+
+def _umbrella_site(apps: int) -> Any:
+    """``apps`` apps, and one more, ``umbrella``, whose context holds every other's
+    write-back target: its dependency leaves out each of them (``touched_path``)."""
+    from bench.render import values_with
+    from fabrique.site.config import parse_site
+
+    values = values_with(apps)
+    for app in values["apps"]:
+        app["writeback"]["path"] = f"{app['context']}/{'overlay/' * 20}kustomization.yaml"
+    umbrella = {**values["apps"][0], "name": "umbrella", "image": "umbrella", "context": "apps"}
+    umbrella["writeback"] = {**umbrella["writeback"], "path": "deploy/umbrella.yaml"}
+    values["apps"].append(umbrella)
+    return parse_site(values)
+
+
+def test_an_app_whose_sensor_alone_is_over_the_target_fails_render_with_the_reason() -> None:
+    """No split can hold an app whose own dependency and trigger outweigh a Sensor's
+    target: render says which app, what it weighs and why, instead of trying more
+    Sensors for ever."""
+    site = _umbrella_site(400)
+    with pytest.raises(RenderError) as raised:
+        sensors(site)
+    message = str(raised.value)
+    assert message.startswith("apps[400].context: 'apps' holds 400 files fabrique writes")
+    assert f"over the {SENSOR_ENV_TARGET} bytes" in message
+    assert "\n" not in message and "\n" not in repr(message)
 
 
 # ------------------------------------------------------------ what a push does

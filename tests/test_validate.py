@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import os
 import shutil
@@ -234,3 +235,22 @@ def test_a_sensor_its_pod_could_not_be_handed_is_refused_by_name_and_size(
         f"as its pod's SENSOR_OBJECT variable, over Linux's limit of {POD_ENV_LIMIT} bytes "
         "for one variable: its container would not start (argument list too long)"
     ]
+
+
+@pytest.mark.parametrize("character", ["<", ">", "&", "\u2028", "\u2029"])
+def test_a_sensor_s_variable_is_counted_as_go_writes_its_json(character: str) -> None:
+    """Go's encoding/json writes ``<``, ``>`` and ``&`` as ``\\u003c``, ``\\u003e``,
+    ``\\u0026`` (and U+2028, U+2029 escaped too): six bytes each of the JSON that the
+    controller base64-encodes into the variable, not one. Every app's expression holds a
+    ``>`` (``touched > 0``)."""
+    from bench.render import values_with
+    from eventsources.sensor import sensor
+    from fabrique.site.config import parse_site
+    from fabrique.site.limits import pod_env_size
+
+    plain = sensor(parse_site(values_with(1)))
+    escaped = copy.deepcopy(plain)
+    plain["spec"]["eventBusName"] = "a" * 300
+    escaped["spec"]["eventBusName"] = character * 300
+    # 300 times 5 bytes more of JSON, 2 000 of base64
+    assert pod_env_size(escaped) - pod_env_size(plain) == 2000

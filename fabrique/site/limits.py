@@ -53,15 +53,27 @@ def data_size(doc: dict[str, Any]) -> int:
     return sum(text(doc.get("data")).values()) + sum(decoded(doc.get("binaryData")).values())
 
 
+# What Go's encoding/json escapes that Python's json writes as it is: HTML's three
+# characters (json.Marshal's default, HTMLEscape) and the JavaScript line separators.
+_GO_ESCAPES = str.maketrans({c: f"\\u{ord(c):04x}" for c in ("<", ">", "&", "\u2028", "\u2029")})
+
+
+def go_json(value: Any) -> bytes:
+    """``value`` as compact JSON the way Go's ``json.Marshal`` writes it: UTF-8, with
+    ``<``, ``>``, ``&``, U+2028 and U+2029 escaped as ``\\u003c`` and so on (six bytes
+    where Python's writes one to three)."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return text.translate(_GO_ESCAPES).encode()
+
+
 def pod_env_size(doc: dict[str, Any]) -> int:
     """The bytes of the variable that hands ``doc`` (a Sensor or an EventSource) to its
-    pod: ``NAME=`` and the base64 JSON of its name, namespace and spec, and a NUL; at
-    most ``GO_ZERO_FIELDS`` of JSON above what the controller makes."""
+    pod: ``NAME=`` and the base64 JSON (``go_json``) of its name, namespace and spec, and
+    a NUL; at most ``GO_ZERO_FIELDS`` of JSON above what the controller makes."""
     meta = doc.get("metadata") or {}
     handed = {
         "metadata": {"name": meta.get("name", ""), "namespace": meta.get("namespace", "")},
         "spec": doc["spec"],
     }
-    raw = json.dumps(handed, separators=(",", ":"), ensure_ascii=False).encode()
-    encoded = len(base64.b64encode(raw + b" " * GO_ZERO_FIELDS))
+    encoded = len(base64.b64encode(go_json(handed) + b" " * GO_ZERO_FIELDS))
     return len(POD_ENV[doc["kind"]]) + 1 + encoded + 1
