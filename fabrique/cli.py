@@ -1140,6 +1140,34 @@ def doctor_eventbus(url: str, creds: Path | None, tls_ca: Path | None) -> None:
         raise RemoteError(f"EventBus at {url}: {len(report.errors)} problem(s), see above")
 
 
+@doctor.command("leftovers")
+@kube_context_option
+@pass_state
+def doctor_leftovers(state: _State, kube_context: str | None) -> None:
+    """Name each object in the cluster that an earlier render made and this one does not.
+
+    ``kubectl apply -k`` never deletes: after a site shrinks or its Sensors are split
+    anew, the old objects stay (a Sensor still triggering). Exits 1 when there is any.
+    """
+    from fabrique.clients.kube import KubeClient
+    from fabrique.gestures.doctor import leftovers
+    from fabrique.site.errors import FabriqueError
+    from fabrique.site.objects import RENDERED
+
+    from .render import render_tree
+
+    rendered = [doc for docs in render_tree(state.site).values() for doc in docs]
+    kube = KubeClient.for_site(state.site, kube_context)
+    found = leftovers(rendered, lambda version, plural: kube.labelled(version, plural, RENDERED))
+    for leftover in found:
+        click.echo(leftover.line())
+    if found:
+        raise FabriqueError(
+            f"{len(found)} object(s) in the cluster that render no longer makes, see above"
+        )
+    click.echo("ok: the cluster holds no object of an earlier render")
+
+
 @cli.group()
 def config() -> None:
     """The effective site config."""

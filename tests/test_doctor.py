@@ -10,6 +10,7 @@ a user and a password, and TLS with a certificate that bears its CA's own subjec
 from __future__ import annotations
 
 import asyncio
+import copy
 import datetime
 import os
 import ssl
@@ -336,3 +337,64 @@ def test_only_fabriques_own_lines_reach_the_user_from_a_tls_bus(
     )
     assert done.returncode == exit_code, done.stderr
     assert done.stderr == said.format(url=bus.url)
+
+
+# ------------------------------------- objects of an earlier render, left in the cluster
+
+
+def _in_cluster(doc: dict[str, object]) -> dict[str, object]:
+    """``doc`` as the cluster lists it after ``kubectl apply -k``: the tree's labels on it."""
+    from fabrique.site.objects import RENDERED_LABEL
+
+    listed = copy.deepcopy(doc)
+    meta = listed["metadata"]
+    assert isinstance(meta, dict)
+    meta["labels"] = {**meta.get("labels", {}), RENDERED_LABEL: "true"}
+    return listed
+
+
+def test_doctor_names_each_object_render_no_longer_makes() -> None:
+    """A site that shrank, or whose Sensors were split anew: ``kubectl apply -k`` leaves
+    the old objects (here a Sensor of the old split and a NetworkPolicy of an app gone),
+    still triggering. The doctor names each, one line apiece; what render makes now is
+    not named."""
+    from bench.render import values_with
+    from fabrique.gestures.doctor import leftovers
+    from fabrique.render import render_tree
+    from fabrique.site.config import parse_site
+
+    site = parse_site(values_with(3))
+    now = [doc for docs in render_tree(site).values() for doc in docs]
+    old_sensor = next(d for d in now if d["kind"] == "Sensor")
+    gone = [
+        {**old_sensor, "metadata": {**old_sensor["metadata"], "name": "fabrique-build-7"}},
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {"name": "old-app-egress", "namespace": "old-app"},
+            "spec": {},
+        },
+    ]
+    cluster = [_in_cluster(d) for d in now if d["kind"] != "Kustomization"]
+    cluster += [_in_cluster(d) for d in gone]
+
+    def listed(api_version: str, plural: str) -> list[dict[str, object]]:
+        return [d for d in cluster if d["apiVersion"] == api_version and _plural(d) == plural]
+
+    found = leftovers(now, listed)
+    assert [f.line() for f in found] == [
+        "not rendered: NetworkPolicy old-app/old-app-egress (labelled "
+        "fabrique.io/rendered=true, absent from what render makes now): delete it, or prune "
+        "the site's objects (docs/operate/deploy.md)",
+        "not rendered: Sensor fabrique/fabrique-build-7 (labelled fabrique.io/rendered=true, "
+        "absent from what render makes now): delete it, or prune the site's objects "
+        "(docs/operate/deploy.md)",
+    ]
+    cluster = cluster[: -len(gone)]
+    assert leftovers(now, listed) == []
+
+
+def _plural(doc: dict[str, object]) -> str:
+    from fabrique.site.objects import RESOURCES
+
+    return RESOURCES[str(doc["kind"])].plural

@@ -49,6 +49,30 @@ def test_root_kustomization_lists_every_unit(tmp_path: Path) -> None:
         assert sorted(listed) == present
 
 
+def test_every_object_kubectl_applies_bears_the_label_a_prune_selects(
+    tmp_path: Path, kubectl: Path
+) -> None:
+    """``kubectl kustomize`` of the tree (what ``kubectl apply -k`` and Argo CD apply):
+    every object carries ``fabrique.io/rendered=true``, which nothing else fabrique makes
+    carries, and is of a kind ``fabrique doctor leftovers`` lists."""
+    from fabrique.site.objects import RENDERED_LABEL, RESOURCES
+
+    out = tmp_path / "m"
+    write_tree(render_tree(load_site(env={})), out)
+    built = subprocess.run(
+        [str(kubectl), "kustomize", str(out)], capture_output=True, text=True, check=True
+    ).stdout
+    objects = [doc for doc in yaml.safe_load_all(built) if doc]
+    assert objects
+    for doc in objects:
+        where = f"{doc['kind']}/{doc['metadata']['name']}"
+        assert doc["metadata"]["labels"][RENDERED_LABEL] == "true", where
+        assert doc["kind"] in RESOURCES, where
+        assert RESOURCES[doc["kind"]].api_version == doc["apiVersion"], where
+    # the label is on the objects only: selectors and pod templates stay as rendered
+    assert RENDERED_LABEL not in built.replace(f'    {RENDERED_LABEL}: "true"\n', "")
+
+
 def test_values_reach_the_rendered_tree(tmp_path: Path) -> None:
     values = write_values(
         tmp_path / "site.yaml",

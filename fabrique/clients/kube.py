@@ -351,6 +351,22 @@ class KubeClient:
             if isinstance(item, dict)
         ]
 
+    def labelled(self, api_version: str, plural: str, selector: str) -> list[dict[str, Any]]:
+        """Every object of ``plural`` (``api_version``'s) in every namespace whose labels
+        match ``selector``, in one LIST; none where the API does not serve that kind."""
+        what = f"list {plural} ({selector})"
+        path = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+        answer = self._call(what, "GET", f"{path}/{plural}", query={"labelSelector": selector})
+        if answer.status == 404:
+            return []
+        if not 200 <= answer.status < 300:
+            raise self._error(what, answer)
+        body = answer.json(what)
+        items = body.get("items") if isinstance(body, dict) else None
+        if not isinstance(items, list):
+            raise KubeError(f"{what}: the API answered something that is not a list")
+        return [item for item in items if isinstance(item, dict)]
+
     def claim(self, namespace: str, name: str) -> ClaimState | None:
         """PersistentVolumeClaim ``name``, or None if there is no such one."""
         found = self._read_core("PersistentVolumeClaim", namespace, name)

@@ -1,4 +1,13 @@
-"""``fabrique doctor eventbus``: what the EventBus's JetStream holds, and what is wrong.
+"""``fabrique doctor``: what the EventBus's JetStream holds, and what the cluster holds
+that render no longer makes.
+
+``doctor leftovers``: ``kubectl apply -k`` creates and updates, never deletes. After a
+site shrinks, or its Sensors are split anew, an earlier render's objects stay, a Sensor
+still triggering for an old list of apps. Every object labelled ``RENDERED`` (the tree's
+kustomization puts it on each one) of a kind render makes, and absent from what render
+makes now, is named (``leftovers``).
+
+``doctor eventbus``:
 
 It connects as the EventSource and the Sensor do, with the EventBus's own client auth
 (the Secret ``eventbus-<bus>-js-client-auth``: a user and a password for JetStream, or a
@@ -17,11 +26,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import yaml
 from cryptography import x509
@@ -35,6 +45,7 @@ from nats.js.manager import JetStreamManager
 
 from fabrique.site.errors import InputError, RemoteError
 from fabrique.site.names import EVENT_NAME, EVENT_SOURCE, STREAM
+from fabrique.site.objects import RENDERED, RESOURCES
 
 SENSOR_SUBJECT = f"{STREAM}.{EVENT_SOURCE}.{EVENT_NAME}"
 # What asyncio's SSL transport logs (sslproto, through the ``asyncio`` logger, which
@@ -337,3 +348,43 @@ def inspect(
     with quiet_tls_eof():
         stream = asyncio.run(_inspect(url, auth or ClientAuth(), creds, tls_ca, timeout))
     return diagnose(stream)
+
+
+@dataclass(frozen=True, order=True)
+class Leftover:
+    """An object in the cluster that an earlier render made and the current one does not."""
+
+    kind: str
+    namespace: str
+    name: str
+
+    def line(self) -> str:
+        where = f"{self.namespace}/{self.name}" if self.namespace else self.name
+        return (
+            f"not rendered: {self.kind} {where} (labelled {RENDERED}, absent from what render "
+            "makes now): delete it, or prune the site's objects (docs/operate/deploy.md)"
+        )
+
+
+def _identity(doc: dict[str, Any]) -> tuple[str, str, str]:
+    meta = doc.get("metadata") or {}
+    return str(doc.get("kind", "")), str(meta.get("namespace") or ""), str(meta.get("name", ""))
+
+
+def leftovers(
+    rendered: Iterable[dict[str, Any]],
+    listed: Callable[[str, str], list[dict[str, Any]]],
+) -> list[Leftover]:
+    """The objects ``listed(api_version, plural)`` gives (every one labelled ``RENDERED``,
+    in every namespace) that are not in ``rendered``, kind by kind in ``RESOURCES``'
+    order; an object another one owns (made by a controller from it) is its owner's."""
+    made = {_identity(doc) for doc in rendered}
+    found = []
+    for kind, resource in RESOURCES.items():
+        for item in listed(resource.api_version, resource.plural):
+            if (item.get("metadata") or {}).get("ownerReferences"):
+                continue
+            kind_, namespace, name = _identity({**item, "kind": kind})
+            if (kind_, namespace, name) not in made:
+                found.append(Leftover(kind_, namespace, name))
+    return found

@@ -1,5 +1,6 @@
 """The Kubernetes object helpers every manifest author shares: metadata with fabrique's
-labels, and a ServiceAccount with exactly the Role it needs.
+labels, a ServiceAccount with exactly the Role it needs, and where each kind render
+makes is listed in the API (``RESOURCES``).
 
 Low in the layers on purpose: ``pipelines``, ``eventsources``, ``netpol`` and ``render``
 all import it, and it imports nothing of theirs.
@@ -7,6 +8,7 @@ all import it, and it imports nothing of theirs.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from .names import LABEL_MANAGED_BY, LABEL_PART_OF
@@ -63,3 +65,41 @@ def service_account(
             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
         },
     ]
+
+
+# The label the rendered tree's kustomization puts on every object it holds, and on no
+# other: the reconciler's memory and the builds' Workflows carry fabrique's labels too,
+# so this one, not those, selects what a prune may delete (docs/operate/deploy.md).
+RENDERED_LABEL = "fabrique.io/rendered"
+RENDERED = f"{RENDERED_LABEL}=true"
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where the API lists a kind: its group/version and its resource (plural) name."""
+
+    api_version: str
+    plural: str
+
+
+# every kind render makes (tests/test_render.py holds the table to the tree)
+RESOURCES = {
+    "Namespace": Resource("v1", "namespaces"),
+    "ConfigMap": Resource("v1", "configmaps"),
+    "Secret": Resource("v1", "secrets"),
+    "ServiceAccount": Resource("v1", "serviceaccounts"),
+    "Role": Resource("rbac.authorization.k8s.io/v1", "roles"),
+    "RoleBinding": Resource("rbac.authorization.k8s.io/v1", "rolebindings"),
+    "NetworkPolicy": Resource("networking.k8s.io/v1", "networkpolicies"),
+    "ValidatingAdmissionPolicy": Resource(
+        "admissionregistration.k8s.io/v1", "validatingadmissionpolicies"
+    ),
+    "ValidatingAdmissionPolicyBinding": Resource(
+        "admissionregistration.k8s.io/v1", "validatingadmissionpolicybindings"
+    ),
+    "WorkflowTemplate": Resource("argoproj.io/v1alpha1", "workflowtemplates"),
+    "CronWorkflow": Resource("argoproj.io/v1alpha1", "cronworkflows"),
+    "EventBus": Resource("argoproj.io/v1alpha1", "eventbus"),
+    "EventSource": Resource("argoproj.io/v1alpha1", "eventsources"),
+    "Sensor": Resource("argoproj.io/v1alpha1", "sensors"),
+}
