@@ -604,3 +604,94 @@ def test_seed_of_a_cluster_holding_bench_and_prod_seeds_bench_and_skips_prod_unt
     assert "apps/citation-seeded-prod.yaml" not in apps_repo.git(
         "ls-tree", "-r", "--name-only", "main"
     )
+
+
+def _through_review(values: Path, gitea: GiteaDouble) -> None:
+    """The site of ``values`` with prod's target taking pins through pull requests that
+    Gitea merges once ``ci/lint`` is green on their head (bench's still by commit)."""
+    site = yaml.safe_load(values.read_text())
+    site["apps"][0]["environments"][1]["writeback"]["mode"] = "pull-request"
+    site.setdefault("writeback", {})["pullRequest"] = {"autoMerge": True}
+    values.write_text(yaml.safe_dump(site))
+    gitea.protect("atlas/atlas", "main", checks=["ci/lint"])
+    gitea.protected.pop(("atlas/atlas", "main"))  # the required check only: fabrique may push
+
+
+def _lint(gitea: GiteaDouble, pull: dict[str, Any]) -> None:
+    """CI passes on the pull request's head: Gitea merges it if it is scheduled."""
+    head = gitea._resolve("atlas/atlas", f"refs/heads/{pull['head']}") or pull["head_sha"]
+    made = gitea._create_status("atlas/atlas", head, {"context": "ci/lint", "state": "success"})
+    assert made[0] == 201
+
+
+@pytest.mark.parametrize("gesture", ["rollback", "revert-and-hold"])
+def test_a_bench_rolled_back_cancels_prods_pending_proposal_of_what_it_left(
+    values: Path,
+    code_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    kube: KubeApiDouble,
+    env: dict[str, str],
+    gesture: str,
+) -> None:
+    """prod's pull request proposes the bench's digest, its merge scheduled until CI
+    passes; the bench is then taken back from that digest (a rollback, or a revert by hand
+    and a hold). prod's proposal is closed and its merge cancelled: CI passing later merges
+    nothing, and prod never gets the digest the bench left."""
+    _through_review(values, gitea)
+    old, old_digest = _built(code_repo, registry, gitea.url, "v1\n", values, env)
+    new, new_digest = _built(code_repo, registry, gitea.url, "v2\n", values, env)
+    _post(gitea, new, CHECK, "success")
+    _application(
+        kube, "Synced", "Healthy", [f"{registry.host}/citation-dagster:{new[:12]}@{new_digest}"]
+    )
+    prod_before = code_repo.show(PROD)
+    proposed = fab(values, env, "promote", "--app", "citation", "--to", "prod")
+    assert proposed.stdout.startswith("proposed: citation "), proposed.stdout + proposed.stderr
+    (pull,) = gitea.pulls["atlas/atlas"]
+    assert pull["head"] == "fabrique/citation.prod" and pull["scheduled"] == "merge"
+
+    if gesture == "rollback":
+        back = fab(values, env, "rollback", "--app", "citation", "--env", "bench", "--to", old)
+        assert back.exit_code == 0 and back.stdout.startswith("rolled back: "), (
+            back.stdout + back.stderr
+        )
+    else:
+        text = code_repo.show(BENCH).replace(new[:12], old[:12]).replace(new_digest, old_digest)
+        code_repo.commit({BENCH: text}, "revert the bench to v1 by hand")
+        held = fab(values, env, "hold", "--app", "citation", "--env", "bench", "--by", "alice")
+        assert held.exit_code == 0 and held.stdout.startswith("held: "), held.stdout + held.stderr
+    assert _pin(code_repo, BENCH)["digest"] == old_digest
+    assert (pull["state"], pull["scheduled"]) == ("closed", None), "prod's proposal withdrawn"
+    assert pull["body"].startswith("**Closed by fabrique: citation is held in bench ")
+    assert new_digest in pull["body"].split("\n")[0]
+
+    _lint(gitea, pull)
+    assert not pull["merged"] and code_repo.show(PROD) == prod_before
+
+
+def test_a_held_bench_keeps_prods_pending_proposal_of_what_it_still_deploys(
+    values: Path,
+    code_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    kube: KubeApiDouble,
+    env: dict[str, str],
+) -> None:
+    """A hold says "stay on this one": prod's proposal of the very digest the bench is
+    held on stays open, its merge scheduled."""
+    _through_review(values, gitea)
+    revision, digest = _built(code_repo, registry, gitea.url, "v1\n", values, env)
+    _post(gitea, revision, CHECK, "success")
+    _application(
+        kube, "Synced", "Healthy", [f"{registry.host}/citation-dagster:{revision[:12]}@{digest}"]
+    )
+    assert fab(values, env, "promote", "--app", "citation", "--to", "prod").stdout.startswith(
+        "proposed: "
+    )
+    held = fab(values, env, "hold", "--app", "citation", "--env", "bench", "--by", "alice")
+    assert held.exit_code == 0, held.stderr
+    (pull,) = gitea.pulls["atlas/atlas"]
+    assert (pull["state"], pull["scheduled"]) == ("open", "merge")
+    _lint(gitea, pull)
+    assert pull["merged"] and _pin(code_repo, PROD)["digest"] == digest

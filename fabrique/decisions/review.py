@@ -9,7 +9,9 @@ branch's tip). An open pull request is updated in place, never closed and reopen
 deleting its branch would close it.
 
 The guards are a direct write-back's, on both branches: a held target proposes nothing
-and closes the open pull request, its description saying who holds it and why; a target or a pull
+and closes the open pull request, its description saying who holds it and why (a hold
+or a rollback of an environment closes too each later environment's proposal of a
+digest it no longer deploys: ``writeback.withdraw_later``); a target or a pull
 request that already deploys (proposes) a newer commit is ``superseded``; a pull
 request that already proposes this very pin is ``in-review`` and nothing is written,
 unless the base moved past it (it is made again on the base's head); a pin whose pull
@@ -238,6 +240,15 @@ def close_review(
     pull = reviews.open_pull(repo, base, head)
     if pull is None:
         return None
+    return close_pull(reviews, app, repo, head, pull, why)
+
+
+def close_pull(
+    reviews: Reviews, app: str, repo: str, head: str, pull: PullRequest, why: str
+) -> int:
+    """Close open pull request ``pull`` from ``head`` as ``close_review`` does: its
+    scheduled merge cancelled first, ``why`` at the top of its description, its branch
+    deleted. Its number."""
     reviews.cancel_merge(repo, pull.number)  # closing alone leaves Gitea's schedule
     body = f"{CLOSED_BY_FABRIQUE}{app} is {why}.**\n\n{pull.body}"
     reviews.edit_pull(repo, pull.number, state="closed", body=body)

@@ -287,8 +287,9 @@ def write_back(
         )
     if rollback is not None and not dry_run:
         # held from now: its pull request and Gitea's scheduled merge go first, so that
-        # no merge lands after the hold
+        # no merge lands after the hold; so do the later environments' of what it leaves
         close_held_review(site, transport, app_name, environment, rollback)
+        withdraw_later(site, transport, app_name, environment, rollback, lambda: pin.digest)
     done = commit_edit(site, transport, app, edit, message, dry_run=dry_run, sleep=sleep)
     if isinstance(done, Outcome):
         return done
@@ -612,6 +613,7 @@ def set_hold(
     if environment is not None:
         app = app.at(environment)
     where = target_where(site, app)
+    branch = app.writeback.branch or site.gitea.branch
     if hold is None:
         message = f"fabrique: release {app.name}\n\nApp: {app.name}\nReleased-By: {by}\n"
     else:
@@ -647,8 +649,16 @@ def set_hold(
 
     if hold is not None and not dry_run:
         # its pull request and Gitea's scheduled merge go first, so that no merge lands
-        # after the hold (a hold already there is the one that stays: said in its place)
+        # after the hold (a hold already there is the one that stays: said in its place);
+        # so do the later environments' of a digest it no longer deploys (reverted by hand)
         close_held_review(site, transport, app.name, environment, hold)
+
+        def deploys() -> str | None:
+            text = transport.read(app.writeback.repo, branch, app.writeback.path).text
+            pin = None if text is None else deployed_pin(site, app, text)
+            return pin.digest if pin is not None else None
+
+        withdraw_later(site, transport, app.name, environment, hold, deploys)
     done = commit_edit(site, transport, app, edit, message, dry_run=dry_run, sleep=sleep)
     if isinstance(done, HoldOutcome):
         return done
@@ -673,6 +683,47 @@ def close_held_review(
         review.review_branch(site, app.name, environment),
         hold.describe(),
     )
+
+
+def withdraw_later(
+    site: Site,
+    transport: Transport,
+    app_name: str,
+    environment: Environment | None,
+    hold: Hold,
+    deploys: Callable[[], str | None],
+) -> list[int]:
+    """A rollback or a hold of ``environment`` (None: the first) withdraws what it left:
+    each later environment's open pull request that proposes a digest other than
+    ``deploys()`` (what the held environment deploys now) is closed, its scheduled merge
+    cancelled first, so that Gitea never merges into prod what the bench was taken back
+    from. A proposal of the very digest held stays. The numbers closed."""
+    app = site.app(app_name)
+    names = [env.name for env in app.environments]
+    held = environment.name if environment is not None else names[0] if names else None
+    if held is None:
+        return []
+    closed: list[int] = []
+    kept: list[str | None] = []  # read once, and only when a later proposal is open
+    for later in app.environments[names.index(held) + 1 :]:
+        there = app.at(later)
+        if not review.in_review(site, there):
+            continue
+        reviews = review.reviews_of(transport)
+        target = there.writeback
+        head = review.review_branch(site, app.name, later)
+        base = target.branch or site.gitea.branch
+        found = review.find_proposal(reviews, transport, target, base, head)
+        proposed = None if found.text is None else deployed_pin(site, there, found.text)
+        if found.pull is None or proposed is None:
+            continue
+        if not kept:
+            kept.append(deploys())
+        if proposed.digest == kept[0]:
+            continue
+        why = f"held in {held} ({hold.describe()}), which no longer deploys {proposed.digest}"
+        closed.append(review.close_pull(reviews, app.name, target.repo, head, found.pull, why))
+    return closed
 
 
 # a deployed revision is a commit id, as fabrique writes it (the sha12) or in full: a tag

@@ -5,7 +5,9 @@ built for the older commit is found in the registry by its tag, checked (its lab
 that commit and the code repository; with attestations, its provenance; with signing, its
 signature), then written through the write-back's own path, leased and retried, together
 with a hold in the same commit, so that neither the next build nor the next reconcile
-pass rolls it forward again. ``fabrique release`` ends it.
+pass rolls it forward again. ``fabrique release`` ends it. Before it commits, each later
+environment's pull request that proposes the digest it leaves is closed, its merge
+cancelled (``writeback.withdraw_later``).
 """
 
 from __future__ import annotations
