@@ -173,7 +173,7 @@ def plan(state: _State, app: str, revision: str, out: Path, force: str) -> None:
     if force == "true":
         decision = Decision(True, "forced")
     else:
-        with open_transport(site, token_from_env()) as transport:
+        with open_transport(site, token_from_env(), writes=False) as transport:
             decision = needs_build(site, transport, app, revision)
     write_outputs(build_plan, out, build=decision.build, reason=decision.reason)
     verdict = "build" if decision.build else "skip"
@@ -354,7 +354,7 @@ def writeback(
     from fabrique.decisions.signature import signature_gate
 
     with (
-        open_transport(site, token_from_env()) as transport,
+        open_transport(site, token_from_env(), writes=not dry_run) as transport,
         RegistryClient.for_site(site) as registry,  # only asked when the site signs
     ):
         outcome = write_back(
@@ -557,7 +557,7 @@ def hold(
     site.app(app)
     wanted = Hold(by=_operator(by), at=_now(), reason=check_text("--reason", reason))
     environment = _environment(site, app, env_name)
-    with open_transport(site, token_from_env()) as transport:
+    with open_transport(site, token_from_env(), writes=not dry_run) as transport:
         outcome = set_hold(
             *(site, transport, app, wanted),
             by=wanted.by,
@@ -591,7 +591,7 @@ def release(state: _State, app: str, by: str | None, dry_run: bool, env_name: st
     site = state.site
     site.app(app)
     environment = _environment(site, app, env_name)
-    with open_transport(site, token_from_env()) as transport:
+    with open_transport(site, token_from_env(), writes=not dry_run) as transport:
         outcome = set_hold(
             *(site, transport, app, None),
             by=_operator(by),
@@ -641,7 +641,7 @@ def rollback(
     wanted = Hold(by=_operator(by), at=_now(), reason=check_text("--reason", reason))
     environment = _environment(site, app, env_name)
     with (
-        open_transport(site, token_from_env()) as transport,
+        open_transport(site, token_from_env(), writes=not dry_run) as transport,
         RegistryClient.for_site(site) as registry,
     ):
         outcome = roll_back(
@@ -686,7 +686,7 @@ def promote(state: _State, app: str, to: str, revision: str | None, dry_run: boo
     site.app(app)
     token = token_from_env()
     with (
-        open_transport(site, token) as transport,
+        open_transport(site, token, writes=not dry_run) as transport,
         GiteaClient.for_site(site, token) as gitea,
         RegistryClient.for_site(site) as registry,
     ):
@@ -734,7 +734,7 @@ def seed_webhook_command(state: _State, dry_run: bool, rotate: bool) -> None:
 
 
 @contextmanager
-def _reconciler(site: Site, kube_context: str | None) -> Iterator[Reconciler]:
+def _reconciler(site: Site, kube_context: str | None, *, writes: bool) -> Iterator[Reconciler]:
     from fabrique.clients.gitea import GiteaClient, token_from_env
     from fabrique.clients.kube import KubeClient
     from fabrique.clients.registry import RegistryClient
@@ -747,7 +747,7 @@ def _reconciler(site: Site, kube_context: str | None) -> Iterator[Reconciler]:
     memory = ConfigMapMemory(kube, site.namespaces.control)  # beside the reconciler
     token = token_from_env()
     with (
-        open_transport(site, token) as transport,
+        open_transport(site, token, writes=writes) as transport,  # reading needs no key
         RegistryClient.for_site(site) as registry,
         GiteaClient.for_site(site, token) as gitea,
     ):
@@ -780,7 +780,7 @@ def reconcile(
 
     site = state.site
     apps = selected(site, app)
-    with _reconciler(site, kube_context) as reconciler:
+    with _reconciler(site, kube_context, writes=not dry_run) as reconciler:
         results = reconciler.run(apps, "dry-run" if dry_run else "act")
         if reconciler.statuses is not None:
             results += auto_promote(
@@ -825,7 +825,7 @@ def status(state: _State, app: str | None, output: str, kube_context: str | None
 
     site = state.site
     apps = selected(site, app)  # an unknown app is named before the cluster is asked
-    with _reconciler(site, kube_context) as reconciler:
+    with _reconciler(site, kube_context, writes=False) as reconciler:
         results = reconciler.run(apps, "status")
         # each environment of an app that has them: what it deploys, what waits for it;
         # one that cannot be read makes its app's row an error, not the whole table's
