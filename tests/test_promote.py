@@ -695,3 +695,50 @@ def test_a_held_bench_keeps_prods_pending_proposal_of_what_it_still_deploys(
     assert (pull["state"], pull["scheduled"]) == ("open", "merge")
     _lint(gitea, pull)
     assert pull["merged"] and _pin(code_repo, PROD)["digest"] == digest
+
+
+def test_an_auto_promotion_through_a_pull_request_says_promoted_once_it_merged(
+    values: Path,
+    code_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    kube: KubeApiDouble,
+    env: dict[str, str],
+) -> None:
+    """The pass proposes prod's pin; Gitea merges it once CI is green. The next pass sees
+    prod deploy the bench's digest and posts ``promoted to prod`` on the built commit,
+    once: a pass after it posts nothing and says nothing."""
+    _auto(values)
+    _through_review(values, gitea)
+    revision, digest = _built(code_repo, registry, gitea.url, "v1\n", values, env)
+    reference = f"{registry.host}/citation-dagster:{revision[:12]}@{digest}"
+    _application(kube, "Synced", "Healthy", [reference])
+    _post(gitea, revision, CHECK, "success")
+
+    def promoted() -> list[tuple[str, str]]:
+        posted = [s for s in _statuses(gitea, revision) if s["context"] == "fabrique/citation/prod"]
+        return [(s["state"], s["description"]) for s in posted]
+
+    result = fab(values, env, "reconcile")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    (line,) = _lines(result, "citation/prod")
+    assert line.startswith(f"citation/prod: proposed: {reference} from bench -> "), line
+    assert promoted() == [], "proposed, not promoted yet"
+    (pull,) = gitea.pulls["atlas/atlas"]
+    _lint(gitea, pull)
+    assert pull["merged"] and _pin(code_repo, PROD)["digest"] == digest
+
+    counts = values.parent / "counts"
+    result = fab(values, env, "reconcile", "--counts", str(counts))
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert _lines(result, "citation/prod") == [
+        f"citation/prod: promoted: {reference} from bench -> atlas/atlas@main:{PROD} "
+        f"(its pull request merged)"
+    ]
+    assert (counts / "promoted").read_text() == "1"
+    assert promoted() == [("success", f"promoted to prod: {digest}")]
+
+    again = fab(values, env, "reconcile")
+    assert again.exit_code == 0, again.stdout + again.stderr
+    assert _lines(again, "citation/prod") == []
+    assert promoted() == [("success", f"promoted to prod: {digest}")], "once"

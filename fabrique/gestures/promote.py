@@ -16,7 +16,10 @@ path: a hold there stops it, an older digest never replaces a newer
 one, the signature is checked where the site signs, one commit, a replay is
 ``unchanged``, a lost race is re-read. A promotion posts ``fabrique/<app>/<env>`` on the
 built commit (once: a replay posts nothing new; a post Gitea refuses is logged, and the
-replay posts it), through the reporter that read the checks.
+replay posts it), through the reporter that read the checks. Through a pull request
+(the environment's ``writeback.mode``) the pin is proposed, and ``promoted to <env>`` is
+posted once the merge is seen: by a replay of ``promote`` (``unchanged``), or by the
+first pass after it for a ``promote: auto`` environment.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 
 from fabrique.clients.kube import KubeClient
 from fabrique.clients.registry import RegistryClient
+from fabrique.decisions import review
 from fabrique.decisions.provenance import check_built_here
 from fabrique.decisions.reconcile import AppResult, error_result
 from fabrique.decisions.signature import signature_gate
@@ -37,6 +41,7 @@ from fabrique.decisions.writeback import (
     Transport,
     deployed_pin,
     deployed_revision,
+    desired_pin,
     target_where,
     write_back,
 )
@@ -254,9 +259,12 @@ def auto_promote(
     previous one deploys another digest, what passed there, checked and written as
     ``fabrique promote`` does. One result per such environment, ``<app>/<env>``:
     ``promoted`` (``would-promote``), ``waiting`` with what has not passed yet, ``held``,
-    ``superseded``, or ``error``. An environment that already deploys the digest before
-    it asks nothing of any cluster. ``kube`` is the cluster the pass runs in, where the
-    site says the previous environments' Argo CD is (``targets.<name>.inCluster``)."""
+    ``superseded``, ``proposed``/``in-review`` (through a pull request), or ``error``. An
+    environment that already deploys the digest before it asks nothing of any cluster;
+    one whose target takes pins through pull requests gets ``promoted to <env>`` posted
+    once its proposal merged (``promoted`` that pass, then no line). ``kube`` is the
+    cluster the pass runs in, where the site says the previous environments' Argo CD is
+    (``targets.<name>.inCluster``)."""
     results: list[AppResult] = []
     gate = None
     for app in apps:
@@ -270,8 +278,11 @@ def auto_promote(
             continue
         for env, previous in auto:
             name, waiting = f"{app.name}/{env.name}", found[env.name].waiting
-            if waiting is None:
-                continue  # deploys what the one before does (or that one deploys nothing)
+            if waiting is None:  # deploys what the one before does (or that one nothing)
+                if not dry_run and review.in_review(site, app.at(env)):
+                    merged = _merged(site, transport, statuses, app, env, previous, found)
+                    results += [merged] if merged is not None else []
+                continue
             try:
                 if gate is None:
                     gate = signature_gate(site, registry)
@@ -295,3 +306,38 @@ def auto_promote(
                 detail = f"{outcome.detail}; nothing written to {outcome.where}"
             results.append(AppResult(name, state, detail))
     return results
+
+
+def _merged(
+    site: Site,
+    transport: Transport,
+    statuses: StatusReporter,
+    app: AppConfig,
+    env: Environment,
+    previous: Environment,
+    found: dict[str, Stage],
+) -> AppResult | None:
+    """``env``, whose target takes pins through pull requests, deploys what ``previous``
+    does: its proposal merged. Post ``promoted to <env>`` on the built commit, as a
+    promotion written at once does, unless it is there already (one read of the commit's
+    statuses, kept for the pass); the pass's line when it is posted now."""
+    stage, name = found[env.name], f"{app.name}/{env.name}"
+    if not stage.digest or not stage.tag:
+        return None
+    try:
+        revision = deployed_revision(transport, site.gitea.code_repo, site.gitea.branch, stage.tag)
+    except FabriqueError as err:
+        return error_result(name, err)
+    if revision is None:
+        return None  # a tag that names no commit: never a promotion's
+    report = Report("success", f"promoted to {env.name}: {stage.digest}")
+    posted = statuses.post(app.name, revision, report, name=status_context(app.name, env.name))
+    if posted != "posted":
+        return None  # there already, or Gitea failed (logged: the next pass posts it)
+    pin = desired_pin(site, app, revision, stage.digest)
+    where = target_where(site, app.at(env))
+    return AppResult(
+        name,
+        "promoted",
+        f"{pin.reference} from {previous.name} -> {where} (its pull request merged)",
+    )
