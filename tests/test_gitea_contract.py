@@ -33,6 +33,7 @@ import pytest
 import yaml
 
 from fabrique.clients.gitea import CommitStatus, FileContent, GiteaClient, Identity
+from fabrique.decisions import review
 from fabrique.gestures import mirrors
 from fabrique.gestures.webhook import HOOK_NAME
 from fabrique.site.config import Mirror, load_site
@@ -186,9 +187,14 @@ class Server(Protocol):
     def git_url(self) -> AbstractContextManager[str]:
         """Where the git transport finds the repositories (``writeback.gitUrl``)."""
 
-    def protect(self, slug: str, branch: str, checks: list[str]) -> None:
-        """Protect ``branch``: nobody pushes to it; a pull request into it merges once
-        the commit statuses ``checks`` are green on its head."""
+    def protect(self, slug: str, branch: str, checks: list[str], *, pushes: bool = False) -> None:
+        """Protect ``branch``: nobody pushes to it (``pushes``: anyone who may write
+        does); a pull request into it merges once the commit statuses ``checks`` are
+        green on its head."""
+
+    def merge_failed(self, slug: str, number: int) -> bool:
+        """Whether Gitea has tried the scheduled merge of pull request ``number`` and
+        failed (it says so in its log alone: the pull request stays open, scheduled)."""
 
 
 class DoubleServer:
@@ -213,8 +219,13 @@ class DoubleServer:
     def token_with(self, *scopes: str) -> str:
         return self.double.add_token(scopes)
 
-    def protect(self, slug: str, branch: str, checks: list[str]) -> None:
+    def protect(self, slug: str, branch: str, checks: list[str], *, pushes: bool = False) -> None:
         self.double.protect(slug, branch, checks=checks)
+        if pushes:
+            self.double.protected.pop((slug, branch))  # the required checks alone
+
+    def merge_failed(self, slug: str, number: int) -> bool:
+        return bool(self.double.pulls[slug][number - 1].get("merge_failed"))
 
     def outsider(self) -> str:
         return self.double.add_token(["write:repository"], member=False)
@@ -270,8 +281,8 @@ class RealServer:
     def token_with(self, *scopes: str) -> str:
         return self._token(USER, scopes)
 
-    def protect(self, slug: str, branch: str, checks: list[str]) -> None:
-        rule = {"branch_name": branch, "rule_name": branch, "enable_push": False}
+    def protect(self, slug: str, branch: str, checks: list[str], *, pushes: bool = False) -> None:
+        rule = {"branch_name": branch, "rule_name": branch, "enable_push": pushes}
         rule |= {"enable_status_check": True, "status_check_contexts": checks}
         with self.gitea.admin() as admin:
             made = admin.post(f"/repos/{slug}/branch_protections", json=rule)
@@ -281,6 +292,16 @@ class RealServer:
     def git_url(self) -> Iterator[str]:
         """Gitea's own smart HTTP, with the token as fabrique's git transport sends it."""
         yield self.gitea.url
+
+    def merge_failed(self, slug: str, number: int) -> bool:
+        """doMergeStyleFastForwardOnly (and the other styles' merges) log the pull
+        request, ``<PullRequest [id]<slug>#<number>[base...head]>``, when the merge fails."""
+        log = self.gitea.folder / "log" / "gitea.log"
+        text = log.read_text(errors="replace") if log.exists() else ""
+        return any(
+            f"{slug}#{number}[" in line and "Unable to merge tracking into base" in line
+            for line in text.splitlines()
+        )
 
     def outsider(self) -> str:
         name = unique("outsider")
@@ -984,6 +1005,150 @@ def test_a_hold_closes_the_open_pull_request_saying_who_holds_it_and_why(
         assert _pull_requests(server, repo.slug) == []
 
 
+def _reviewed(server: Server, repo: Clone, tmp_path: Path, **more: Any) -> Callable[..., str]:
+    """fabrique's write-back of ``repo``'s citation through pull requests (Contents API),
+    ``more`` settings besides: the write-back's line, which must exit 0."""
+    settings: dict[str, Any] = {"gitea.url": server.url, "gitea.codeRepo": repo.slug}
+    settings |= {"apps": [_citation(repo)], "writeback.mode": "pull-request", **more}
+    values = write_values(tmp_path / "site.yaml", **settings)
+
+    def writeback(revision: str, digest: str) -> str:
+        result = run_cli(
+            *("--values", str(values), "writeback", "--app", "citation"),
+            *("--revision", revision, "--digest", digest),
+            env={"FABRIQUE_GITEA_TOKEN": server.token},
+        )
+        assert result.exit_code == 0, result.stdout + result.stderr
+        return str(result.stdout)
+
+    return writeback
+
+
+def test_a_proposal_is_recorded_on_the_built_commit_and_a_refusal_read_there(
+    server: Server, client: GiteaClient, tmp_path: Path
+) -> None:
+    """Each proposal is a success status ``proposal: <branch>`` on the built commit,
+    linking its pull request; the pull request read by number (``GET pulls/{n}``) says
+    whether a person closed it unmerged, and then the pin is ``rejected``."""
+    repo = server.repo(SEED)
+    revision = repo.commit({f"{APP}/app.txt": "v1\n"})
+    writeback = _reviewed(server, repo, tmp_path)
+    assert writeback(revision, DIGEST_A).startswith("proposed: citation ")
+    (listed,) = _pull_requests(server, repo.slug)
+    record = client.latest_status(repo.slug, revision, review.record_context("fabrique/citation"))
+    assert record is not None, "the proposal is recorded on the built commit"
+    assert (record.state, record.target_url) == ("success", listed["html_url"])
+    assert record.description == f"proposed in pull request #{listed['number']}"
+
+    pull = client.pull(repo.slug, listed["number"])
+    assert pull is not None and (pull.number, pull.state, pull.merged) == (
+        listed["number"], "open", False
+    )  # fmt: skip
+    assert pull.head_sha == listed["head"]["sha"] and pull.base_sha == repo.remote_head()
+    assert client.pull(repo.slug, listed["number"] + 1) is None
+    assert review.rejection(client, repo.slug, record) is None, "open: no refusal"
+
+    with api(server) as raw:
+        closed = raw.patch(f"/repos/{repo.slug}/pulls/{listed['number']}", json={"state": "closed"})
+    assert closed.status_code == 201, closed.text
+    refused = review.rejection(client, repo.slug, record)
+    assert refused is not None and (refused.state, refused.merged) == ("closed", False)
+    said = writeback(revision, DIGEST_A)
+    assert said.startswith("rejected: citation ") and listed["html_url"] in said, said
+    assert _pull_requests(server, repo.slug) == []
+
+
+def test_a_conflicting_pull_request_is_unmergeable_and_its_merge_asked_later(
+    server: Server, client: GiteaClient, tmp_path: Path
+) -> None:
+    """The base takes an edit of the lines a proposal edits: once Gitea has checked the
+    pull request again it is ``mergeable: false``, and a merge asked of it answers 405
+    "Please try again later" (CheckPullMergeable's ErrNotMergeableState), whatever the
+    branch's checks."""
+    repo = server.repo(SEED)
+    revision = repo.commit({f"{APP}/app.txt": "v1\n"})
+    writeback = _reviewed(server, repo, tmp_path)
+    assert writeback(revision, DIGEST_A).startswith("proposed: citation ")
+    (listed,) = _pull_requests(server, repo.slug)
+    number = listed["number"]
+    # another app's entry appended where the proposal appends its own
+    repo.commit({TARGET: KUSTOMIZATION + 'images:\n  - name: redis\n    newTag: "7"\n'})
+
+    def unmergeable() -> bool:
+        with api(server) as raw:
+            found = raw.get(f"/repos/{repo.slug}/pulls/{number}").json()
+        return found["mergeable"] is False and found["base"]["sha"] == repo.remote_head()
+
+    until(
+        f"Gitea to find pull request #{number} unmergeable once the base conflicts", unmergeable, 30
+    )
+    body = {"do": "merge", "merge_when_checks_succeed": True, "delete_branch_after_merge": True}
+    with api(server) as raw:
+        asked = raw.post(f"/repos/{repo.slug}/pulls/{number}/merge", json=body)
+    assert asked.status_code == 405 and asked.json()["message"] == "Please try again later", (
+        asked.text
+    )
+    head = listed["head"]["sha"]
+    assert client.merge_pull(repo.slug, number, style="merge", head=head) == "busy"
+    (still,) = _pull_requests(server, repo.slug)
+    assert (still["number"], still["merged"], still["mergeable"]) == (number, False, False)
+
+
+def test_a_fast_forward_only_merge_stalls_once_the_base_moves_and_a_remade_proposal_merges(
+    server: Server, client: GiteaClient, tmp_path: Path
+) -> None:
+    """mergeStyle fast-forward-only, the merge scheduled until a check passes: the base
+    moves meanwhile, and when the check passes Gitea's merge fails (its log says so) and
+    the pull request stays open, its merge still scheduled. Gitea's pull request shows
+    why (``base.sha`` past ``merge_base``); the next write-back makes the proposal again
+    on the base's head, and that one merges."""
+    repo = server.repo(SEED)
+    revision = repo.commit({f"{APP}/app.txt": "v1\n"})
+    server.protect(repo.slug, "main", [CHECK], pushes=True)
+    more = {"writeback.pullRequest.autoMerge": True}
+    writeback = _reviewed(
+        server, repo, tmp_path, **more, **{"writeback.pullRequest.mergeStyle": "fast-forward-only"}
+    )
+    said = writeback(revision, DIGEST_A)
+    assert said.startswith("proposed: citation ") and "merges once its checks pass" in said, said
+    (listed,) = _pull_requests(server, repo.slug)
+    number, proposed = listed["number"], listed["head"]["sha"]
+    fork = repo.remote_head()
+    moved = repo.commit({"README.md": "the base moves on\n"}, "the base moves on")
+
+    client.create_status(repo.slug, proposed, CommitStatus(CHECK, "success"))
+    until(
+        f"Gitea to try the fast-forward-only merge of #{number} and log its failure",
+        lambda: server.merge_failed(repo.slug, number),
+        30,
+        detail=lambda: str(_pull_requests(server, repo.slug)),
+    )
+    (stalled,) = _pull_requests(server, repo.slug)
+    assert (stalled["merged"], stalled["head"]["sha"]) == (False, proposed)
+    assert repo.remote_head() == moved
+    pull = client.pull(repo.slug, number)
+    assert pull is not None and (pull.base_sha, pull.merge_base) == (moved, fork)
+    assert review.left_behind(client, repo.slug, pull), "the base moved past the proposal"
+    assert client.merge_pull(repo.slug, number, style="fast-forward-only", head="") == "scheduled"
+
+    again = writeback(revision, DIGEST_A)
+    assert again.startswith("proposed: citation "), again
+    (remade,) = _pull_requests(server, repo.slug)
+    assert remade["number"] == number and remade["head"]["sha"] != proposed
+    repo.git("fetch", "-q", "origin", "refs/heads/fabrique/citation")
+    assert repo.git("rev-parse", "FETCH_HEAD^") == moved, "one commit on the base's head"
+    client.create_status(repo.slug, remade["head"]["sha"], CommitStatus(CHECK, "success"))
+
+    def merged() -> bool:
+        return (
+            repo.remote_head() == remade["head"]["sha"] and _pull_requests(server, repo.slug) == []
+        )
+
+    until(f"Gitea to fast-forward main to the remade proposal #{number}", merged, 30)
+    images = yaml.safe_load(repo.show(TARGET))["images"]
+    assert (images[0]["newTag"], images[0]["digest"]) == (revision[:12], DIGEST_A)
+
+
 def _gestures(
     server: Server,
     repo: Clone,
@@ -1232,6 +1397,8 @@ def exchanges(server: Server, tmp_path: Path) -> dict[str, Any]:
         pulls = {"base_branch": "main", "sort": "recentupdate", "page": "1", "limit": "50"}
         call("pulls open", "GET", f"{r}/pulls", params={**pulls, "state": "open"})
         call("pull edit", "PATCH", f"{r}/pulls/1", json={"title": "t2", "body": "b2"})
+        call("pull read", "GET", f"{r}/pulls/1")
+        call("pull read missing", "GET", f"{r}/pulls/99")
         call("pull merge unscheduled", "DELETE", f"{r}/pulls/1/merge")
         call("pull close", "PATCH", f"{r}/pulls/1", json={"state": "closed", "body": "c"})
         call("pulls closed", "GET", f"{r}/pulls", params={**pulls, "state": "closed"})
@@ -1250,6 +1417,9 @@ def exchanges(server: Server, tmp_path: Path) -> dict[str, Any]:
             json={"context": "o", "state": "warning"},
         )
         call("status missing", "POST", f"{r}/statuses/{'f' * 40}", json=status)
+        record = {"context": "proposal: fabrique/shape", "state": "success"}
+        record |= {"description": "proposed in pull request #1", "target_url": f"{HOOK_URL}/1"}
+        call("status record", "POST", f"{r}/statuses/{first}", json=record)
         call("combined", "GET", f"{r}/commits/{first}/status", params={"limit": "50"})
         call("combined missing", "GET", f"{r}/commits/gone/status", params={"limit": "50"})
         call("statuses", "GET", f"{r}/commits/{first}/statuses")

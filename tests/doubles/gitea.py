@@ -38,7 +38,8 @@ status at all it is ``pending`` too (ToCombinedStatus), and ``statuses`` is null
 Pull requests are Gitea's too: a merge asked while Gitea checks a new head or base
 (``check_answers`` requests after a push, 0 by default) or of one that conflicts answers
 405 "Please try again later", and ``mergeable`` is false then; a scheduled
-fast-forward-only merge of a head the base has moved past never happens.
+fast-forward-only merge of a head the base has moved past never happens (the pull
+request's ``merge_failed`` records what Gitea only logs: it stays open, scheduled).
 
 Faults can be injected: ``faults`` is a queue of (method, fault) consumed by the next
 matching request, where fault is an HTTP status, ``"drop"`` (close the connection with no
@@ -1402,7 +1403,10 @@ class GiteaDouble:
                 ["git", "-C", str(bare), "merge-base", "--is-ancestor", base, head]
             )
             if ahead.returncode != 0:
-                return  # `git merge --ff-only` fails: the merge is logged as failed, no more
+                # `git merge --ff-only` fails: logged (doMergeStyleFastForwardOnly), no
+                # more; the pull request stays open, its merge still scheduled
+                pull["merge_failed"] = True
+                return
             git(bare, "update-ref", f"refs/heads/{pull['base']}", head, base)
             self._merged(repo, pull, head, head)
             return
