@@ -338,17 +338,9 @@ class KubeClient:
     def workflows(self, namespace: str, selector: str) -> list[WorkflowState]:
         """Every Workflow of ``namespace`` whose labels match ``selector``, in one LIST."""
         what = f"list Workflows {namespace} ({selector})"
-        answer = self._call(what, "GET", _workflows(namespace), query={"labelSelector": selector})
-        if not 200 <= answer.status < 300:
-            raise self._error(what, answer)
-        body = answer.json(what)
-        items = body.get("items") if isinstance(body, dict) else None
-        if not isinstance(items, list):
-            raise KubeError(f"{what}: the API answered something that is not a list")
         return [
             workflow_state(str((item.get("metadata") or {}).get("name", "")), item)
-            for item in items
-            if isinstance(item, dict)
+            for item in self._list(what, _workflows(namespace), selector)
         ]
 
     def labelled(self, api_version: str, plural: str, selector: str) -> list[dict[str, Any]]:
@@ -356,8 +348,15 @@ class KubeClient:
         match ``selector``, in one LIST; none where the API does not serve that kind."""
         what = f"list {plural} ({selector})"
         path = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-        answer = self._call(what, "GET", f"{path}/{plural}", query={"labelSelector": selector})
-        if answer.status == 404:
+        return self._list(what, f"{path}/{plural}", selector, unserved=True)
+
+    def _list(
+        self, what: str, path: str, selector: str, unserved: bool = False
+    ) -> list[dict[str, Any]]:
+        """The objects of one LIST of ``path`` whose labels match ``selector``; with
+        ``unserved``, none where the API does not serve the kind (404)."""
+        answer = self._call(what, "GET", path, query={"labelSelector": selector})
+        if unserved and answer.status == 404:
             return []
         if not 200 <= answer.status < 300:
             raise self._error(what, answer)
