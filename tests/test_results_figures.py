@@ -1,17 +1,19 @@
 """Every figure bench/RESULTS.md quotes is tied to the one cell of a table it comes from.
 
 A figure is a number with the unit of something measured: a time (s, ms, min), a size
-(kB, KiB, MB, GB), a ratio (a times sign), requests. Quoted in the prose, or in the
-result column of the targets' table, it is tied here (``TIES``, section by section, in
-the order the prose quotes them) to its table, column and row, and must be a value of
-that cell, as printed or rounded to the digits quoted; or to the difference of two
-cells; or it is one of the bench's settings (``SETTING``: a latency it adds, the data it
-makes). A figure changed in the prose, or a table re-measured without its prose, fails
-here, and so does a figure quoted without a tie.
+(kB, KiB, MB, GB), a ratio (a times sign), requests. Quoted in the prose, or in a column
+of a table that quotes the others (``QUOTING``: the targets' results, the scenario's
+account of its stages), it is tied here (``TIES``, section by section, in the order the
+page quotes them) to its table, column and row, and must be a value of that cell, as
+printed or rounded to the digits quoted; or to the difference of two cells; or it is one
+of the bench's settings (``SETTING``: a latency it adds, the data it makes) or a
+constant of a peer's code the prose names (``UPSTREAM``). A figure changed in the prose,
+or a table re-measured without its prose, fails here, and so does a figure quoted
+without a tie.
 
-The sections listed in ``BY_HAND`` report runs that no bench prints as a table (the
-peers' builds, the scenario on a cluster, the fault bench's phases): their figures have
-no cell to be tied to, and are not checked.
+Runs that no bench prints (the peers' builds, the scenario on a cluster, the fault
+bench's phases) are tables of the page too, written from what was measured, and their
+prose is held to them the same way.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ import pytest
 from .conftest import ROOT
 
 RESULTS = ROOT / "bench" / "RESULTS.md"
-BY_HAND = ("Scenario 34", "Fault bench", "The live tier")
 NUMBER = r"\d{1,3}(?: \d{3})+(?![\d.])|\d+(?:\.\d+)?"
 # a number, not part of a date, a version or a name, followed by a measured unit
 FIGURE = re.compile(
@@ -53,16 +54,27 @@ def _sections(text: str) -> list[tuple[str, list[str]]]:
     return sections
 
 
-def _split(lines: list[str]) -> tuple[list[str], list[str]]:
-    """The lines of tables and code blocks (what a bench printed), and the others."""
-    printed, prose = [], []
+def _prose(lines: list[str], quoting: str | None) -> list[str]:
+    """The lines of prose, with the cells of the tables' ``quoting`` column: not the
+    code blocks nor the other cells (what a bench printed, or what was measured)."""
+    prose: list[str] = []
+    header: list[str] = []
     in_code = False
     for line in lines:
         if line.startswith("```"):
             in_code = not in_code
+        elif in_code:
             continue
-        (printed if in_code or line.startswith("|") else prose).append(line)
-    return printed, prose
+        elif line.startswith("|"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if not header:
+                header = cells
+            elif quoting in header and not set(cells[0]) <= set("-: "):
+                prose.append(cells[header.index(quoting)])
+        else:
+            header = []
+            prose.append(line)
+    return prose
 
 
 @dataclass(frozen=True)
@@ -84,6 +96,7 @@ class Difference:
 
 
 SETTING = "a setting of the bench"
+UPSTREAM = "a constant of a peer's code, named where it is quoted"
 TIMES = "\u00d7"  # a ratio's sign
 Tie = Cell | Difference | str
 
@@ -111,6 +124,34 @@ VS_CLONE = "Contents API vs clone: time / bytes"
 CONTENTS = "Contents API s / requests / bytes"
 GITEA_COLD = Cell(GITEA, "cold", {"apps / files": "1 000 / 50", "server": "gitea"})
 NEXT_S, NEXT_REQUESTS = "next (median / max s)", "next requests"
+SCENARIO = "Scenario 34"
+FAULTS = "Fault bench"
+LIVE = "The live tier"
+
+
+def _stage(stage: str) -> Cell:
+    return Cell(SCENARIO, "run 1", {"stage (seconds after the push)": stage})
+
+
+def _fault(column: str, figure: str) -> Cell:
+    return Cell(FAULTS, column, {"figure": figure})
+
+
+def _modules(peer: str) -> Cell:
+    return Cell(LIVE, "modules", {"peer": peer})
+
+
+ARGO_EVENTS = (
+    "argo-events (v1.9.11): one `argo-events` command "
+    "(controller, eventsource-service, sensor-service)"
+)
+IN_THE_POD = Difference(_stage("the build step done"), _stage("the build step's pod started"))
+# the scenario asks Argo CD to look once the Workflow is done, not once the digest is in Git
+ARGO_CD_WAITS = Difference(_stage("the Workflow done"), _stage("the digest in Git"))
+IN_ALL, BEFORE_FILTERS = "time in all", "real, before the triggers filtered"
+
+# section (the start of its title) -> the column of its tables that quotes the others
+QUOTING = {"Targets": "result", SCENARIO: "what takes the time"}
 
 # section (the start of its title) -> its figures in the order quoted, each tied
 TIES: dict[str, list[tuple[str, Tie]]] = {
@@ -205,6 +246,35 @@ TIES: dict[str, list[tuple[str, Tie]]] = {
             ),
         ),
     ],
+    SCENARIO: [
+        ("2 s", UPSTREAM),  # the Argo controller's requeue
+        ("7 s", IN_THE_POD),
+        ("11 s", ARGO_CD_WAITS),
+        ("7 s", IN_THE_POD),
+        ("51 s", _stage("**the pod Ready by digest**")),
+        ("5 MB", SETTING),  # the toy app's base image
+        ("11 s", ARGO_CD_WAITS),
+    ],
+    FAULTS: [
+        ("16 s", _fault("doubles", IN_ALL)),
+        ("1 min", _fault("real", IN_ALL)),
+        ("22 s", _fault("real", IN_ALL)),
+        (
+            "30.3 s",
+            _fault(
+                "real",
+                "starting the plane, the site, the Argo Events controller, its pods and Gitea",
+            ),
+        ),
+        ("3 min", _fault(BEFORE_FILTERS, IN_ALL)),
+        ("30 s", _fault(BEFORE_FILTERS, IN_ALL)),
+        ("2 s", _fault("real", "the Sensor back on the bus after it went")),
+        ("5 s", UPSTREAM),  # the EventSource's connection daemon's tick
+    ],
+    LIVE: [
+        ("1.4 GB", _modules("gitea (v1.27.3)")),
+        ("2.7 GB", _modules(ARGO_EVENTS)),
+    ],
     MODES: [
         ("8 requests", _mode(NEXT_REQUESTS, "gitea", "pull-request")),
         ("1.66 s", _mode(NEXT_S, "gitea", "pull-request")),
@@ -239,13 +309,9 @@ def quoted(text: str) -> tuple[dict[str, list[str]], dict[str, list[Table]]]:
     figures: dict[str, list[str]] = {}
     tables: dict[str, list[Table]] = {}
     for title, lines in _sections(text):
-        _, prose = _split(lines)
         tables[title] = _tables(lines)
-        if title.startswith(BY_HAND):
-            continue
-        if title == "Targets":
-            # its result column quotes the tables above; the target column is the goal
-            prose = [row[1] for _, rows in tables[title] for row in rows]
+        quoting = next((c for key, c in QUOTING.items() if title.startswith(key)), None)
+        prose = _prose(lines, quoting)
         # one text: a figure may be cut from its unit at a line's end
         figures[title] = [m.group(0) for m in FIGURE.finditer(" ".join(prose))]
     return figures, tables
@@ -316,6 +382,10 @@ def test_every_figure_quoted_is_its_cells() -> None:
         ("push → Workflow is 1.35 s", "push → Workflow is 0.63 s"),  # a number of another table
         ("costs 8 requests", "costs 3 requests"),  # a number of another cell of its table
         (f"12.4{TIMES} faster", f"7.5{TIMES} faster"),  # another row's
+        ("7 s of 51 s", "7 s of 47 s"),  # the scenario's stages
+        ("30.3 s of it", "42.3 s of it"),  # the fault bench's phases: another row's
+        ("Gitea's 1.4 GB", "Gitea's 1.3 GB"),  # a peer's modules: its build cache
+        ("7 s in the pod", "6 s in the pod"),  # a column that quotes the others
     ],
 )
 def test_a_figure_changed_in_the_prose_is_found(quoted: str, changed: str) -> None:
