@@ -742,3 +742,66 @@ def test_an_auto_promotion_through_a_pull_request_says_promoted_once_it_merged(
     assert again.exit_code == 0, again.stdout + again.stderr
     assert _lines(again, "citation/prod") == []
     assert promoted() == [("success", f"promoted to prod: {digest}")], "once"
+
+
+@pytest.mark.parametrize("reverted", [True, False])
+def test_a_hold_written_by_hand_withdraws_at_the_next_pass_what_the_bench_left(
+    values: Path,
+    code_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    kube: KubeApiDouble,
+    env: dict[str, str],
+    reverted: bool,
+) -> None:
+    """A person holds the bench by writing the annotation into its target (reverting it
+    to v1 in the same commit, or not). The next reconcile pass withdraws prod's pending
+    proposal of the digest the bench left, its merge cancelled, as ``fabrique hold``
+    does; a proposal of the very digest held stays. A pass after it writes nothing more."""
+    _through_review(values, gitea)
+    old, old_digest = _built(code_repo, registry, gitea.url, "v1\n", values, env)
+    new, new_digest = _built(code_repo, registry, gitea.url, "v2\n", values, env)
+    _post(gitea, new, CHECK, "success")
+    _application(
+        kube, "Synced", "Healthy", [f"{registry.host}/citation-dagster:{new[:12]}@{new_digest}"]
+    )
+    prod_before = code_repo.show(PROD)
+    proposed = fab(values, env, "promote", "--app", "citation", "--to", "prod")
+    assert proposed.stdout.startswith("proposed: citation "), proposed.stdout + proposed.stderr
+    (pull,) = gitea.pulls["atlas/atlas"]
+    assert pull["scheduled"] == "merge"
+    before = len(gitea.requests)
+    assert fab(values, env, "reconcile").exit_code == 0
+    assert [r.path for r in gitea.requests[before:] if "/pulls" in r.path] == [], "not held"
+
+    text = code_repo.show(BENCH)
+    if reverted:
+        text = text.replace(new[:12], old[:12]).replace(new_digest, old_digest)
+    bench = yaml.safe_load(text)
+    bench.setdefault("metadata", {})["annotations"] = {"hold.fabrique.io/citation": "INC-42"}
+    code_repo.commit({BENCH: yaml.safe_dump(bench, sort_keys=False)}, "hold the bench by hand")
+
+    result = fab(values, env, "reconcile")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    (line,) = _lines(result, "citation")
+    assert line.startswith("citation: held: held by unknown since unknown: INC-42"), line
+    if reverted:
+        assert line.endswith(f"; closed prod's pull request #{pull['number']}"), line
+        assert (pull["state"], pull["scheduled"]) == ("closed", None), "prod's proposal withdrawn"
+        first = pull["body"].split("\n")[0]
+        assert first.startswith("**Closed by fabrique: citation is held in bench (held by ")
+        assert new_digest in first
+    else:
+        assert "pull request" not in line, line
+        assert (pull["state"], pull["scheduled"]) == ("open", "merge")
+
+    before = len(gitea.requests)
+    again = fab(values, env, "reconcile")
+    assert again.exit_code == 0, again.stdout + again.stderr
+    assert "pull request" not in _lines(again, "citation")[0]
+    writes = [r for r in gitea.requests[before:] if r.method != "GET"]
+    assert [r.path for r in writes if "/pulls" in r.path or "/branches" in r.path] == []
+
+    _lint(gitea, pull)
+    assert pull["merged"] != reverted
+    assert (code_repo.show(PROD) == prod_before) == reverted

@@ -96,6 +96,7 @@ from .writeback import (
     close_held_review,
     desired_pin,
     target_where,
+    withdraw_later,
     write_back_file,
 )
 
@@ -284,8 +285,10 @@ class Reconciler:
 
     def _tend_review(self, app: AppConfig, action: Action, facts: Facts) -> str:
         """In review: ask Gitea again to merge it (autoMerge), a schedule lost to a
-        'try again later' included. Held: its open pull request (any) is closed. What to
-        add to the app's line; a Gitea that fails here fails no decision."""
+        'try again later' included. Held (by a gesture or by hand): its open pull request
+        (any) is closed, and so is each later environment's that proposes a digest it no
+        longer deploys, as ``fabrique hold`` does (``withdraw_later``). What to add to the
+        app's line; a Gitea that fails here fails no decision."""
         try:
             if action == "in-review" and not facts.review_closed:
                 reviews = review.reviews_of(self.transport)
@@ -302,7 +305,12 @@ class Reconciler:
                 return f"; {merge}" if merge else ""
             if action == "held" and facts.hold is not None:
                 closed = close_held_review(self.site, self.transport, app.name, None, facts.hold)
-                return f"; closed pull request #{closed}" if closed else ""
+                withdrawn = withdraw_later(
+                    *(self.site, self.transport, app.name, None, facts.hold),
+                    lambda: facts.deployed_digest,
+                )
+                own = f"; closed pull request #{closed}" if closed else ""
+                return own + "".join(f"; closed {env}'s pull request #{n}" for env, n in withdrawn)
         except FabriqueError as err:
             log.warning("%s: its pull request was not tended: %s", app.name, err)
         return ""
@@ -357,7 +365,7 @@ class Reconciler:
             action, detail = decide(facts)
             if mode == "status":
                 return AppResult(app.name, STATUS[action], detail, facts)
-            if mode == "act" and review.in_review(self.site, app):
+            if mode == "act" and action in ("in-review", "held"):
                 detail += self._tend_review(app, action, facts)
             if action not in DONE:
                 return self._repair(AppResult(app.name, action, detail, facts), mode)

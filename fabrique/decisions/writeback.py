@@ -692,18 +692,21 @@ def withdraw_later(
     environment: Environment | None,
     hold: Hold,
     deploys: Callable[[], str | None],
-) -> list[int]:
+) -> list[tuple[str, int]]:
     """A rollback or a hold of ``environment`` (None: the first) withdraws what it left:
     each later environment's open pull request that proposes a digest other than
     ``deploys()`` (what the held environment deploys now) is closed, its scheduled merge
     cancelled first, so that Gitea never merges into prod what the bench was taken back
-    from. A proposal of the very digest held stays. The numbers closed."""
+    from. A proposal of the very digest held stays. Gitea is asked only of the later
+    environments whose target takes pins through pull requests, the branch read only
+    when its pull request is open: the reconcile pass calls it for every held app, each
+    pass. Each environment whose pull request was closed, with its number."""
     app = site.app(app_name)
     names = [env.name for env in app.environments]
     held = environment.name if environment is not None else names[0] if names else None
     if held is None:
         return []
-    closed: list[int] = []
+    closed: list[tuple[str, int]] = []
     kept: list[str | None] = []  # read once, and only when a later proposal is open
     for later in app.environments[names.index(held) + 1 :]:
         there = app.at(later)
@@ -712,17 +715,21 @@ def withdraw_later(
         reviews = review.reviews_of(transport)
         target = there.writeback
         head = review.review_branch(site, app.name, later)
-        base = target.branch or site.gitea.branch
-        found = review.find_proposal(reviews, transport, target, base, head)
-        proposed = None if found.text is None else deployed_pin(site, there, found.text)
-        if found.pull is None or proposed is None:
+        pull = reviews.open_pull(target.repo, target.branch or site.gitea.branch, head)
+        if pull is None:
+            continue
+        text = transport.read(target.repo, head, target.path).text
+        proposed = None if text is None else deployed_pin(site, there, text)
+        if proposed is None:
             continue
         if not kept:
             kept.append(deploys())
         if proposed.digest == kept[0]:
             continue
         why = f"held in {held} ({hold.describe()}), which no longer deploys {proposed.digest}"
-        closed.append(review.close_pull(reviews, app.name, target.repo, head, found.pull, why))
+        closed.append(
+            (later.name, review.close_pull(reviews, app.name, target.repo, head, pull, why))
+        )
     return closed
 
 
