@@ -17,7 +17,13 @@ import click
 
 from fabrique import __version__
 from fabrique.site.config import Environment, Site, load_site
-from fabrique.site.errors import FabriqueError, InputError, ValidationFailed
+from fabrique.site.errors import (
+    TRANSIENT_EXIT_CODE,
+    TRANSIENT_SAID,
+    FabriqueError,
+    InputError,
+    ValidationFailed,
+)
 from fabrique.site.names import WRITEBACK_OUTCOMES
 
 if TYPE_CHECKING:
@@ -27,7 +33,12 @@ log = logging.getLogger("fabrique")
 
 
 class _Group(click.Group):
-    """Maps the FabriqueError tree to one stderr line and its exit code."""
+    """Maps the FabriqueError tree to one stderr line and its exit code.
+
+    A transient error's line ends with TRANSIENT_SAID, as the step scripts' do: a failed
+    step's node message may carry that last line and no exit code, and those words are
+    what then tell the exit handler's report that the infrastructure gave up.
+    """
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -38,7 +49,10 @@ class _Group(click.Group):
             click.echo(f"error: {err}", err=True)
             ctx.exit(err.exit_code)
         except FabriqueError as err:
-            click.echo(f"error: {err}", err=True)
+            said = str(err)
+            if err.exit_code == TRANSIENT_EXIT_CODE and TRANSIENT_SAID not in said:
+                said = f"{said}: {TRANSIENT_SAID}"
+            click.echo(f"error: {said}", err=True)
             ctx.exit(err.exit_code)
 
 

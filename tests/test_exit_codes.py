@@ -3,12 +3,19 @@ config the user must fix, 3 for a server that answered wrongly."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from fabrique.clients.kube import workflow_state
+from fabrique.decisions import status
+from fabrique.site.errors import TRANSIENT_SAID
+
 from .conftest import run_cli, unreachable_kubeconfig, write_values
-from .servers import free_port
+from .doubles.proxy import FaultProxy
+from .servers import closed_port, free_port
 
 REV = "a" * 40
 DIGEST = "sha256:" + "a" * 64
@@ -129,3 +136,81 @@ def test_an_unknown_kube_context_is_a_config_error(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2, result.stderr
     assert "kube context 'nope'" in result.stderr
+
+
+@pytest.fixture()
+def unavailable() -> Iterator[str]:
+    """An HTTP server that answers 503 to everything: the URL of it."""
+    proxy = FaultProxy(f"http://127.0.0.1:{closed_port()}", lambda *_: 503).start()
+    try:
+        yield f"http://{proxy.host}"
+    finally:
+        proxy.stop()
+
+
+# fabrique's own steps in fabrique-build, each with a server it needs down or answering
+# 503: the site values, then the command after ``--values``
+STEPS = {
+    "plan, git server down": (
+        {"writeback.transport": "git", "writeback.gitUrl": "git://127.0.0.1:{closed}"},
+        ["plan", "--app", "citation", "--revision", REV, "--out", "{tmp}/plan"],
+    ),
+    "plan, git server answering 503": (
+        {"writeback.transport": "git", "writeback.gitUrl": "{unavailable}"},
+        ["plan", "--app", "citation", "--revision", REV, "--out", "{tmp}/plan"],
+    ),
+    "verify-digest, registry answering 503": (
+        {"registry.host": "{unavailable_host}"},
+        ["digest", "verify", "--app", "citation", "--revision", REV, "--metadata", "{tmp}/m.json"],
+    ),
+    "write-back, Gitea answering 503": (
+        {"gitea.url": "{unavailable}"},
+        ["writeback", "--app", "citation", "--revision", REV, "--digest", DIGEST],
+    ),
+    "write-back, git server down": (
+        {"writeback.transport": "git", "writeback.gitUrl": "git://127.0.0.1:{closed}"},
+        ["writeback", "--app", "citation", "--revision", REV, "--digest", DIGEST],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(STEPS))
+def test_a_step_that_gives_up_on_a_transient_cause_says_so_on_its_last_line(
+    tmp_path: Path, unavailable: str, case: str
+) -> None:
+    """Exit 75's words end the error line, once, so that the exit handler's report and the
+    reconcile pass count it the infrastructure's even on a node message that carries the
+    last line alone, with no exit code ahead of it."""
+    (tmp_path / "m.json").write_text(json.dumps({"containerimage.digest": DIGEST}))
+    fill = {
+        "closed": str(closed_port()),
+        "unavailable": unavailable,
+        "unavailable_host": unavailable.removeprefix("http://"),
+        "tmp": str(tmp_path),
+    }
+    settings, args = STEPS[case]
+    values = write_values(
+        tmp_path / "site.yaml",
+        **{"network.attempts": 1, **{k: v.format(**fill) for k, v in settings.items()}},
+    )
+    result = run_cli(
+        "--values",
+        str(values),
+        *(arg.format(**fill) for arg in args),
+        env={"FABRIQUE_GITEA_TOKEN": "t"},
+    )
+    assert result.exit_code == 75, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and last.endswith(f": {TRANSIENT_SAID}"), last
+    assert last.count(TRANSIENT_SAID) == 1, last
+    step = args[0]
+    failures = [{"displayName": f"{step}(2)", "message": last, "phase": "Failed"}]
+    report = status.failed("Failed", json.dumps(failures), "wf")
+    assert report is not None and report.state == "error", report
+    node = {"type": "Pod", "phase": "Failed", "displayName": f"{step}(2)", "message": last}
+    state = workflow_state("wf", {"status": {"phase": "Failed", "nodes": {"n": node}}})
+    repaired = status.repair(
+        "failed", None, deployed_is_want=False, deployed_digest=None, workflow="wf",
+        phase="Failed", reason=state.reason,
+    )  # fmt: skip
+    assert repaired is not None and repaired.state == "error", "the reconcile pass's too"
