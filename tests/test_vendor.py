@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import shutil
+import subprocess
 import threading
 from collections.abc import Iterator
 from http.server import SimpleHTTPRequestHandler
@@ -15,14 +17,17 @@ import pytest
 import yaml
 
 from fabrique.clients.registry import RegistryClient
+from fabrique.gestures.vendor import controller_settings
 
 from . import servers
 from .conftest import ROOT, run_cli
 from .doubles.http import QuietServer
 from .doubles.proxy import FaultProxy, token_gate
+from .live import controlplane
 from .oci import push_image, push_index
 
 AMD_ARM = ("amd64", "arm64")
+SETTINGS = ROOT / "vendor" / "argo-workflows" / "settings"
 
 
 class BundleServer:
@@ -74,7 +79,7 @@ def _bundle(reg: str, *, single: bool = False) -> str:
         {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
-            "metadata": {"name": "workflow-controller"},
+            "metadata": {"name": "workflow-controller", "namespace": "argo"},
             "spec": {
                 "template": {
                     "spec": {
@@ -96,7 +101,7 @@ def _bundle(reg: str, *, single: bool = False) -> str:
         {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
-            "metadata": {"name": "argo-server"},
+            "metadata": {"name": "argo-server", "namespace": "argo"},
             "spec": {
                 "template": {
                     "spec": {
@@ -310,6 +315,64 @@ def test_check_catches_a_hand_edit(
     assert f"image {ref} is not pinned by digest" in result.stderr
     (root / "stray" / "v1").mkdir(parents=True)
     assert f"{root}/stray/v1: not in the lock" in _vendor(root, "--check").stderr
+
+
+def _with_settings(root: Path) -> Path:
+    """``root`` holding fabrique's own settings of Argo Workflows, as vendor/ does."""
+    shutil.copytree(SETTINGS, root / "argo-workflows" / "settings")
+    return root
+
+
+def test_the_vendored_kustomization_applies_fabriques_controller_settings(
+    tmp_path: Path, upstream: BundleServer, published: dict[str, Any], kubectl: Path
+) -> None:
+    root = _with_settings(
+        _lock(
+            tmp_path / "vendor",
+            {"argo-workflows": {"version": "v4.1.2", "url": upstream.url("install.yaml")}},
+        )
+    )
+    assert _vendor(root, "--update", plain=(published["reg"],)).exit_code == 0
+    out = root / "argo-workflows" / "v4.1.2"
+    assert yaml.safe_load((out / "kustomization.yaml").read_text()) == {
+        "resources": ["bundle.yaml"],
+        "components": ["../settings"],
+    }
+    rendered = subprocess.run(
+        [kubectl, "kustomize", str(out)], capture_output=True, text=True, check=True
+    )
+    (controller,) = [
+        c
+        for d in yaml.safe_load_all(rendered.stdout)
+        if d["metadata"]["name"] == "workflow-controller"
+        for c in d["spec"]["template"]["spec"]["containers"]
+    ]
+    env = {e["name"]: e["value"] for e in controller["env"]}
+    assert env == controller_settings(root) == {"DEFAULT_REQUEUE_TIME": "2s"}
+    checked = _vendor(root, "--check")
+    assert checked.exit_code == 0, checked.stderr
+
+    # a version vendored without the settings installs upstream's defaults: check says so
+    (out / "kustomization.yaml").write_text("resources:\n- bundle.yaml\n")
+    checked = _vendor(root, "--check")
+    assert checked.exit_code == 7
+    assert (
+        f"{out}/kustomization.yaml: is not the one fabrique vendor writes "
+        "(it applies ../settings); re-run fabrique vendor"
+    ) in checked.stderr
+
+
+def test_the_live_plane_runs_the_controller_with_fabriques_settings() -> None:
+    """The plane's controller environment holds what the install sets, value for value;
+    what it adds is its own (kwok's nodes, the fault benches) and sets nothing the
+    install sets."""
+    installed = controller_settings(ROOT / "vendor")
+    assert installed, "vendor/argo-workflows/settings sets the controller's environment"
+    for real_node in (True, False):
+        env = controlplane.controller_env(real_node=real_node)
+        assert {k: env.get(k) for k in installed} == installed
+        assert set(env) - set(installed) <= set(controlplane.PLANE_ONLY)
+    assert not set(controlplane.PLANE_ONLY) & set(installed)
 
 
 def test_mirror_copies_every_platform_with_the_same_digests(

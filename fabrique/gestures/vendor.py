@@ -9,7 +9,10 @@ bundle as downloaded, the sha256 of the vendored file, and every image with its 
   ``argo-events-controller-config``), resolves each tag to its **index** digest (refusing
   a single-arch manifest unless the lock allows it with a reason), rewrites every
   reference to ``repo:tag@sha256:…``, adds the site's pinned JetStream version to the
-  Argo Events controller config, and writes ``vendor/<component>/<version>/``.
+  Argo Events controller config, and writes ``vendor/<component>/<version>/``. Its
+  ``kustomization.yaml`` applies fabrique's own settings of the component over the
+  bundle: ``vendor/<component>/settings/``, a kustomize Component kept by hand (the
+  workflow controller's requeue time, each setting with its reason).
 - The upstream API specifications (``specs:`` in the lock: the Argo Workflows and Argo
   Events JSON Schemas, the Argo CD Application CRD, Gitea's swagger) live in
   ``vendor/specs/``, each with its URL, version and sha256; ``fabrique validate`` and the
@@ -52,6 +55,9 @@ BUNDLE = "bundle.yaml"
 HEADER = "# Vendored by `fabrique vendor`; images pinned by index digest. Do not edit.\n"
 DOCKER_HUB = "docker.io"
 CONTROLLER_CONFIG = "argo-events-controller-config"
+SETTINGS = "settings"  # vendor/<component>/settings: fabrique's own Component, every version
+KUSTOMIZATION = "kustomization.yaml"
+WORKFLOW_CONTROLLER = "workflow-controller"  # Argo Workflows' Deployment and its container
 
 
 class VendorError(FabriqueError):
@@ -364,6 +370,45 @@ def jetstream_versions(root: Path) -> JetStreamVersions:
     return JetStreamVersions(js.version, (js.version,), f"{root / LOCK} (components.jetstream)")
 
 
+# -------------------------------------------------------------- fabrique's settings
+
+
+def kustomization(root: Path, name: str) -> str:
+    """The ``kustomization.yaml`` written beside a component's bundle: the bundle, and
+    fabrique's settings of the component (``<component>/settings``) when it has any."""
+    text = f"{HEADER}resources:\n- {BUNDLE}\n"
+    if (root / name / SETTINGS / KUSTOMIZATION).is_file():
+        text += f"components:\n- ../{SETTINGS}\n"
+    return text
+
+
+def controller_settings(root: Path) -> dict[str, str]:
+    """The environment fabrique sets for the Argo Workflows controller: the ``env`` of the
+    ``workflow-controller`` container in the patches of ``argo-workflows/settings``, which
+    every vendored version's kustomization applies."""
+    folder = root / "argo-workflows" / SETTINGS
+    component = yaml.safe_load((folder / KUSTOMIZATION).read_text("utf-8")) or {}
+    env: dict[str, str] = {}
+    for patch in component.get("patches") or []:
+        path = folder / str(patch.get("path"))
+        for doc in yaml.safe_load_all(path.read_text("utf-8")):
+            if not isinstance(doc, dict) or doc.get("kind") != "Deployment":
+                continue
+            if doc["metadata"]["name"] != WORKFLOW_CONTROLLER:
+                continue
+            for container in doc["spec"]["template"]["spec"].get("containers") or []:
+                if container.get("name") != WORKFLOW_CONTROLLER:
+                    continue
+                for entry in container.get("env") or []:
+                    if not isinstance(entry.get("value"), str):
+                        raise VendorError(
+                            f"{path}: env {entry.get('name')}: needs a literal value "
+                            "(the live tier's controller runs with it)"
+                        )
+                    env[entry["name"]] = entry["value"]
+    return env
+
+
 # -------------------------------------------------------------------- resolving
 
 
@@ -477,7 +522,7 @@ def vendor_component(
     if out.exists():
         shutil.rmtree(out)
     _write(out / BUNDLE, text)
-    _write(out / "kustomization.yaml", f"{HEADER}resources:\n- {BUNDLE}\n")
+    _write(out / KUSTOMIZATION, kustomization(root, component.name))
     component.sha256 = sha
     component.vendored_sha256 = hashlib.sha256(text.encode("utf-8")).hexdigest()
     lines.append(
@@ -573,6 +618,13 @@ def check(root: Path, component: str | None = None) -> list[str]:
             problems.append(
                 f"{bundle}: differs from the lock (edited by hand?); re-run fabrique vendor"
             )
+        written = bundle.parent / KUSTOMIZATION
+        expected = kustomization(root, c.name)
+        if not written.is_file() or written.read_text("utf-8") != expected:
+            applies = f" (it applies ../{SETTINGS})" if "components:" in expected else ""
+            problems.append(
+                f"{written}: is not the one fabrique vendor writes{applies}; re-run fabrique vendor"
+            )
         documents = [d for d in yaml.safe_load_all(text) if d is not None]
         for ref in find_images(documents):
             base = ref.split("@")[0]
@@ -581,7 +633,11 @@ def check(root: Path, component: str | None = None) -> list[str]:
             elif pins.get(base) != ref.split("@")[1]:
                 problems.append(f"{bundle}: image {ref} is not the digest the lock pins")
     known = {(c.name, c.version) for c in lock.values()}
-    strays = sorted(p for p in root.glob("*/*") if p.is_dir()) if component is None else []
+    strays = (
+        sorted(p for p in root.glob("*/*") if p.is_dir() and p.name != SETTINGS)
+        if component is None
+        else []
+    )
     for path in strays:
         if (path.parent.name, path.name) not in known:
             problems.append(f"{path}: not in the lock")

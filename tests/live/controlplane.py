@@ -683,19 +683,7 @@ class ControlPlane:
                 "--executor-image=quay.io/argoproj/argoexec:" + self.argo_version(),
                 "--loglevel=info",
             ],
-            env={
-                "LEADER_ELECTION_DISABLE": "true",
-                # on kwok's nodes no executor runs to report a step's outputs unless a
-                # test plays it: a step without a report is taken as done after this, not
-                # after 10 minutes (a real node's executor reports)
-                **({} if self.node else {"TASK_RESULT_TIMEOUT_DURATION": "3s"}),
-                # a Workflow is looked at again 2 s after a change, not 10 (rate_limiters.go:
-                # "some users may wish to have this as low as 2s"): a step takes seconds here
-                "DEFAULT_REQUEUE_TIME": "2s",
-                # a pod missing from a node that started more than this ago is "pod
-                # deleted" (Error), not made again (podReconciliation; 10 s upstream)
-                "RECENTLY_STARTED_POD_DURATION": "3s",
-            },
+            env=controller_env(real_node=self.node),
         )
         self._wait(
             "workflow-controller",
@@ -796,6 +784,32 @@ def _terminate(pids: list[int], grace: float = 3, reaped: float = 10) -> None:
         raise ControlPlaneError(
             f"process {', '.join(map(str, left))} still runs {reaped:g} s after SIGKILL"
         )
+
+
+# The plane's own settings of the Argo Workflows controller, none of which fabrique's
+# install sets (the test asserts they never overlap).
+PLANE_ONLY = {
+    # one controller process, no Lease to take
+    "LEADER_ELECTION_DISABLE": "true",
+    # on kwok's nodes no executor runs to report a step's outputs unless a test plays it:
+    # a step without a report is taken as done after this, not after 10 minutes (a real
+    # node's executor reports)
+    "TASK_RESULT_TIMEOUT_DURATION": "3s",
+    # a pod missing from a node that started more than this ago is "pod deleted" (Error),
+    # not made again (podReconciliation; 10 s upstream): the fault tests delete pods
+    "RECENTLY_STARTED_POD_DURATION": "3s",
+}
+
+
+def controller_env(*, real_node: bool) -> dict[str, str]:
+    """The workflow controller's environment: exactly what fabrique's install sets
+    (vendor/argo-workflows/settings, the requeue time among them), then the plane's own."""
+    from fabrique.gestures.vendor import controller_settings
+
+    own = dict(PLANE_ONLY)
+    if real_node:  # its executor reports
+        del own["TASK_RESULT_TIMEOUT_DURATION"]
+    return {**controller_settings(ROOT / "vendor"), **own}
 
 
 def spawn(
