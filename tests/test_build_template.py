@@ -444,7 +444,7 @@ def test_a_push_that_lost_a_race_in_the_registry_is_retried(
     )
     result = _run_build(tmp_path, {}, buildctl=failing)
     assert result.returncode == 75, result.stdout + result.stderr
-    assert "transient, the step retries" in result.stderr
+    assert "transient, worth retrying" in result.stderr
     assert registry_said in result.stdout  # buildctl's words stay in the step's log
 
 

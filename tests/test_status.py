@@ -181,14 +181,14 @@ GAVE_UP = {
     "checkout": (
         "main: Error (exit code 75): checkout: fetching " + "a" * 40 + " (sparse: x)\n"
         "fatal: unable to connect to gitea:\ngitea[0: 10.0.0.7]: errno=Connection refused\n"
-        "checkout: the git server was not reached: transient, the step retries"
+        "checkout: the git server was not reached: transient, worth retrying"
     ),
     "build": (
         "main: Error (exit code 75): #5 exporting to image\n"
         "error: failed to solve: failed to push registry:80/citation:aaaaaaaaaaaa: failed to"
         ' do request: Put "http://registry:80/v2/": dial tcp 10.0.0.9:80: connect:'
         " connection refused\n"
-        "build: the registry or the network did not answer: transient, the step retries"
+        "build: the registry or the network did not answer: transient, worth retrying"
     ),
     "killed": (
         "main: OOMKilled (exit code 137): #7 [3/4] RUN pip install -r requirements.txt\n"

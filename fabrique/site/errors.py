@@ -58,7 +58,7 @@ class TargetError(InputError):
 TRANSIENT_EXIT_CODE = 75  # EX_TEMPFAIL: the Argo step retries on this code only
 # What a step's script says, on its last line, when it gives up on a transient cause:
 # the exit handler's report reads it (``decisions.status``) as it reads exit code 75
-TRANSIENT_SAID = "transient, the step retries"
+TRANSIENT_SAID = "transient, worth retrying"
 
 
 class RemoteError(FabriqueError):
@@ -154,7 +154,7 @@ def reason_line(message: str) -> str:
     else the last line (buildctl's error, Argo's ``Error (exit code 1)``). What says that
     the infrastructure gave up is carried on the line: an exit code that blames no commit
     (75, 137), which Argo puts ahead of the tail (``… (exit code 75)``), and the step's own
-    TRANSIENT_SAID when another line was chosen (``… (transient, the step retries)``),
+    TRANSIENT_SAID when another line was chosen (``… (transient, worth retrying)``),
     which is all an Argo message with no exit code ahead of the tail has to say so.
     """
     lines = [line.strip() for line in message.splitlines() if line.strip()]

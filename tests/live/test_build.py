@@ -339,7 +339,7 @@ def test_a_push_that_lost_the_registrys_race_exits_75_and_the_retry_pushes(
         first = retried.retried[0]
         assert first.returncode == 75, first.output
         assert any(words in first.output for words in RACE_WORDS), first.output
-        assert "transient, the step retries" in first.output
+        assert "transient, worth retrying" in first.output
         assert retried.returncode == 0, retried.output
         verified = _verify(values, revision, retried.metadata)
         assert verified.exit_code == 0, verified.stderr
