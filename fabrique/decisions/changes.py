@@ -43,7 +43,7 @@ def needs_build(site: Site, transport: Transport, app_name: str, revision: str) 
     check_revision(revision)
     code_repo, branch = site.gitea.code_repo, site.gitea.branch
     target = app.writeback
-    snapshot = transport.read(target.repo, target.branch or branch, target.path)
+    snapshot = transport.read(target.repo, site.branch_of(target), target.path)
     if snapshot.text is None:
         return Decision(True, f"no deployment recorded yet ({target.path} does not exist)")
     deployed = deployed_pin(site, app, snapshot.text)

@@ -212,7 +212,7 @@ def survey(
 
     def target(app: AppConfig) -> tuple[str, str, str]:
         t = app.writeback
-        return (t.repo, t.branch or branch, t.path)
+        return (t.repo, site.branch_of(t), t.path)
 
     files = each(pool, lambda key: transport.read(*key), sorted({target(app) for app in apps}))
 
