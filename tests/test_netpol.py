@@ -20,6 +20,17 @@ from .manifests import documents, find, walk
 TREE = ROOT / "manifests"
 
 
+def _render_refused(tmp_path: Path, overrides: dict[str, Any]) -> str:
+    """``render`` of the defaults with ``overrides``: refused as a config error (exit 2),
+    writing nothing; its stderr."""
+    values = write_values(tmp_path / "site.yaml", **overrides)
+    out = tmp_path / "m"
+    result = run_cli("--values", str(values), "render", "--out", str(out))
+    assert result.exit_code == 2
+    assert not out.exists()
+    return result.stderr
+
+
 def _policies(root: Path) -> list[dict[str, Any]]:
     return [d for d in documents(root) if d["kind"] in ("NetworkPolicy", "CiliumNetworkPolicy")]
 
@@ -143,13 +154,9 @@ def test_the_sites_scrapers_alone_reach_the_event_pods_metrics(tmp_path: Path, s
 def test_a_wide_net_in_the_values_file_is_refused(
     tmp_path: Path, field: str, value: list[str]
 ) -> None:
-    values = write_values(tmp_path / "site.yaml", **{field: value})
-    out = tmp_path / "m"
-    result = run_cli("--values", str(values), "render", "--out", str(out))
-    assert result.exit_code == 2
-    assert "must not be a /0: no wide nets" in result.stderr
-    assert f"{field.split('.')[1]}[" in result.stderr
-    assert not out.exists()
+    stderr = _render_refused(tmp_path, {field: value})
+    assert "must not be a /0: no wide nets" in stderr
+    assert f"{field.split('.')[1]}[" in stderr
 
 
 @pytest.mark.parametrize(
@@ -183,12 +190,8 @@ def test_a_wide_net_in_the_values_file_is_refused(
 def test_an_allowlist_wider_than_the_bound_is_refused(
     tmp_path: Path, field: str, value: list[str], expected: str
 ) -> None:
-    values = write_values(tmp_path / "site.yaml", **{field: value})
-    out = tmp_path / "m"
-    result = run_cli("--values", str(values), "render", "--out", str(out))
-    assert result.exit_code == 2
-    assert result.stderr.startswith(f"error: {expected}"), result.stderr
-    assert not out.exists()
+    stderr = _render_refused(tmp_path, {field: value})
+    assert stderr.startswith(f"error: {expected}"), stderr
 
 
 def test_the_bound_is_the_sites_and_whole_spaces_stay_refused(tmp_path: Path) -> None:
@@ -344,12 +347,8 @@ def test_a_peer_outside_the_pod_network_is_reached_by_its_addresses(
 def test_a_peer_is_pods_or_addresses_never_both_nor_a_wide_net(
     tmp_path: Path, overrides: dict[str, Any], expected: str
 ) -> None:
-    values = write_values(tmp_path / "site.yaml", **overrides)
-    out = tmp_path / "m"
-    result = run_cli("--values", str(values), "render", "--out", str(out))
-    assert result.exit_code == 2
-    assert result.stderr.startswith(f"error: {expected}"), result.stderr
-    assert not out.exists()
+    stderr = _render_refused(tmp_path, overrides)
+    assert stderr.startswith(f"error: {expected}"), stderr
 
 
 # -- the deployment and the runtime: Argo CD's namespace and the apps' -------------------
@@ -479,12 +478,8 @@ def test_an_app_is_widened_by_the_names_of_what_the_site_lists(tmp_path: Path, s
 def test_a_widening_names_only_what_the_site_lists(
     tmp_path: Path, overrides: dict[str, Any], expected: str
 ) -> None:
-    values = write_values(tmp_path / "site.yaml", **overrides)
-    out = tmp_path / "m"
-    result = run_cli("--values", str(values), "render", "--out", str(out))
-    assert result.exit_code == 2
-    assert result.stderr.startswith(f"error: {expected}"), result.stderr
-    assert not out.exists()
+    stderr = _render_refused(tmp_path, overrides)
+    assert stderr.startswith(f"error: {expected}"), stderr
 
 
 def test_with_cilium_an_app_is_widened_by_host_name(tmp_path: Path, specs: Path) -> None:
