@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from fabrique.clients.kube import workflow_state
 from fabrique.decisions import status
 from fabrique.site.errors import TRANSIENT_SAID
 
 from .conftest import run_cli, unreachable_kubeconfig, write_values
 from .doubles.proxy import FaultProxy
+from .safety_net import repaired_from_node
 from .servers import closed_port, free_port
 
 REV = "a" * 40
@@ -207,10 +207,5 @@ def test_a_step_that_gives_up_on_a_transient_cause_says_so_on_its_last_line(
     failures = [{"displayName": f"{step}(2)", "message": last, "phase": "Failed"}]
     report = status.failed("Failed", json.dumps(failures), "wf")
     assert report is not None and report.state == "error", report
-    node = {"type": "Pod", "phase": "Failed", "displayName": f"{step}(2)", "message": last}
-    state = workflow_state("wf", {"status": {"phase": "Failed", "nodes": {"n": node}}})
-    repaired = status.repair(
-        "failed", None, deployed_is_want=False, deployed_digest=None, workflow="wf",
-        phase="Failed", reason=state.reason,
-    )  # fmt: skip
+    repaired = repaired_from_node(f"{step}(2)", last)
     assert repaired is not None and repaired.state == "error", "the reconcile pass's too"

@@ -11,13 +11,13 @@ import httpx
 import pytest
 
 from fabrique.clients.gitea import CommitStatus, GiteaClient
-from fabrique.clients.kube import workflow_state
 from fabrique.decisions import status
 from fabrique.site.config import load_site
 from fabrique.site.errors import TRANSIENT_SAID
 
 from .conftest import GITEA_TOKEN, Repo, run_cli, write_values
 from .doubles.gitea import GiteaDouble
+from .safety_net import repaired_from_node
 
 REPO = "atlas/atlas"
 DIGEST = "sha256:" + "d" * 64
@@ -212,12 +212,7 @@ def test_a_step_that_exited_75_until_its_retries_ran_out_is_an_error(step: str) 
     code = "75" if step != "killed" else "137"
     assert report.description.startswith(f"{name}: ") and f"exit code {code}" in report.description
     # the safety net reads the same node from the Workflow, when the report was lost
-    node = {"type": "Pod", "phase": "Failed", "displayName": f"{name}(2)", "message": message}
-    state = workflow_state("wf", {"status": {"phase": "Failed", "nodes": {"n": node}}})
-    repaired = status.repair(
-        "failed", None, deployed_is_want=False, deployed_digest=None, workflow="wf",
-        phase="Failed", reason=state.reason,
-    )  # fmt: skip
+    repaired = repaired_from_node(f"{name}(2)", message)
     assert repaired is not None and repaired.state == "error", repaired
 
 
@@ -256,12 +251,7 @@ def test_a_step_that_says_its_cause_is_transient_is_an_error_in_any_form(
     assert report is not None and report.state == "error", report
     if form != "after-an-error-line":
         assert report.description == SAID[step]
-    node = {"type": "Pod", "phase": "Failed", "displayName": f"{step}(2)", "message": message}
-    state = workflow_state("wf", {"status": {"phase": "Failed", "nodes": {"n": node}}})
-    repaired = status.repair(
-        "failed", None, deployed_is_want=False, deployed_digest=None, workflow="wf",
-        phase="Failed", reason=state.reason,
-    )  # fmt: skip
+    repaired = repaired_from_node(f"{step}(2)", message)
     assert repaired is not None and repaired.state == "error", repaired
 
 
