@@ -1165,7 +1165,6 @@ def doctor_leftovers(state: _State, kube_context: str | None) -> None:
     """
     from fabrique.clients.kube import KubeClient
     from fabrique.gestures.doctor import leftovers
-    from fabrique.site.errors import FabriqueError
     from fabrique.site.objects import RENDERED
 
     from .render import render_tree
