@@ -320,7 +320,7 @@ class Reconciler:
         number, and whether a person closed it unmerged."""
         reviews = review.reviews_of(self.transport)
         target = app.writeback
-        base = target.branch or self.site.gitea.branch
+        base = self.site.branch_of(target)
         head = review.review_branch(self.site, app.name)
         found = review.find_proposal(reviews, self.transport, target, base, head)
         probe = desired_pin(self.site, app, want, "sha256:" + "0" * 64)
@@ -501,9 +501,7 @@ class Reconciler:
             for todo in pending:
                 if todo.action == "write-back":
                     t = todo.app.writeback
-                    by_file.setdefault((t.repo, t.branch or site.gitea.branch, t.path), []).append(
-                        todo
-                    )
+                    by_file.setdefault((t.repo, site.branch_of(t), t.path), []).append(todo)
             submits = [todo for todo in pending if todo.action == "submit"]
             for group in pool.map(
                 lambda todos: self._write_back(transport, todos), by_file.values()

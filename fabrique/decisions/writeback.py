@@ -438,7 +438,7 @@ def _propose(
     by this one (the never-roll-back guard), or None."""
     reviews = review.reviews_of(transport)
     target = app.writeback
-    base = target.branch or site.gitea.branch
+    base = site.branch_of(target)
     where = target_where(site, app)
     backoff = backoff_of(site)
 
@@ -513,7 +513,7 @@ def _said(first: str, then: str) -> str:
 
 def target_where(site: Site, app: AppConfig) -> str:
     target = app.writeback
-    return f"{target.repo}@{target.branch or site.gitea.branch}:{target.path}"
+    return f"{target.repo}@{site.branch_of(target)}:{target.path}"
 
 
 def backoff_of(site: Site) -> RetryPolicy:
@@ -547,7 +547,7 @@ def commit_edit(
     Losing the race (422, a rejected push) means re-read, re-edit, retry, a bounded
     number of times with jitter. ``edit`` may end it with an Outcome of its own."""
     target = app.writeback
-    branch = target.branch or site.gitea.branch
+    branch = site.branch_of(target)
     where = target_where(site, app)
     backoff = backoff_of(site)
     for attempt in range(1, site.writeback.attempts + 1):
@@ -613,7 +613,7 @@ def set_hold(
     if environment is not None:
         app = app.at(environment)
     where = target_where(site, app)
-    branch = app.writeback.branch or site.gitea.branch
+    branch = site.branch_of(app.writeback)
     if hold is None:
         message = f"fabrique: release {app.name}\n\nApp: {app.name}\nReleased-By: {by}\n"
     else:
@@ -679,7 +679,7 @@ def close_held_review(
     target = app.writeback
     return review.close_review(
         *(site, review.reviews_of(transport), app.name, target.repo),
-        target.branch or site.gitea.branch,
+        site.branch_of(target),
         review.review_branch(site, app.name, environment),
         hold.describe(),
     )
@@ -715,7 +715,7 @@ def withdraw_later(
         reviews = review.reviews_of(transport)
         target = there.writeback
         head = review.review_branch(site, app.name, later)
-        pull = reviews.open_pull(target.repo, target.branch or site.gitea.branch, head)
+        pull = reviews.open_pull(target.repo, site.branch_of(target), head)
         if pull is None:
             continue
         text = transport.read(target.repo, head, target.path).text

@@ -84,7 +84,7 @@ def deployed_in(site: Site, transport: Transport, app: AppConfig, env: Environme
     there = app.at(env)
     target = there.writeback
     where = target_where(site, there)
-    snapshot = transport.read(target.repo, target.branch or site.gitea.branch, target.path)
+    snapshot = transport.read(target.repo, site.branch_of(target), target.path)
     if snapshot.text is None:
         raise NotPassed(f"{env.name}: {where} not found: it deploys nothing to promote")
     pin = deployed_pin(site, there, snapshot.text)
@@ -118,7 +118,7 @@ def stages(site: Site, transport: Transport, app: AppConfig) -> list[Stage]:
     for env in app.environments:
         there = app.at(env)
         target = there.writeback
-        text = transport.read(target.repo, target.branch or site.gitea.branch, target.path).text
+        text = transport.read(target.repo, site.branch_of(target), target.path).text
         pin = deployed_pin(site, there, text) if text is not None else None
         tag, digest = (pin.tag, pin.digest) if pin is not None else (None, None)
         before = found[-1] if found else None
