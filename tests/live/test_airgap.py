@@ -18,9 +18,9 @@ Two forms of the same site, as a site may write its peers:
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +31,7 @@ import yaml
 
 from fabrique.site.config import load_site
 
+from ..waits import until
 from . import images
 from .cluster import Cluster
 from .controlplane import ControlPlane, render
@@ -59,8 +60,8 @@ ACCOUNTS = (
 )
 KUBERNETES_SERVICE = "10.0.0.1"  # the first address of the plane's Service CIDR
 OPEN, REFUSED = "open", "refused"
-# how often a target that should be open is asked before its refusal counts
-OPEN_ASKS = 3
+# how long a target that should be open is asked again before its refusal counts
+OPEN_WAIT = 10
 
 
 @dataclass(frozen=True)
@@ -133,17 +134,24 @@ class Airgap:
 
     def judge(self, pod: str, expected: dict[str, str]) -> None:
         """Each target gives ``pod`` what ``expected`` says. A refusal one observed is
-        taken as it is; a target that should be open and was not is asked again, a few
-        times: one connection made proves the way open, and the first packets of a
-        connection wait in the engine's queue, which a loaded machine may hold past the
-        probe's timeout (or kube-proxy may not have written a new Service's rule yet)."""
+        taken as it is; a target that should be open and was not is asked again, for up
+        to ``OPEN_WAIT`` seconds: one connection made proves the way open, and the first
+        packets of a connection wait in the engine's queue, which a loaded machine may
+        hold past the probe's timeout (or kube-proxy may not have written a new
+        Service's rule yet)."""
         got = self.probe(pod, list(expected))
-        for _ in range(OPEN_ASKS - 1):
-            again = [t for t, want in expected.items() if want == OPEN and got[t] != OPEN]
-            if not again:
-                break
-            time.sleep(1)
-            got |= self.probe(pod, again)
+
+        def shut() -> list[str]:
+            return [t for t, want in expected.items() if want == OPEN and got[t] != OPEN]
+
+        def all_open() -> bool | None:
+            got.update(self.probe(pod, shut()))
+            return not shut() or None
+
+        if shut():
+            with contextlib.suppress(TimeoutError):  # what is still shut is said below
+                until(f"pod {pod} to reach {shut()}", all_open, OPEN_WAIT, every=1,
+                      error=TimeoutError)  # fmt: skip
         wrong = {t: f"{got[t]}, not {want}" for t, want in expected.items() if got[t] != want}
         assert not wrong, f"from pod {pod}: {wrong}"
 
