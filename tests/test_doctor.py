@@ -376,6 +376,11 @@ def test_doctor_names_each_object_render_no_longer_makes() -> None:
         },
     ]
     cluster = [_in_cluster(d) for d in now if d["kind"] != "Kustomization"]
+    # what a controller makes from a rendered object carries the label too, and its owner:
+    # it is its owner's, never a leftover
+    owned = _in_cluster({**gone[1], "metadata": {**gone[1]["metadata"], "name": "made-by-one"}})
+    owned["metadata"]["ownerReferences"] = [{"kind": "Sensor", "name": "fabrique-build"}]
+    cluster += [owned]
     cluster += [_in_cluster(d) for d in gone]
 
     def listed(api_version: str, plural: str) -> list[dict[str, object]]:

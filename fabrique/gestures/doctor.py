@@ -384,7 +384,7 @@ def leftovers(
         for item in listed(resource.api_version, resource.plural):
             if (item.get("metadata") or {}).get("ownerReferences"):
                 continue
-            kind_, namespace, name = _identity({**item, "kind": kind})
-            if (kind_, namespace, name) not in made:
-                found.append(Leftover(kind_, namespace, name))
+            identity = _identity({**item, "kind": kind})
+            if identity not in made:
+                found.append(Leftover(*identity))
     return found
