@@ -10,9 +10,9 @@ import base64
 import binascii
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -29,6 +29,7 @@ PATH_PAGE = 50  # Gitea's [git] COMMITS_RANGE_SIZE: one page of commits listed b
 STATUS_PAGE = 50  # Gitea's [api] MAX_RESPONSE_ITEMS: the most contexts a page of statuses holds
 MAX_PULL_PAGES = 100  # 5 000 open pull requests into one branch: past that, gone wrong
 MAX_STATUS_PAGES = 400  # 20 000 contexts on one commit: past that, a server gone wrong
+_T = TypeVar("_T")
 
 
 class TooManyCommits(Exception):
@@ -405,10 +406,7 @@ class GiteaClient(JsonApi):
     def branch_tip(self, repo: str, branch: str) -> str | None:
         """The commit at the head of ``branch``, or None if there is no such branch."""
         what = f"branch {branch!r} of {repo}"
-        response = self.request("GET", f"/repos/{repo}/branches/{_seg(branch)}")
-        if response.status_code == 404 and not self.anonymous:
-            return None
-        return _head(self._check(response, what), what)
+        return self._found(f"/repos/{repo}/branches/{_seg(branch)}", what, _head)
 
     def delete_branch(self, repo: str, branch: str) -> None:
         """Delete ``branch``; one already gone is no error."""
@@ -426,10 +424,9 @@ class GiteaClient(JsonApi):
         a fork's of the same name."""
         if "/" not in base:  # the route's {base} is one path segment
             what = f"pull request {head} -> {base} in {repo}"
-            response = self.request("GET", f"/repos/{repo}/pulls/{_seg(base)}/{_seg(head)}")
-            if response.status_code == 404 and not self.anonymous:
+            found = self._found(f"/repos/{repo}/pulls/{_seg(base)}/{_seg(head)}", what, _pull)
+            if found is None:
                 return None
-            found = _pull(self._check(response, what), what)
             if found.state == "open":
                 return found
         return next(self._pulls(repo, base, head, "open"), None)
@@ -437,10 +434,7 @@ class GiteaClient(JsonApi):
     def pull(self, repo: str, number: int) -> PullRequest | None:
         """Pull request ``number``, whatever its state; None if there is none."""
         what = f"pull request #{number} of {repo}"
-        response = self.request("GET", f"/repos/{repo}/pulls/{number}")
-        if response.status_code == 404 and not self.anonymous:
-            return None
-        return _pull(self._check(response, what), what)
+        return self._found(f"/repos/{repo}/pulls/{number}", what, _pull)
 
     def latest_status(self, repo: str, sha: str, context: str) -> CommitStatus | None:
         """The latest status of ``context`` on commit ``sha``, if any: its combined
@@ -625,6 +619,14 @@ class GiteaClient(JsonApi):
 
     def _json(self, method: str, url: str, what: str) -> Any:
         return self._check(self.request(method, url), what)
+
+    def _found(self, url: str, what: str, parse: Callable[[Any, str], _T]) -> _T | None:
+        """GET ``url``, its answer parsed; None for a 404 the token was there to see
+        (without one, a 404 may be a private repository: ``_check`` says so)."""
+        response = self.request("GET", url)
+        if response.status_code == 404 and not self.anonymous:
+            return None
+        return parse(self._check(response, what), what)
 
     def _check(self, response: httpx.Response, what: str, expect: tuple[int, ...] = (200,)) -> Any:
         if self.anonymous and response.status_code in (401, 403, 404):
