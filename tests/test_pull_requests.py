@@ -66,6 +66,19 @@ def _api(gitea: GiteaDouble) -> httpx.Client:
     )
 
 
+def _built(code_repo: Repo, registry: Registry, content: str = "v2\n") -> tuple[str, str]:
+    """A commit of the app, and the digest of the image pushed for it."""
+    revision = code_repo.commit({APP_FILE: content})
+    return revision, push_image(registry.url, "citation-dagster", revision[:12])
+
+
+def _close(gitea: GiteaDouble, number: int) -> None:
+    """A person closes pull request ``number`` unmerged."""
+    with _api(gitea) as api:
+        closed = api.patch(f"/repos/{REPO}/pulls/{number}", json={"state": "closed"})
+    assert closed.status_code == 201, closed.text
+
+
 def test_a_replay_is_in_review_whatever_name_the_target_gives_the_image(
     code_repo: Repo, tmp_path: Path, gitea: GiteaDouble, registry: Registry, env: dict[str, str]
 ) -> None:
@@ -116,13 +129,10 @@ def test_a_pull_request_a_person_closed_is_not_proposed_again_until_a_newer_buil
     kube: KubeApiDouble,
 ) -> None:
     values = _values(tmp_path, gitea, registry)
-    revision = code_repo.commit({APP_FILE: "v2\n"})
-    digest = push_image(registry.url, "citation-dagster", revision[:12])
+    revision, digest = _built(code_repo, registry)
     _writeback(values, env, revision, digest)
     (pull,) = gitea.pulls[REPO]
-    with _api(gitea) as api:
-        closed = api.patch(f"/repos/{REPO}/pulls/{pull['number']}", json={"state": "closed"})
-    assert closed.status_code == 201
+    _close(gitea, pull["number"])
 
     again = _writeback(values, env, revision, digest)
     assert again.startswith("rejected: citation "), again
@@ -164,8 +174,7 @@ def test_the_safety_net_asks_the_merge_of_a_pull_request_in_review_and_closes_a_
     'try again later'): the next pass asks it. A hold written by hand: the next pass
     closes the open pull request."""
     values = _values(tmp_path, gitea, registry)
-    revision = code_repo.commit({APP_FILE: "v2\n"})
-    digest = push_image(registry.url, "citation-dagster", revision[:12])
+    revision, digest = _built(code_repo, registry)
     _writeback(values, env, revision, digest)
     (pull,) = gitea.pulls[REPO]
     auto = _values(tmp_path, gitea, registry, **{"writeback.pullRequest.autoMerge": True})
@@ -225,8 +234,7 @@ def test_a_pass_that_loses_its_proposal_race_reads_the_target_again(
     the stale sha (422), and the next attempt must read the target again, not the pass's
     answer of before."""
     values = _values(tmp_path, gitea, registry)
-    revision = code_repo.commit({APP_FILE: "v2\n"})
-    digest = push_image(registry.url, "citation-dagster", revision[:12])
+    revision, digest = _built(code_repo, registry)
     _phase(kube, revision, "Succeeded", values=values, verified=digest)
     write = gitea._write_contents
     rivals: list[str] = []
@@ -304,8 +312,7 @@ def test_a_proposal_the_base_left_behind_is_made_again_on_its_head(
     gitea.protected.pop((REPO, "main"))
     more = {"writeback.pullRequest.autoMerge": True, "writeback.pullRequest.mergeStyle": style}
     values = _values(tmp_path, gitea, registry, **more)
-    revision = code_repo.commit({APP_FILE: "v2\n"})
-    digest = push_image(registry.url, "citation-dagster", revision[:12])
+    revision, digest = _built(code_repo, registry)
     assert _writeback(values, env, revision, digest).startswith("proposed: citation ")
     (pull,) = gitea.pulls[REPO]
     first = code_repo.git("rev-parse", HEAD).strip()
@@ -345,12 +352,11 @@ def test_a_rejection_is_found_however_many_pull_requests_closed_since(
     """A person closes the proposal unmerged; then 120 other pull requests into the base
     close. The safety net still finds the refusal, and lists no pull requests to do so."""
     values = _values(tmp_path, gitea, registry)
-    revision = code_repo.commit({APP_FILE: "v2\n"})
-    digest = push_image(registry.url, "citation-dagster", revision[:12])
+    revision, digest = _built(code_repo, registry)
     _writeback(values, env, revision, digest)
     (pull,) = gitea.pulls[REPO]
+    _close(gitea, pull["number"])
     with _api(gitea) as api:
-        api.patch(f"/repos/{REPO}/pulls/{pull['number']}", json={"state": "closed"})
         for n in range(120):
             code_repo.git("branch", f"other-{n}", "main")
             made = api.post(
@@ -383,8 +389,7 @@ def test_a_rejected_pin_stays_rejected_after_an_older_build_proposes(
     newer = code_repo.commit({APP_FILE: "v3\n"})
     digest = push_image(registry.url, "citation-dagster", newer[:12])
     assert _writeback(values, env, newer, digest).startswith("proposed: citation ")
-    with _api(gitea) as api:
-        api.patch(f"/repos/{REPO}/pulls/1", json={"state": "closed"})
+    _close(gitea, 1)
     late = _writeback(values, env, older, "sha256:" + "a" * 64)
     assert late.startswith("proposed: citation "), late
     _phase(kube, newer, "Succeeded", values=values, verified=digest)
