@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 import yaml
@@ -624,6 +624,39 @@ def _lint(gitea: GiteaDouble, pull: dict[str, Any]) -> None:
     assert made[0] == 201
 
 
+class _ProdProposal(NamedTuple):
+    old: str
+    old_digest: str
+    new: str
+    new_digest: str
+    prod_before: str  # prod's target before the promotion
+    pull: dict[str, Any]  # prod's pull request, in the double
+
+
+def _prod_proposes_v2(
+    values: Path,
+    code_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    kube: KubeApiDouble,
+    env: dict[str, str],
+) -> _ProdProposal:
+    """prod through review; v1 then v2 built, v2 passed on the bench, and ``fabrique
+    promote`` proposes it to prod."""
+    _through_review(values, gitea)
+    old, old_digest = _built(code_repo, registry, gitea.url, "v1\n", values, env)
+    new, new_digest = _built(code_repo, registry, gitea.url, "v2\n", values, env)
+    _post(gitea, new, CHECK, "success")
+    _application(
+        kube, "Synced", "Healthy", [f"{registry.host}/citation-dagster:{new[:12]}@{new_digest}"]
+    )
+    prod_before = code_repo.show(PROD)
+    proposed = fab(values, env, "promote", "--app", "citation", "--to", "prod")
+    assert proposed.stdout.startswith("proposed: citation "), proposed.stdout + proposed.stderr
+    (pull,) = gitea.pulls["atlas/atlas"]
+    return _ProdProposal(old, old_digest, new, new_digest, prod_before, pull)
+
+
 @pytest.mark.parametrize("gesture", ["rollback", "revert-and-hold"])
 def test_a_bench_rolled_back_cancels_prods_pending_proposal_of_what_it_left(
     values: Path,
@@ -638,17 +671,9 @@ def test_a_bench_rolled_back_cancels_prods_pending_proposal_of_what_it_left(
     passes; the bench is then taken back from that digest (a rollback, or a revert by hand
     and a hold). prod's proposal is closed and its merge cancelled: CI passing later merges
     nothing, and prod never gets the digest the bench left."""
-    _through_review(values, gitea)
-    old, old_digest = _built(code_repo, registry, gitea.url, "v1\n", values, env)
-    new, new_digest = _built(code_repo, registry, gitea.url, "v2\n", values, env)
-    _post(gitea, new, CHECK, "success")
-    _application(
-        kube, "Synced", "Healthy", [f"{registry.host}/citation-dagster:{new[:12]}@{new_digest}"]
+    old, old_digest, new, new_digest, prod_before, pull = _prod_proposes_v2(
+        values, code_repo, gitea, registry, kube, env
     )
-    prod_before = code_repo.show(PROD)
-    proposed = fab(values, env, "promote", "--app", "citation", "--to", "prod")
-    assert proposed.stdout.startswith("proposed: citation "), proposed.stdout + proposed.stderr
-    (pull,) = gitea.pulls["atlas/atlas"]
     assert pull["head"] == "fabrique/citation.prod" and pull["scheduled"] == "merge"
 
     if gesture == "rollback":
@@ -758,17 +783,9 @@ def test_a_hold_written_by_hand_withdraws_at_the_next_pass_what_the_bench_left(
     to v1 in the same commit, or not). The next reconcile pass withdraws prod's pending
     proposal of the digest the bench left, its merge cancelled, as ``fabrique hold``
     does; a proposal of the very digest held stays. A pass after it writes nothing more."""
-    _through_review(values, gitea)
-    old, old_digest = _built(code_repo, registry, gitea.url, "v1\n", values, env)
-    new, new_digest = _built(code_repo, registry, gitea.url, "v2\n", values, env)
-    _post(gitea, new, CHECK, "success")
-    _application(
-        kube, "Synced", "Healthy", [f"{registry.host}/citation-dagster:{new[:12]}@{new_digest}"]
+    old, old_digest, new, new_digest, prod_before, pull = _prod_proposes_v2(
+        values, code_repo, gitea, registry, kube, env
     )
-    prod_before = code_repo.show(PROD)
-    proposed = fab(values, env, "promote", "--app", "citation", "--to", "prod")
-    assert proposed.stdout.startswith("proposed: citation "), proposed.stdout + proposed.stderr
-    (pull,) = gitea.pulls["atlas/atlas"]
     assert pull["scheduled"] == "merge"
     before = len(gitea.requests)
     assert fab(values, env, "reconcile").exit_code == 0
