@@ -1094,6 +1094,28 @@ def test_a_conflicting_pull_request_is_unmergeable_and_its_merge_asked_later(
     assert (still["number"], still["merged"], still["mergeable"]) == (number, False, False)
 
 
+def test_a_merge_asked_of_a_pull_request_merged_meanwhile_is_merged_not_an_error(
+    server: Server, client: GiteaClient, tmp_path: Path
+) -> None:
+    """A merge scheduled before takes a remade proposal as soon as it is pushed, before
+    the write-back asks its own: Gitea answers 405 "The PR is already merged", which is
+    the outcome asked for, not a refusal."""
+    repo = server.repo(SEED)
+    revision = repo.commit({f"{APP}/app.txt": "v1\n"})
+    writeback = _reviewed(server, repo, tmp_path)
+    assert writeback(revision, DIGEST_A).startswith("proposed: citation ")
+    (listed,) = _pull_requests(server, repo.slug)
+    number, head = listed["number"], listed["head"]["sha"]
+    # no check required: the merge asked now is done now
+    assert client.merge_pull(repo.slug, number, style="merge", head=head) == "scheduled"
+    until(f"pull request #{number} merged", lambda: _pull_requests(server, repo.slug) == [], 30)
+    body = {"do": "merge", "merge_when_checks_succeed": True, "delete_branch_after_merge": True}
+    with api(server) as raw:
+        again = raw.post(f"/repos/{repo.slug}/pulls/{number}/merge", json=body)
+    assert again.status_code == 405 and "already merged" in again.json()["message"], again.text
+    assert client.merge_pull(repo.slug, number, style="merge", head=head) == "merged"
+
+
 def test_a_fast_forward_only_merge_stalls_once_the_base_moves_and_a_remade_proposal_merges(
     server: Server, client: GiteaClient, tmp_path: Path
 ) -> None:
@@ -1129,22 +1151,32 @@ def test_a_fast_forward_only_merge_stalls_once_the_base_moves_and_a_remade_propo
     pull = client.pull(repo.slug, number)
     assert pull is not None and (pull.base_sha, pull.merge_base) == (moved, fork)
     assert review.left_behind(client, repo.slug, pull), "the base moved past the proposal"
-    assert client.merge_pull(repo.slug, number, style="fast-forward-only", head="") == "scheduled"
+    # still scheduled: asked again, Gitea says so (409), or, while the base's push has it
+    # check the pull request again, "Please try again later" (405, 'busy'); asking until
+    # it has checked would merge now, the check being green (MergePullRequest)
+    asked = client.merge_pull(repo.slug, number, style="fast-forward-only", head="")
+    assert asked in ("scheduled", "busy"), asked
 
     again = writeback(revision, DIGEST_A)
     assert again.startswith("proposed: citation "), again
-    (remade,) = _pull_requests(server, repo.slug)
-    assert remade["number"] == number and remade["head"]["sha"] != proposed
-    repo.git("fetch", "-q", "origin", "refs/heads/fabrique/citation")
-    assert repo.git("rev-parse", "FETCH_HEAD^") == moved, "one commit on the base's head"
-    client.create_status(repo.slug, remade["head"]["sha"], CommitStatus(CHECK, "success"))
+    # the remade proposal is the same pull request, one commit on the base's head; the
+    # merge scheduled before may take it at once, else its check passing does
+    checked: set[str] = set()
 
     def merged() -> bool:
-        return (
-            repo.remote_head() == remade["head"]["sha"] and _pull_requests(server, repo.slug) == []
-        )
+        for still in _pull_requests(server, repo.slug):
+            if still["head"]["sha"] not in checked:
+                client.create_status(
+                    repo.slug, still["head"]["sha"], CommitStatus(CHECK, "success")
+                )
+                checked.add(still["head"]["sha"])
+        return repo.remote_head() != moved and _pull_requests(server, repo.slug) == []
 
     until(f"Gitea to fast-forward main to the remade proposal #{number}", merged, 30)
+    (done,) = _pull_requests(server, repo.slug, "closed")
+    assert done["number"] == number and done["merged"] and done["head"]["sha"] != proposed
+    repo.git("fetch", "-q", "origin", "main")
+    assert repo.git("rev-parse", "FETCH_HEAD^") == moved, "one commit on the base's head"
     images = yaml.safe_load(repo.show(TARGET))["images"]
     assert (images[0]["newTag"], images[0]["digest"]) == (revision[:12], DIGEST_A)
 

@@ -505,8 +505,9 @@ class GiteaClient(JsonApi):
 
     def merge_pull(self, repo: str, number: int, *, style: str, head: str) -> str:
         """Ask Gitea to merge pull request ``number`` once the checks its base branch
-        requires pass (at once if none are required): ``scheduled``, or ``busy`` while
-        Gitea is still checking the pull request after a push (ask again later)."""
+        requires pass (at once if none are required): ``scheduled``; ``merged`` when a
+        merge scheduled before has taken it already; or ``busy`` while Gitea is still
+        checking the pull request after a push (ask again later)."""
         what = f"merge of pull request #{number} of {repo}"
         body: dict[str, Any] = {
             "do": style,
@@ -519,6 +520,8 @@ class GiteaClient(JsonApi):
             return "scheduled"
         if response.status_code == 409 and "already scheduled" in message:
             return "scheduled"
+        if response.status_code == 405 and "already merged" in message:
+            return "merged"  # a schedule asked before took it first (a remade proposal)
         if response.status_code == 405 and "try again later" in message.lower():
             return "busy"  # Gitea is checking it after a push, or finds it conflicting
         if response.status_code in (405, 409):

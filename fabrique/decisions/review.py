@@ -164,7 +164,10 @@ def schedule_merge(
         return ""
     attempts = attempts or site.writeback.attempts
     for attempt in range(1, attempts + 1):
-        if reviews.merge_pull(repo, number, style=pulls.merge_style, head=head) != "busy":
+        answer = reviews.merge_pull(repo, number, style=pulls.merge_style, head=head)
+        if answer == "merged":
+            return "merged"
+        if answer != "busy":
             return "merges once its checks pass"
         if attempt < attempts:  # Gitea is still checking it after a push
             sleep(backoff.delay(attempt))
