@@ -18,7 +18,8 @@ back (by hand in Gitea, or cleared by an API edit that omits it) cannot be seen:
 
 No HMAC secret is set: Gitea would sign each delivery (``X-Gitea-Signature``), but the
 webhook EventSource checks only the bearer header and nothing else on the path could
-check a signature; a secret nobody verifies would only look like protection. A hook
+check a signature; a secret nobody verifies would only look like protection (the hooks
+to Argo CD carry one, which Argo CD checks: argocd_hook.py, through ``keep_hook``). A hook
 that must change is recreated rather than edited: Gitea's PATCH ignores ``config.secret``,
 so only a new hook is sure to carry none. A secret set by hand on an otherwise right hook
 is invisible (Gitea never shows it): ``--rotate`` recreates the hook.
@@ -30,7 +31,7 @@ import hashlib
 import hmac
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -45,24 +46,29 @@ HOOK_NAME = "fabrique-eventsource"
 # scrypt's interactive cost (2**14, 8, 1: 16 MiB, tens of milliseconds): a guess of the
 # token from the name costs as much
 SCRYPT = {"n": 2**14, "r": 8, "p": 1, "dklen": 16}
-FINGERPRINT = re.compile(r"\bbearer:scrypt:(?P<salt>[0-9a-f]{32}):(?P<key>[0-9a-f]{32})$")
+# what a fingerprint is of: ``bearer``, the authorization header; ``secret``, the HMAC
+# secret that signs each delivery (Argo CD's hooks, argocd_hook.py)
+FINGERPRINT = re.compile(
+    r"\b(?P<kind>bearer|secret):scrypt:(?P<salt>[0-9a-f]{32}):(?P<key>[0-9a-f]{32})$"
+)
 
 
-def fingerprint(header: str, salt: bytes | None = None) -> str:
-    """A salted, one-way fingerprint of the authorization header, to put where Gitea
-    shows it back (the hook's name): never the header itself."""
+def fingerprint(value: str, salt: bytes | None = None, kind: str = "bearer") -> str:
+    """A salted, one-way fingerprint of what a hook sends and Gitea never shows back
+    (the authorization header, the secret), to put where Gitea shows it (the hook's
+    name): never the value itself."""
     salt = os.urandom(16) if salt is None else salt
-    key = hashlib.scrypt(header.encode("utf-8"), salt=salt, **SCRYPT)
-    return f"bearer:scrypt:{salt.hex()}:{key.hex()}"
+    key = hashlib.scrypt(value.encode("utf-8"), salt=salt, **SCRYPT)
+    return f"{kind}:scrypt:{salt.hex()}:{key.hex()}"
 
 
-def carries(name: str, header: str) -> bool:
-    """Whether a hook named ``name`` was made with ``header``, by its fingerprint; False
-    when the name holds none."""
+def carries(name: str, value: str, kind: str = "bearer") -> bool:
+    """Whether a hook named ``name`` was made with ``value``, by its fingerprint; False
+    when the name holds none of that kind."""
     found = FINGERPRINT.search(name)
-    if found is None:
+    if found is None or found["kind"] != kind:
         return False
-    expected = fingerprint(header, bytes.fromhex(found["salt"]))
+    expected = fingerprint(value, bytes.fromhex(found["salt"]), kind)
     return hmac.compare_digest(expected, found[0])
 
 
@@ -93,8 +99,9 @@ class Action:
         return f"{prefix}{self.verb}: {hook}" + (f" ({self.detail})" if self.detail else "")
 
 
-def allowed_host_notice(site: Site) -> str:
-    """What Gitea needs before webhook #2 delivers anything, said where it is seeded.
+def allowed_host_notice(site: Site, also: Sequence[str] = ()) -> str:
+    """What Gitea needs before webhook #2 (and the hooks to ``also``'s URLs, Argo CD's)
+    delivers anything, said where it is seeded.
 
     Gitea refuses to deliver to a host its ``ALLOWED_HOST_LIST`` does not allow, and the
     default (``external``) excludes every cluster-internal address, so the hook would
@@ -102,7 +109,8 @@ def allowed_host_notice(site: Site) -> str:
     Gitea 1.27 the key is ``[security]``'s (it also bounds OAuth2, OpenID, migrations and
     pull mirrors, hence ``external`` kept); ``[webhook]``'s is read before 1.27 and
     deprecated since."""
-    host = urlsplit(webhook_service_url(site.namespaces.control)).hostname
+    urls = [webhook_service_url(site.namespaces.control), *also]
+    host = ", ".join(dict.fromkeys(str(urlsplit(url).hostname) for url in urls))
     return (
         "Gitea delivers webhooks only to the hosts its ALLOWED_HOST_LIST allows, and its "
         f"default (external) refuses {host}: set [security] ALLOWED_HOST_LIST = external, "
@@ -148,22 +156,41 @@ def differences(hook: dict[str, Any], want: dict[str, Any]) -> list[str]:
         found.append("branch_filter")
     if hook.get("active") is not True:
         found.append("active")
-    header = want["authorization_header"]
+    name = str(hook.get("name") or "")
+    header = want.get("authorization_header") or ""
     shown = hook.get("authorization_header") or ""
     if shown:  # a Gitea that shows the header it stores is believed
         same = shown == header
     else:  # Gitea 1.27 shows "": the fingerprint in the name says
-        same = carries(str(hook.get("name") or ""), header)
+        same = not header or carries(name, header)
     if not same:
         found.append("authorization_header")
+    # Gitea never shows the secret: only the fingerprint in the name can say
+    secret = want["config"].get("secret") or ""
+    if secret and not carries(name, secret, "secret"):
+        found.append("secret")
     return found
 
 
 def seed_webhook(
     site: Site, gitea: GiteaClient, credentials: Credentials, *, dry_run: bool, rotate: bool
 ) -> list[Action]:
-    repo = site.gitea.code_repo
     want = desired(site, credentials)
+    made = f"{want['config']['url']}, push on {site.gitea.branch}"
+    return keep_hook(gitea, site.gitea.code_repo, want, made, dry_run=dry_run, rotate=rotate)
+
+
+def keep_hook(
+    gitea: GiteaClient,
+    repo: str,
+    want: dict[str, Any],
+    made: str,
+    *,
+    dry_run: bool,
+    rotate: bool = False,
+) -> list[Action]:
+    """Exactly one hook of ``repo`` to ``want``'s URL, as ``want`` says: created (``made``
+    says what), recreated when it differs, duplicates removed, otherwise unchanged."""
     url = want["config"]["url"]
     ours = sorted(
         (h for h in gitea.list_hooks(repo) if (h.get("config") or {}).get("url") == url),
@@ -172,7 +199,7 @@ def seed_webhook(
     actions: list[Action] = []
     if not ours:
         hook_id = None if dry_run else int(gitea.create_hook(repo, want).get("id") or 0)
-        return [Action("created", hook_id, f"{url}, push on {site.gitea.branch}")]
+        return [Action("created", hook_id, made)]
     keep, *duplicates = ours
     hook_id = int(keep["id"])
     changed = differences(keep, want)
