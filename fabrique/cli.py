@@ -1080,14 +1080,16 @@ def seed(
             registry=registry,
             webhook=credentials,
             specs_schemas=schemas,
+            target=target,
             environments=environments,
         )
         plan = seeder.run(dry_run=True)
         click.echo(f"plan for {app} on {target} ({context}):")
         for step in plan:
             click.echo(f"  {step.line()}")
+        notice = f"notice: {allowed_host_notice(site, seeder.argo_cd_urls())}"
         if dry_run:
-            click.echo(f"notice: {allowed_host_notice(site)}", err=True)
+            click.echo(notice, err=True)
             return
         if any(step.state == "changed" for step in plan) and not yes:
             click.confirm("apply?", abort=True, err=True)
@@ -1095,7 +1097,7 @@ def seed(
             click.echo(step.line())
             if step.state == "missing":
                 click.echo(f"warning: {step.name}: {step.detail}", err=True)
-    click.echo(f"notice: {allowed_host_notice(site)}", err=True)
+    click.echo(notice, err=True)
 
 
 @cli.command("derive-secrets")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
+from fabrique.gestures import argocd_hook
 from fabrique.site.allowlist import too_wide
 from fabrique.site.config import (
     EGRESS_PEERS,
@@ -317,8 +318,10 @@ def gitea_namespace(site: Site) -> list[dict[str, Any]]:
     """The Gitea pods pull the mirrors: TCP 443 to GitHub's CIDRs is their only Internet.
 
     Inside the cluster they reach DNS, their own dependencies (``netpol.giteaPeers``: the
-    database, a cache) and, for webhook #2, the EventSource's pods on its port: nothing
-    else. Argo CD's fetches are ingress to Gitea and are not limited here."""
+    database, a cache), for webhook #2 the EventSource's pods on its port, and for the
+    hooks to Argo CD (``fabrique seed``) the ``argocd-server`` pods of each Argo CD's
+    namespace on theirs: nothing else. Argo CD's fetches are ingress to Gitea and are not
+    limited here."""
     ns = site.namespaces.gitea
     pods = {"matchLabels": dict(site.mirror_sync.gitea_pod_labels)}
     webhook = {
@@ -330,6 +333,13 @@ def gitea_namespace(site: Site) -> list[dict[str, Any]]:
         ],
         "ports": [{"protocol": "TCP", "port": WEBHOOK_PORT}],
     }
+    argo_cd = {
+        "to": [
+            {"namespaceSelector": _ns_selector(namespace), "podSelector": argocd_hook.SERVER_POD}
+            for namespace in argocd_hook.argo_cd_namespaces(site)
+        ],
+        "ports": [{"protocol": "TCP", "port": argocd_hook.SERVER_PORT}],
+    }
     return [
         _policy(
             "gitea-egress",
@@ -338,6 +348,7 @@ def gitea_namespace(site: Site) -> list[dict[str, Any]]:
             egress=[
                 _dns(site),
                 webhook,
+                argo_cd,
                 *(_peer(peer) for peer in site.netpol.gitea_peers),
                 {
                     "to": [{"ipBlock": {"cidr": c}} for c in site.mirror_sync.github_cidrs],

@@ -519,12 +519,13 @@ def test_seed_gives_each_environment_of_its_cluster_an_application_and_prod_none
         assert result.exit_code == 0, result.stdout + result.stderr
         return [line.split(" (")[0] for line in result.stdout.splitlines() if ": " in line]
 
-    assert seed(env | seeding, "bench")[-6:] == [
+    assert seed(env | seeding, "bench")[-7:] == [
         "registry-name: skipped",
         "image: unchanged",
         "write-back bench: unchanged",
         "secrets: skipped",
         "webhook: changed",
+        "argo-cd-webhook: missing",
         "application bench: changed",
     ]
     bench_app = yaml.safe_load(apps_repo.show("apps/citation-seeded.yaml"))
@@ -547,11 +548,12 @@ def test_seed_gives_each_environment_of_its_cluster_an_application_and_prod_none
     _application(kube, "Synced", "Healthy", [reference])
     _post(gitea, revision, CHECK, "success")
     assert fab(values, env, "promote", "--app", "citation", "--to", "prod").exit_code == 0
-    assert seed(prod, "prod")[-5:] == [
+    assert seed(prod, "prod")[-6:] == [
         "registry-name: skipped",
         "promoted prod: unchanged",
         "secrets: skipped",
         "webhook: unchanged",
+        "argo-cd-webhook: missing",
         "application prod: changed",
     ]
     prod_app = yaml.safe_load(apps_repo.show("apps/citation-seeded-prod.yaml"))
@@ -561,10 +563,10 @@ def test_seed_gives_each_environment_of_its_cluster_an_application_and_prod_none
 
     # a replay, on each cluster: nothing changes
     heads = (code_repo.head(), apps_repo.head())
-    assert {line.split(": ")[1] for line in seed(env | seeding, "bench")[-6:]} <= {
+    assert {line.split(": ")[1] for line in seed(env | seeding, "bench")[-7:]} <= {
         "unchanged", "skipped", "missing"
     }  # fmt: skip
-    assert {line.split(": ")[1] for line in seed(prod, "prod")[-5:]} <= {
+    assert {line.split(": ")[1] for line in seed(prod, "prod")[-6:]} <= {
         "unchanged", "skipped", "missing"
     }  # fmt: skip
     assert (code_repo.head(), apps_repo.head()) == heads

@@ -4,6 +4,8 @@ with the real registry holding the app's image."""
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +27,30 @@ SOURCE = {
 }
 
 
+# Argo CD's own Secret, as its install and its server's first start leave it
+ARGOCD_SECRET = {
+    "apiVersion": "v1",
+    "kind": "Secret",
+    "type": "Opaque",
+    "metadata": {
+        "name": "argocd-secret",
+        "namespace": "argocd",
+        "labels": {"app.kubernetes.io/name": "argocd-secret", "app.kubernetes.io/part-of": "argocd"},
+        "resourceVersion": "3",
+    },
+    "data": {"server.secretkey": base64.b64encode(b"jwt-key-5a1e").decode()},
+}
+ARGOCD_HOOK = "http://argocd-server.argocd.svc.cluster.local/api/webhook"
+
+
 def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
+
+
+def _derived(token: str = "bearer-seed-19ab") -> str:
+    """What Gitea signs Argo CD's deliveries with: derived from the bearer token."""
+    label = b"fabrique: the secret of Gitea's hooks to Argo CD"
+    return hmac.new(token.encode(), label, hashlib.sha256).hexdigest()
 
 
 @pytest.fixture()
@@ -38,6 +62,7 @@ def kube_with_secrets(kube: KubeApiDouble) -> KubeApiDouble:
         "metadata": {"name": "pg-role-pgvector", "namespace": "postgres", "resourceVersion": "7"},
         "data": dict(SOURCE),
     }
+    kube.secrets[("argocd", "argocd-secret")] = yaml.safe_load(yaml.safe_dump(ARGOCD_SECRET))
     return kube
 
 
@@ -91,9 +116,14 @@ def _writes(gitea: GiteaDouble, kube: KubeApiDouble) -> list[str]:
 
 def _seed(values: Path, env: dict[str, str], *args: str, **kwargs: Any):  # type: ignore[no-untyped-def]
     result = run_cli("--values", str(values), "seed", "--app", "citation", *args, env=env, **kwargs)
-    for secret in (GITEA_TOKEN, "bearer-seed-19ab", "s3cr3t-pw"):
+    token = env.get("FABRIQUE_WEBHOOK_TOKEN", "")
+    for secret in (GITEA_TOKEN, token, "s3cr3t-pw", _derived(token), _b64(_derived(token))):
         assert secret not in result.stdout + result.stderr
     return result
+
+
+def _argo_cd_hooks(gitea: GiteaDouble, repo: str = "atlas/atlas") -> list[dict[str, Any]]:
+    return [h for h in gitea.hooks[repo].values() if h["config"]["url"] == ARGOCD_HOOK]
 
 
 def test_a_wrong_context_is_refused_before_any_call(
@@ -139,6 +169,7 @@ def test_dry_run_writes_nothing(
         "write-back",
         "secrets",
         "webhook",
+        "argo-cd-webhook",
         "application",
     ]
     # the loopback registry's address resolves as written: nothing to check
@@ -167,12 +198,13 @@ def test_full_run_then_replay_is_all_unchanged(
     first = _seed(values, env, "--yes")
     assert first.exit_code == 0, first.stderr
     assert "[security] ALLOWED_HOST_LIST" in first.stderr, "what Gitea needs to deliver"
-    report = first.stdout.splitlines()[-5:]
+    report = first.stdout.splitlines()[-6:]
     assert [line.split(" (")[0] for line in report] == [
         "image: unchanged",
         "write-back: changed",
         "secrets: changed",
         "webhook: changed",
+        "argo-cd-webhook: changed",
         "application: changed",
     ]
     # the digest is deployed, the Secret derived, the hook there, the Application in cluster/apps
@@ -188,7 +220,8 @@ def test_full_run_then_replay_is_all_unchanged(
     derived = kube_with_secrets.secrets[("dagster", "pgvector-pg-auth")]
     assert derived["data"] == SOURCE
     assert derived["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "fabrique"
-    assert len(gitea.hooks["atlas/atlas"]) == 1
+    assert len(gitea.hooks["atlas/atlas"]) == 2, "webhook #2 and Argo CD's"
+    assert len(_argo_cd_hooks(gitea)) == 1
     application = yaml.safe_load(apps_repo.show(APP_FILE))
     validator = Schemas(specs).validator("argoproj.io/v1alpha1", "Application")
     assert validator is not None and list(validator.iter_errors(application)) == []
@@ -198,11 +231,12 @@ def test_full_run_then_replay_is_all_unchanged(
     writes = len(_writes(gitea, kube_with_secrets))
     again = _seed(values, env)  # no --yes: nothing to change, nothing to ask
     assert again.exit_code == 0, again.stderr
-    assert [line.split(" (")[0] for line in again.stdout.splitlines()[-5:]] == [
+    assert [line.split(" (")[0] for line in again.stdout.splitlines()[-6:]] == [
         "image: unchanged",
         "write-back: unchanged",
         "secrets: unchanged",
         "webhook: unchanged",
+        "argo-cd-webhook: unchanged",
         "application: unchanged",
     ]
     assert (code_repo.head(), apps_repo.head()) == heads
@@ -211,6 +245,139 @@ def test_full_run_then_replay_is_all_unchanged(
         kube_with_secrets.secrets[("postgres", "pg-role-pgvector")]["metadata"]["resourceVersion"]
         == "7"
     )
+
+
+def _built(code_repo: Repo, gitea: GiteaDouble, registry: Registry) -> None:
+    revision = code_repo.head()
+    push_image(
+        registry.url, "citation-dagster", revision[:12], labels=built_labels(revision, gitea.url)
+    )
+
+
+def test_gitea_signs_its_pushes_to_argo_cd_with_the_secret_argo_cd_checks(
+    tmp_path: Path,
+    code_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    kube_with_secrets: KubeApiDouble,
+) -> None:
+    """The hook from the repository holding the target (and from the apps repository,
+    where seed writes the Application) to Argo CD's /api/webhook, and the secret it signs
+    with where Argo CD v3 reads Gitea's (its Gogs parser's key), the same one; the rest
+    of argocd-secret as it was."""
+    _built(code_repo, gitea, registry)
+    values, env = _values(tmp_path, gitea, registry), _env(tmp_path, kube_with_secrets)
+    first = _seed(values, env, "--yes")
+    assert first.exit_code == 0, first.stderr
+    line = next(x for x in first.stdout.splitlines() if x.startswith("argo-cd-webhook:"))
+    assert line.startswith("argo-cd-webhook: changed (argocd/argocd-secret webhook.gogs.secret set; ")
+    assert f"atlas/atlas created: webhook #" in line and f"({ARGOCD_HOOK}, push on main)" in line
+    (hook,) = _argo_cd_hooks(gitea)
+    assert (hook["type"], hook["events"], hook["branch_filter"], hook["active"]) == (
+        "gitea", ["push"], "main", True
+    )  # fmt: skip
+    assert hook["config"]["content_type"] == "json"
+    assert gitea.hook_secrets[("atlas/atlas", hook["id"])] == _derived()
+    (apps,) = _argo_cd_hooks(gitea, "cluster/apps")
+    assert gitea.hook_secrets[("cluster/apps", apps["id"])] == _derived()
+    secret = kube_with_secrets.secrets[("argocd", "argocd-secret")]
+    assert secret["data"] == {
+        **ARGOCD_SECRET["data"],
+        "webhook.gogs.secret": _b64(_derived()),
+    }
+    assert secret["metadata"]["labels"] == ARGOCD_SECRET["metadata"]["labels"]
+    # Gitea's servers trust only what the site allows: Argo CD's host is named too
+    assert "ALLOWED_HOST_LIST = external, gitea-eventsource-svc.fabrique.svc.cluster.local, " \
+        "argocd-server.argocd.svc.cluster.local in app.ini" in first.stderr
+
+    # a new bearer token: a new secret, in both places, the hook made again
+    env["FABRIQUE_WEBHOOK_TOKEN"] = "bearer-next-77c0"
+    rotated = _seed(values, env, "--yes")
+    assert rotated.exit_code == 0, rotated.stderr
+    assert "argo-cd-webhook: changed (argocd/argocd-secret webhook.gogs.secret set; " in (
+        rotated.stdout
+    )
+    (again,) = _argo_cd_hooks(gitea)
+    assert again["id"] != hook["id"]
+    assert gitea.hook_secrets[("atlas/atlas", again["id"])] == _derived("bearer-next-77c0")
+    assert kube_with_secrets.secrets[("argocd", "argocd-secret")]["data"][
+        "webhook.gogs.secret"
+    ] == _b64(_derived("bearer-next-77c0"))
+    replay = _seed(values, env)
+    (apps,) = _argo_cd_hooks(gitea, "cluster/apps")
+    assert "argo-cd-webhook: unchanged (argocd/argocd-secret webhook.gogs.secret as derived; " \
+        f"atlas/atlas unchanged: webhook #{again['id']}; " \
+        f"cluster/apps unchanged: webhook #{apps['id']})" in replay.stdout
+
+
+def test_the_dry_run_plans_argo_cd_s_hook_and_secret_and_writes_neither(
+    tmp_path: Path,
+    code_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    kube_with_secrets: KubeApiDouble,
+) -> None:
+    _built(code_repo, gitea, registry)
+    values, env = _values(tmp_path, gitea, registry), _env(tmp_path, kube_with_secrets)
+    planned = _seed(values, env, "--dry-run")
+    assert planned.exit_code == 0, planned.stderr
+    assert (
+        "  argo-cd-webhook: changed (argocd/argocd-secret webhook.gogs.secret set; "
+        f"atlas/atlas created: webhook ({ARGOCD_HOOK}, push on main); "
+        f"cluster/apps created: webhook ({ARGOCD_HOOK}, push on main))"
+    ) in planned.stdout.splitlines()
+    assert _argo_cd_hooks(gitea) == [] and _argo_cd_hooks(gitea, "cluster/apps") == []
+    assert kube_with_secrets.secrets[("argocd", "argocd-secret")] == ARGOCD_SECRET
+
+
+def test_without_argo_cd_s_secret_nothing_is_written_for_it_and_seed_says_so(
+    tmp_path: Path,
+    code_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    kube_with_secrets: KubeApiDouble,
+) -> None:
+    """No argocd-secret where the Applications are: Argo CD is not installed there. No hook
+    that nothing would check, no Secret made in its place; a warning, and the rest done."""
+    del kube_with_secrets.secrets[("argocd", "argocd-secret")]
+    _built(code_repo, gitea, registry)
+    result = _seed(_values(tmp_path, gitea, registry), _env(tmp_path, kube_with_secrets), "--yes")
+    assert result.exit_code == 0, result.stderr
+    assert "argo-cd-webhook: missing (no Secret argocd/argocd-secret: Argo CD is not " \
+        "installed in argocd" in result.stdout
+    assert "warning: argo-cd-webhook: no Secret argocd/argocd-secret" in result.stderr
+    assert _argo_cd_hooks(gitea) == []
+    assert ("argocd", "argocd-secret") not in kube_with_secrets.secrets
+    assert "application: changed" in result.stdout
+
+
+def test_the_hooks_go_where_the_site_names_its_argo_cd(
+    tmp_path: Path,
+    code_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    kube_with_secrets: KubeApiDouble,
+) -> None:
+    """targets.prod.argoCdWebhook: an Argo CD that Gitea reaches elsewhere than at its
+    server's Service (another name, TLS, another cluster)."""
+    _built(code_repo, gitea, registry)
+    values = _values(tmp_path, gitea, registry)
+    site = yaml.safe_load(values.read_text())
+    site["targets"] = {
+        "prod": {"context": "cluster-prod", "argoCdWebhook": "https://cd.example:8443/api/webhook/"}
+    }
+    values.write_text(yaml.safe_dump(site))
+    result = _seed(values, _env(tmp_path, kube_with_secrets), "--yes")
+    assert result.exit_code == 0, result.stderr
+    for repo in ("atlas/atlas", "cluster/apps"):
+        (hook,) = [
+            h for h in gitea.hooks[repo].values()
+            if h["config"]["url"] == "https://cd.example:8443/api/webhook"
+        ]  # fmt: skip
+        assert gitea.hook_secrets[(repo, hook["id"])] == _derived()
+        assert not _argo_cd_hooks(gitea, repo), "none to the Service the site does not use"
+    assert "ALLOWED_HOST_LIST = external, gitea-eventsource-svc.fabrique.svc.cluster.local, " \
+        "cd.example in app.ini" in result.stderr
 
 
 def test_a_missing_image_stops_before_any_write(

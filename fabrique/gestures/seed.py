@@ -3,10 +3,12 @@
 In order: check the kube context is the target's; check the registry's bare name can
 resolve in fabrique's namespaces; verify the app's image exists by digest, and that its
 labels (and provenance, with attestations) name that commit, as rollback does; write the
-digest back; derive the app's Secrets; seed webhook #2; create the Argo
-CD Application in the apps repository. Each step reports ``changed``, ``unchanged`` or
-``skipped``; run again, everything is ``unchanged``. Nothing is written in ``--dry-run``,
-and a step that cannot proceed stops the seed before any write of its own.
+digest back; derive the app's Secrets; seed webhook #2, then Gitea's hooks to Argo CD
+(argocd_hook.py: a write-back is deployed at once, not at Argo CD's next poll); create
+the Argo CD Application in the apps repository. Each step reports ``changed``,
+``unchanged``, ``skipped`` or ``missing``; run again, everything is ``unchanged``.
+Nothing is written in ``--dry-run``, and a step that cannot proceed stops the seed before
+any write of its own.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from fabrique.decisions.changes import fabrique_paths
 from fabrique.decisions.provenance import check_built_here
 from fabrique.decisions.signature import signature_gate
 from fabrique.decisions.writeback import Transport, write_back
+from fabrique.gestures.argocd_hook import argo_cd_namespace, tell_argo_cd, webhook_urls
 from fabrique.gestures.webhook import Credentials, seed_webhook
 from fabrique.site.config import AppConfig, Deployment, Environment, Site
 from fabrique.site.errors import ImageNotFound, InputError, NotPassed
@@ -156,12 +159,15 @@ class Seeder:
         registry: RegistryClient,
         webhook: Credentials,
         specs_schemas: Any,
+        target: str,
         environments: list[Environment] | None = None,
     ) -> None:
         self.site, self.app, self.kube, self.gitea = site, app, kube, gitea
         self.transport, self.registry, self.webhook = transport, registry, webhook
         self.schemas = specs_schemas
-        # the app's environments in the target's cluster (seeded_environments)
+        # the cluster seeded (targets.<name>), and the app's environments there
+        # (seeded_environments)
+        self.target = target
         self.environments = environments or []
 
     def run(self, *, dry_run: bool) -> list[Step]:
@@ -189,6 +195,7 @@ class Seeder:
             raise InputError(f"{next(iter(waiting.values()))}; nothing was written")
         steps.append(self.secrets(dry_run))
         steps.append(self.webhook_step(dry_run))
+        steps.append(self.argo_cd_step(dry_run))
         for env in envs:
             if env is not None and env.name in waiting:  # an Application would deploy a tag
                 steps.append(Step(f"application {env.name}", "skipped", "no promotion yet"))
@@ -258,6 +265,28 @@ class Seeder:
         actions = seed_webhook(self.site, self.gitea, self.webhook, dry_run=dry_run, rotate=False)
         state = "unchanged" if all(a.verb == "unchanged" for a in actions) else "changed"
         return Step("webhook", state, "; ".join(a.line(False) for a in actions))
+
+    def argo_cd_namespaces(self) -> list[str]:
+        """The namespaces of the Argo CD that deploys what is seeded here."""
+        envs: list[Environment | None] = [*self.environments] or [None]
+        return sorted({argo_cd_namespace(self.app, env) for env in envs})
+
+    def argo_cd_urls(self) -> list[str]:
+        """Where Gitea's hooks tell that Argo CD of a push."""
+        return webhook_urls(self.site, self.target, self.argo_cd_namespaces())
+
+    def argo_cd_step(self, dry_run: bool) -> Step:
+        """Gitea's hooks to the Argo CD of the Applications seeded here (argocd_hook.py)."""
+        told = tell_argo_cd(
+            self.site,
+            self.target,
+            self.argo_cd_namespaces(),
+            gitea=self.gitea,
+            kube=self.kube,
+            credentials=self.webhook,
+            dry_run=dry_run,
+        )
+        return Step("argo-cd-webhook", told.state, told.detail)
 
     def application(self, env: Environment | None, dry_run: bool) -> Step:
         name = f"application {env.name}" if env else "application"

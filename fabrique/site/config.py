@@ -589,6 +589,11 @@ class Target(_Model):
     # fabrique runs in this cluster: the safety net reads it with its own account (the
     # Application of an environment that promotes into a ``promote: auto`` one)
     in_cluster: bool = False
+    # where Gitea tells this cluster's Argo CD of each push to a repository holding a
+    # write-back target (the hooks ``fabrique seed`` keeps); null: its server's Service,
+    # http://argocd-server.<the Applications' namespace>.svc.cluster.local/api/webhook,
+    # for an Argo CD in Gitea's cluster that serves plain HTTP there (server.insecure)
+    argo_cd_webhook: Annotated[str, AfterValidator(_url)] | None = None
 
 
 class DerivedSecret(_Model):
