@@ -52,7 +52,9 @@ def test_the_hook_goes_to_the_server_of_each_argo_cd_unless_the_site_names_its_u
         "http://argocd-server.argocd.svc.cluster.local/api/webhook",
         "http://argocd-server.argocd-bench.svc.cluster.local/api/webhook",
     ]
-    named = _site(targets={"prod": {"context": "c", "argoCdWebhook": "https://cd.example/api/webhook"}})
+    named = _site(
+        targets={"prod": {"context": "c", "argoCdWebhook": "https://cd.example/api/webhook"}}
+    )
     assert webhook_urls(named, "prod", ["argocd"]) == ["https://cd.example/api/webhook"]
 
 
@@ -61,7 +63,9 @@ def test_gitea_pods_reach_argo_cd_s_server_pods_on_their_port_only() -> None:
     to the argocd-server pods of each Argo CD's namespace, on 8080 (the policy sees the
     pod's port after the Service's 80), and nowhere else."""
     tree = policies(_site(apps=_two_environments()))
-    (policy,) = [d for d in tree["netpol/gitea-namespace.yaml"] if d["metadata"]["name"] == "gitea-egress"]
+    (policy,) = [
+        d for d in tree["netpol/gitea-namespace.yaml"] if d["metadata"]["name"] == "gitea-egress"
+    ]
     rule = {
         "to": [
             {

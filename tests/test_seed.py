@@ -35,7 +35,10 @@ ARGOCD_SECRET = {
     "metadata": {
         "name": "argocd-secret",
         "namespace": "argocd",
-        "labels": {"app.kubernetes.io/name": "argocd-secret", "app.kubernetes.io/part-of": "argocd"},
+        "labels": {
+            "app.kubernetes.io/name": "argocd-secret",
+            "app.kubernetes.io/part-of": "argocd",
+        },
         "resourceVersion": "3",
     },
     "data": {"server.secretkey": base64.b64encode(b"jwt-key-5a1e").decode()},
@@ -270,8 +273,10 @@ def test_gitea_signs_its_pushes_to_argo_cd_with_the_secret_argo_cd_checks(
     first = _seed(values, env, "--yes")
     assert first.exit_code == 0, first.stderr
     line = next(x for x in first.stdout.splitlines() if x.startswith("argo-cd-webhook:"))
-    assert line.startswith("argo-cd-webhook: changed (argocd/argocd-secret webhook.gogs.secret set; ")
-    assert f"atlas/atlas created: webhook #" in line and f"({ARGOCD_HOOK}, push on main)" in line
+    assert line.startswith(
+        "argo-cd-webhook: changed (argocd/argocd-secret webhook.gogs.secret set; "
+    )
+    assert "atlas/atlas created: webhook #" in line and f"({ARGOCD_HOOK}, push on main)" in line
     (hook,) = _argo_cd_hooks(gitea)
     assert (hook["type"], hook["events"], hook["branch_filter"], hook["active"]) == (
         "gitea", ["push"], "main", True
@@ -287,8 +292,10 @@ def test_gitea_signs_its_pushes_to_argo_cd_with_the_secret_argo_cd_checks(
     }
     assert secret["metadata"]["labels"] == ARGOCD_SECRET["metadata"]["labels"]
     # Gitea's servers trust only what the site allows: Argo CD's host is named too
-    assert "ALLOWED_HOST_LIST = external, gitea-eventsource-svc.fabrique.svc.cluster.local, " \
+    assert (
+        "ALLOWED_HOST_LIST = external, gitea-eventsource-svc.fabrique.svc.cluster.local, "
         "argocd-server.argocd.svc.cluster.local in app.ini" in first.stderr
+    )
 
     # a new bearer token: a new secret, in both places, the hook made again
     env["FABRIQUE_WEBHOOK_TOKEN"] = "bearer-next-77c0"
@@ -305,9 +312,11 @@ def test_gitea_signs_its_pushes_to_argo_cd_with_the_secret_argo_cd_checks(
     ] == _b64(_derived("bearer-next-77c0"))
     replay = _seed(values, env)
     (apps,) = _argo_cd_hooks(gitea, "cluster/apps")
-    assert "argo-cd-webhook: unchanged (argocd/argocd-secret webhook.gogs.secret as derived; " \
-        f"atlas/atlas unchanged: webhook #{again['id']}; " \
+    assert (
+        "argo-cd-webhook: unchanged (argocd/argocd-secret webhook.gogs.secret as derived; "
+        f"atlas/atlas unchanged: webhook #{again['id']}; "
         f"cluster/apps unchanged: webhook #{apps['id']})" in replay.stdout
+    )
 
 
 def test_the_dry_run_plans_argo_cd_s_hook_and_secret_and_writes_neither(
@@ -343,8 +352,10 @@ def test_without_argo_cd_s_secret_nothing_is_written_for_it_and_seed_says_so(
     _built(code_repo, gitea, registry)
     result = _seed(_values(tmp_path, gitea, registry), _env(tmp_path, kube_with_secrets), "--yes")
     assert result.exit_code == 0, result.stderr
-    assert "argo-cd-webhook: missing (no Secret argocd/argocd-secret: Argo CD is not " \
+    assert (
+        "argo-cd-webhook: missing (no Secret argocd/argocd-secret: Argo CD is not "
         "installed in argocd" in result.stdout
+    )
     assert "warning: argo-cd-webhook: no Secret argocd/argocd-secret" in result.stderr
     assert _argo_cd_hooks(gitea) == []
     assert ("argocd", "argocd-secret") not in kube_with_secrets.secrets
@@ -376,8 +387,10 @@ def test_the_hooks_go_where_the_site_names_its_argo_cd(
         ]  # fmt: skip
         assert gitea.hook_secrets[(repo, hook["id"])] == _derived()
         assert not _argo_cd_hooks(gitea, repo), "none to the Service the site does not use"
-    assert "ALLOWED_HOST_LIST = external, gitea-eventsource-svc.fabrique.svc.cluster.local, " \
+    assert (
+        "ALLOWED_HOST_LIST = external, gitea-eventsource-svc.fabrique.svc.cluster.local, "
         "cd.example in app.ini" in result.stderr
+    )
 
 
 def test_a_missing_image_stops_before_any_write(

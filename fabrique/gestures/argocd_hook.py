@@ -90,9 +90,7 @@ def argo_cd_namespace(app: AppConfig, env: Environment | None) -> str:
 def argo_cd_namespaces(site: Site) -> list[str]:
     """The namespace of every Argo CD the site's Applications are in."""
     found = {
-        argo_cd_namespace(app, env)
-        for app in site.apps
-        for env in ([*app.environments] or [None])
+        argo_cd_namespace(app, env) for app in site.apps for env in ([*app.environments] or [None])
     }
     return sorted(found)
 
