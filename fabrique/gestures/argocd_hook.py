@@ -40,6 +40,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,12 +88,16 @@ def argo_cd_namespace(app: AppConfig, env: Environment | None) -> str:
     return env.application_ref(app.name)[0] if env else "argocd"
 
 
+def app_argo_cd_namespaces(app: AppConfig, envs: Sequence[Environment]) -> list[str]:
+    """The namespaces of the Argo CD that deploys ``app`` in ``envs`` (none: ``app``
+    without environments)."""
+    chosen: list[Environment | None] = [*envs] or [None]
+    return sorted({argo_cd_namespace(app, env) for env in chosen})
+
+
 def argo_cd_namespaces(site: Site) -> list[str]:
     """The namespace of every Argo CD the site's Applications are in."""
-    found = {
-        argo_cd_namespace(app, env) for app in site.apps for env in ([*app.environments] or [None])
-    }
-    return sorted(found)
+    return sorted({ns for app in site.apps for ns in app_argo_cd_namespaces(app, app.environments)})
 
 
 def webhook_urls(site: Site, target: str, namespaces: list[str]) -> list[str]:

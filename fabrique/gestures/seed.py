@@ -27,7 +27,7 @@ from fabrique.decisions.changes import fabrique_paths
 from fabrique.decisions.provenance import check_built_here
 from fabrique.decisions.signature import signature_gate
 from fabrique.decisions.writeback import Transport, write_back
-from fabrique.gestures.argocd_hook import argo_cd_namespace, tell_argo_cd, webhook_urls
+from fabrique.gestures.argocd_hook import app_argo_cd_namespaces, tell_argo_cd, webhook_urls
 from fabrique.gestures.webhook import Credentials, seed_webhook
 from fabrique.site.config import AppConfig, Deployment, Environment, Site
 from fabrique.site.errors import ImageNotFound, InputError, NotPassed
@@ -268,8 +268,7 @@ class Seeder:
 
     def argo_cd_namespaces(self) -> list[str]:
         """The namespaces of the Argo CD that deploys what is seeded here."""
-        envs: list[Environment | None] = [*self.environments] or [None]
-        return sorted({argo_cd_namespace(self.app, env) for env in envs})
+        return app_argo_cd_namespaces(self.app, self.environments)
 
     def argo_cd_urls(self) -> list[str]:
         """Where Gitea's hooks tell that Argo CD of a push."""
