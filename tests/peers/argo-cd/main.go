@@ -1,10 +1,10 @@
-// Argo CD's one command as upstream's cmd/main.go builds it, with the three commands the
-// live tier runs only: argocd-application-controller, argocd-repo-server, and
-// argocd-git-ask-pass, git's askpass, which the repo server runs as `argocd` with
-// ARGOCD_BINARY_NAME set. Upstream's main also links the API server, the CLI, Dex, the
-// ApplicationSet and notifications controllers (every SCM provider's and notification
-// service's client), which take no part here and were half of this peer's cold build.
-// It dispatches on the name it is called by, or ARGOCD_BINARY_NAME, as upstream's does.
+// Argo CD's one command as upstream's cmd/main.go builds it, with the four commands the
+// live tier runs only: argocd-application-controller, argocd-repo-server, argocd-server
+// (its /api/webhook takes Gitea's pushes) and argocd-git-ask-pass, git's askpass, which
+// the repo server runs as `argocd` with ARGOCD_BINARY_NAME set. Upstream's main also links
+// the CLI, Dex, the ApplicationSet and notifications controllers (every notification
+// service's client), which take no part here. It dispatches on the name it is called by,
+// or ARGOCD_BINARY_NAME, as upstream's does.
 package main
 
 import (
@@ -18,7 +18,9 @@ import (
 	appcontroller "github.com/argoproj/argo-cd/v3/cmd/argocd-application-controller/commands"
 	gitaskpass "github.com/argoproj/argo-cd/v3/cmd/argocd-git-ask-pass/commands"
 	reposerver "github.com/argoproj/argo-cd/v3/cmd/argocd-repo-server/commands"
+	apiserver "github.com/argoproj/argo-cd/v3/cmd/argocd-server/commands"
 	"github.com/argoproj/argo-cd/v3/common"
+	"github.com/argoproj/argo-cd/v3/util/grpc"
 	"github.com/argoproj/argo-cd/v3/util/log"
 )
 
@@ -27,10 +29,16 @@ func init() {
 	klog.SetLogger(log.NewLogrusLogger(log.NewWithCurrentConfig()))
 }
 
+// disableSRVLookups is upstream's workaround for grpc's SRV lookups, which only grpc's
+// grpclb balancer turns on: DisableSRVLookups turns them off, and panics when they are
+// off already (nothing linked grpclb), which is all the workaround wants.
+func disableSRVLookups() {
+	defer func() { _ = recover() }()
+	grpc.DisableSRVLookups()
+}
+
 func main() {
-	// Upstream's calls grpc.DisableSRVLookups(), which panics unless grpc's SRV lookups are
-	// on: only grpc's grpclb balancer turns them on, and nothing of these three commands
-	// links it, so they are off already, as that workaround wants them.
+	disableSRVLookups()
 	name := filepath.Base(os.Args[0])
 	if value := os.Getenv("ARGOCD_BINARY_NAME"); value != "" {
 		name = value
@@ -41,11 +49,14 @@ func main() {
 		command = appcontroller.NewCommand()
 	case common.CommandRepoServer:
 		command = reposerver.NewCommand()
+	case common.CommandServer:
+		command = apiserver.NewCommand()
 	case common.CommandGitAskPass:
 		command = gitaskpass.NewCommand()
 	default:
-		fmt.Fprintf(os.Stderr, "%s: this build runs only %s, %s and %s\n", name,
-			common.CommandApplicationController, common.CommandRepoServer, common.CommandGitAskPass)
+		fmt.Fprintf(os.Stderr, "%s: this build runs only %s, %s, %s and %s\n", name,
+			common.CommandApplicationController, common.CommandRepoServer, common.CommandServer,
+			common.CommandGitAskPass)
 		os.Exit(2)
 	}
 	// cobra has printed the error to stderr
