@@ -81,6 +81,10 @@ class Gitea:
     # a Gitea of the plane can take the port of the site's URL (3000)
     host: str = "127.0.0.1"
     fixed_port: int | None = None
+    # ROOT_URL, what Gitea calls itself in its payloads (a push's repository.html_url,
+    # which Argo CD matches to an Application's repoURL): the site's URL, where the
+    # node's pods know it; its own URL by default
+    root_url: str | None = None
     # app.ini's [repository.signing] section: how Gitea signs and whose keys it trusts
     signing: dict[str, str] = field(default_factory=dict)
 
@@ -289,12 +293,15 @@ WORK_PATH = {f}
 PROTOCOL = http
 HTTP_ADDR = {self.host}
 HTTP_PORT = {self.port}
-ROOT_URL = {self.url}/
+ROOT_URL = {self.root_url or self.url}/
 APP_DATA_PATH = {f / "data"}
 ; built without bindata: the templates and options of the release, read in place
 STATIC_ROOT_PATH = {static}
 DISABLE_SSH = true
 START_SSH_SERVER = false
+; else its first start rewrites ~/.ssh/authorized_keys, SSH off or not: on the host,
+; where two Gitea starting at once race on its .tmp and one exits
+SSH_CREATE_AUTHORIZED_KEYS_FILE = false
 OFFLINE_MODE = true
 LFS_START_SERVER = false
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +31,7 @@ from ..conftest import ROOT, run_cli, write_values
 from ..doubles.http import LoopbackServer, Request
 from ..waits import until
 from .gitea import Gitea
+from .gitea import binary as gitea_binary
 
 ORG = "atlas"
 AUTHOR = Identity("fabrique", "fabrique@example.invalid")
@@ -78,6 +80,26 @@ def test_it_starts_without_a_deprecated_setting(real_gitea: Gitea) -> None:
     logged = "".join(p.read_text() for p in (real_gitea.folder / "log").glob("*.log"))
     logged += (real_gitea.folder / "console.log").read_text()
     assert "Deprecation" not in logged
+
+
+def test_it_writes_nothing_in_the_home_of_the_user_running_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Gitea's first start rewrites ``~/.ssh/authorized_keys`` unless told not to, SSH
+    off or not: the host would keep the file, and two Gitea starting at once on one
+    machine race on its ``.tmp``, and one of them exits."""
+    binary = gitea_binary()  # found in the peers' cache of the real home
+    for name in ("GOMODCACHE", "GOCACHE"):  # start() reads the release's templates there
+        said = subprocess.run(["go", "env", name], capture_output=True, text=True, check=True)
+        monkeypatch.setenv(name, said.stdout.strip())
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    gitea = Gitea(tmp_path / "gitea", binary).start()
+    try:
+        assert not (home / ".ssh").exists(), sorted(p.name for p in (home / ".ssh").iterdir())
+    finally:
+        gitea.stop()
 
 
 def test_a_file_put_through_the_contents_api_reads_back_through_fabrique(
