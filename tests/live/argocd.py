@@ -1,6 +1,9 @@
 """Argo CD for a control plane, run on the host as its upstream install behaves in a
-cluster: ``argocd-application-controller`` and ``argocd-repo-server`` built from the
-wrapper module of ``tests/peers/argo-cd``, beside a Debian ``redis-server``.
+cluster: ``argocd-application-controller``, ``argocd-repo-server`` and ``argocd-server``
+built from the wrapper module of ``tests/peers/argo-cd``, beside a Debian
+``redis-server``. The server is there for its ``/api/webhook``, where Gitea's hooks
+(``fabrique seed``) tell Argo CD of a push: it serves plain HTTP on loopback
+(``server.insecure``, as behind an ingress that terminates TLS), at ``webhook_url``.
 
 What the install applies is applied from the module's own ``manifests/install.yaml``:
 its CRDs, ServiceAccounts, Roles, ClusterRoles, bindings, ConfigMaps and Secrets, in
@@ -25,12 +28,12 @@ client-go's ``rest.InClusterConfig``: the host and port of ``KUBERNETES_SERVICE_
 ``KUBERNETES_SERVICE_PORT``, and the token and CA at the fixed path
 ``/var/run/secrets/kubernetes.io/serviceaccount/``. The name kubernetes.default.svc is
 never dialled: in a pod too the address comes from the environment. So the controller
-runs as its pod does: those two variables name the plane's API server, and the folder's
+runs as its pod does: those two variables name the plane's API server, and its folder's
 ``serviceaccount/`` (a TokenRequest token of the install's ``argocd-application-controller``
 ServiceAccount, the plane's CA, the namespace ``argocd``) is bind-mounted at that path in
 a private mount namespace of the controller alone (``unshare --mount``, a tmpfs over
 ``/run`` so that nothing is created on the host), as the kubelet mounts the projected
-volume. The controller takes no kubeconfig at all: its own client is in-cluster too
+volume; the server runs the same way, with a token of its own ServiceAccount. The controller takes no kubeconfig at all: its own client is in-cluster too
 (clientcmd's fallback), it acts with the install's RBAC, and the namespace comes from that
 file. The alternatives were worse: a cluster Secret for https://kubernetes.default.svc
 with a bearer token keeps that host name, which does not resolve on the host; a cluster
@@ -89,6 +92,7 @@ NAMESPACE = "argocd"
 IN_CLUSTER = "https://kubernetes.default.svc"
 CONTROLLER = "argocd-application-controller"
 REPO_SERVER = "argocd-repo-server"
+SERVER = "argocd-server"
 # the ServiceAccount files of a pod, where rest.InClusterConfig reads them
 SERVICE_ACCOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 # what of install.yaml the processes here take the place of
@@ -154,6 +158,11 @@ class ArgoCD:
     def repo_server(self) -> str:
         return f"127.0.0.1:{self.ports['repo-server']}"
 
+    @property
+    def webhook_url(self) -> str:
+        """Where Gitea posts to argocd-server: ``targets.<name>.argoCdWebhook`` here."""
+        return f"http://127.0.0.1:{self.ports['server']}/api/webhook"
+
     def _bin(self, name: str) -> Path:
         """A command of the argo-cd peer's folder (every name is ``argocd`` there)."""
         path = Path(self.bins["argocd"]).parent / name
@@ -185,13 +194,21 @@ class ArgoCD:
             return None
 
     def alive(self) -> bool:
-        """Every process runs, and the repo server and the controller answer."""
+        """Every process runs, and the repo server, the controller and the server answer."""
         return (
             bool(self.pids)
             and all(controlplane._exited(pid) is None for pid in self.pids.values())
-            and _http_ok(f"http://127.0.0.1:{self.ports['repo-server-metrics']}/healthz")
-            and _http_ok(f"http://127.0.0.1:{self.ports['controller-metrics']}/healthz")
+            and all(self.answers(name) for name in ("repo-server", "controller", "server"))
         )
+
+    def answers(self, name: str) -> bool:
+        """Whether process ``name`` (repo-server, controller, server) says it is healthy."""
+        port = {
+            "repo-server": self.ports.get("repo-server-metrics"),
+            "controller": self.ports.get("controller-metrics"),
+            "server": self.ports.get("server"),
+        }[name]
+        return port is not None and _http_ok(f"http://127.0.0.1:{port}/healthz")
 
     # -- start ----------------------------------------------------------------------------
 
@@ -218,19 +235,28 @@ class ArgoCD:
         if not self.bins:
             self.bins = binaries()
         self.folder.mkdir(parents=True, exist_ok=True)
-        for name in ("redis", "repo-server", "controller", "serviceaccount"):
+        for name in ("redis", "repo-server", "controller", "server"):
             shutil.rmtree(self.folder / name, ignore_errors=True)  # every start is new
         self.ports = {
             name: controlplane.free_port()
-            for name in ("redis", "repo-server", "repo-server-metrics", "controller-metrics")
+            for name in (
+                "redis",
+                "repo-server",
+                "repo-server-metrics",
+                "controller-metrics",
+                "server",
+                "server-metrics",
+            )
         }
         try:
             password = secrets.token_urlsafe(24)
             self._start_redis(password)
             install = self._install(password)
-            self._service_account()
+            for account, home in ((CONTROLLER, "controller"), (SERVER, "server")):
+                self._service_account(account, self.folder / home / "serviceaccount")
             self._start_repo_server(install)
             self._start_controller(install)
+            self._start_server(install)
         except BaseException:
             self.stop()
             raise
@@ -289,6 +315,10 @@ class ArgoCD:
             "controller.repo.server.plaintext": "true",
             "reposerver.disable.tls": "true",
             "reposerver.listen.address": "127.0.0.1",
+            # the server: plain HTTP on loopback, to the repo server without TLS
+            "server.insecure": "true",
+            "server.listen.address": "127.0.0.1",
+            "server.repo.server.plaintext": "true",
             **self.params,
         }
         self._apply(
@@ -341,13 +371,13 @@ class ArgoCD:
             error=ControlPlaneError,
         )
 
-    def _service_account(self) -> None:
-        """The files the kubelet projects into the controller's pod: a token of its
-        ServiceAccount (TokenRequest, as the projected volume asks for one), the
-        cluster's CA, the namespace."""
+    def _service_account(self, account: str, where: Path) -> None:
+        """The files the kubelet projects into the pod of ``account`` (the controller's,
+        the server's) at ``where``: a token of its ServiceAccount (TokenRequest, as the
+        projected volume asks for one), the cluster's CA, the namespace."""
         answer = self._request(
             "POST",
-            f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{CONTROLLER}/token",
+            f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{account}/token",
             {
                 "apiVersion": "authentication.k8s.io/v1",
                 "kind": "TokenRequest",
@@ -357,11 +387,10 @@ class ArgoCD:
         )
         if answer.status_code != 201:
             raise ControlPlaneError(
-                f"a token of ServiceAccount {NAMESPACE}/{CONTROLLER}: {answer.status_code} "
+                f"a token of ServiceAccount {NAMESPACE}/{account}: {answer.status_code} "
                 f"{answer.text}"
             )
-        where = self.folder / "serviceaccount"
-        where.mkdir(mode=0o700)
+        where.mkdir(mode=0o700, parents=True)
         write_secret(where / "token", answer.json()["status"]["token"])
         shutil.copyfile(self.plane.folder / "ca.crt", where / "ca.crt")
         (where / "namespace").write_text(NAMESPACE)
@@ -478,12 +507,16 @@ class ArgoCD:
             controlplane.hosts_file(self.folder / "hosts", self.hosts), []
         )
 
-    def _start_controller(self, install: list[dict[str, Any]]) -> None:
-        home = self.folder / "controller"
-        (home / "tmp").mkdir(parents=True)
+    def _in_cluster(
+        self, install: list[dict[str, Any]], workload: str, home: Path
+    ) -> tuple[list[str], dict[str, str]]:
+        """The prefix and the environment that run ``workload`` as in its pod, in-cluster:
+        the API server's address as the kubelet sets it, and ``home``'s
+        ``serviceaccount/`` bind-mounted at the fixed path in a private mount namespace."""
+        (home / "tmp").mkdir(parents=True, exist_ok=True)
         api = urlsplit(self.plane.server)
         env = {
-            **self._pod_env(install, CONTROLLER),
+            **self._pod_env(install, workload),
             "PATH": SYSTEM_PATH,
             "HOME": str(home),
             "TMPDIR": str(home / "tmp"),
@@ -497,17 +530,16 @@ class ArgoCD:
             'mount -t tmpfs -o mode=0755,size=1m fabrique-argocd "$1" && mkdir -p "$2" '
             '&& mount --bind -o ro "$3" "$2" && shift 3 && exec "$@"'
         )
+        prefix = controlplane.private_mounts(
+            mount, run, SERVICE_ACCOUNT_PATH, home / "serviceaccount"
+        )
+        return prefix, env
+
+    def _start_controller(self, install: list[dict[str, Any]]) -> None:
+        prefix, env = self._in_cluster(install, CONTROLLER, self.folder / "controller")
         metrics = self.ports["controller-metrics"]
         self._spawn(
-            "controller",
-            [
-                *controlplane.private_mounts(
-                    mount, run, SERVICE_ACCOUNT_PATH, self.folder / "serviceaccount"
-                ),
-                self._bin(CONTROLLER),
-                f"--metrics-port={metrics}",
-            ],
-            env,
+            "controller", [*prefix, self._bin(CONTROLLER), f"--metrics-port={metrics}"], env
         )
         self._wait(
             "controller",
@@ -515,6 +547,29 @@ class ArgoCD:
             lambda: _http_ok(f"http://127.0.0.1:{metrics}/healthz"),
             90,
         )
+
+    def _start_server(self, install: list[dict[str, Any]]) -> None:
+        """argocd-server, for its /api/webhook: plain HTTP on loopback (server.insecure),
+        its metrics on loopback too (the flag: install.yaml's variable for the metrics
+        address names the flag instead, upstream's slip), an empty folder for the UI's
+        extra assets (the build embeds the module's placeholder UI)."""
+        home = self.folder / "server"
+        prefix, env = self._in_cluster(install, SERVER, home)
+        (home / "static").mkdir()
+        env["ARGOCD_BINARY_NAME"] = SERVER
+        self._spawn(
+            "server",
+            [
+                *prefix,
+                self._bin("argocd"),
+                f"--port={self.ports['server']}",
+                f"--metrics-port={self.ports['server-metrics']}",
+                "--metrics-address=127.0.0.1",
+                f"--staticassets={home / 'static'}",
+            ],
+            env,
+        )
+        self._wait("server", "/healthz", lambda: self.answers("server"), 90)
 
     # -- what a platform team and seed give it --------------------------------------------
 

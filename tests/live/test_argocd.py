@@ -1,8 +1,9 @@
 """Argo CD v3.6.2 (``argocd.py``) deploys what fabrique writes: the Application ``fabrique
 seed`` writes syncs as written (the in-cluster destination, the private Gitea repository
 read with the credentials a platform team registers, the namespace made), a new digest
-committed to the overlay is rolled out on the next comparison, and a root Application
-deploys the Application files of the apps repository (app of apps).
+committed to the overlay is rolled out on the next comparison, a root Application
+deploys the Application files of the apps repository (app of apps), and Gitea's hook
+that seed keeps tells argocd-server of a push, whose Application then syncs at once.
 
 Argo CD runs against a control plane of its own, with kwok's pods, and the session's real
 Gitea on loopback, which the repo server on the host reaches there.
@@ -19,7 +20,10 @@ from typing import Any
 import pytest
 import yaml
 
+from fabrique.clients.gitea import GiteaClient
+from fabrique.gestures.argocd_hook import tell_argo_cd
 from fabrique.gestures.seed import application_document
+from fabrique.gestures.webhook import Credentials
 from fabrique.site.config import Site, default_values, parse_site
 
 from ..waits import until
@@ -54,13 +58,17 @@ def argocd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ArgoCD]:
         plane.stop()
 
 
-def _site(gitea: Gitea, name: str = "citation", namespace: str = "dagster") -> Site:
+def _site(
+    gitea: Gitea, name: str = "citation", namespace: str = "dagster", hook: str | None = None
+) -> Site:
     """The default site, its Gitea the real one and its repositories this module's; its
-    app ``name`` deployed to ``namespace``."""
+    app ``name`` deployed to ``namespace``; Argo CD's hook URL ``hook``."""
     data = default_values()
     data["gitea"].update(url=gitea.url, codeRepo=CODE_REPO, appsRepo=APPS_REPO)
+    data["targets"]["prod"]["argoCdWebhook"] = hook
     app = data["apps"][0]
     app["name"] = name
+    app["writeback"]["repo"] = CODE_REPO  # the overlay the Application reads, as by default
     app["application"].update(path=f"apps/{name}.yaml", namespace=namespace)
     return parse_site(data)
 
@@ -241,5 +249,64 @@ def test_a_root_application_deploys_the_apps_repository(argocd: ArgoCD, real_git
         # the root tracks the Application it made (v3's default tracking: an annotation)
         tracking = made["metadata"].get("annotations", {}).get("argocd.argoproj.io/tracking-id")
         assert str(tracking).startswith("root:argoproj.io/Application:argocd/"), tracking
+    finally:
+        cluster.http.close()
+
+
+@pytest.mark.usefixtures("code")
+def test_gitea_s_hook_tells_argo_cd_of_a_push_and_the_sync_starts_without_a_refresh(
+    argocd: ArgoCD, real_gitea: Gitea
+) -> None:
+    """Seed's step makes Gitea's hook to argocd-server's /api/webhook and the secret it
+    signs with in argocd-secret; a push to the target's repository is then delivered,
+    verified, and the Application refreshed by Argo CD's server: nobody writes a refresh
+    annotation, and the controller polls only every 180 s (its default), past the wait."""
+    site = _site(real_gitea, "citation-told", "dagster-told", hook=argocd.webhook_url)
+    _private(real_gitea, APPS_REPO)  # the hooks go from it too
+    app = site.apps[0]
+    deployment = app.deployment()
+    assert deployment is not None
+    argocd.repository(real_gitea.url, USER, real_gitea.token)
+    argocd.apply(application_document(site, deployment))
+    argocd.wait_synced(app.name, _head(real_gitea, CODE_REPO))
+
+    cluster = Cluster(argocd.plane)
+    try:
+        with GiteaClient.for_site(site, real_gitea.token) as gitea:
+            told = tell_argo_cd(
+                site, "prod", ["argocd"], gitea=gitea, kube=cluster.kube(),
+                credentials=Credentials("bearer-live-a9c4"), dry_run=False,
+            )  # fmt: skip
+            assert told.state == "changed", told.detail
+            again = tell_argo_cd(
+                site, "prod", ["argocd"], gitea=gitea, kube=cluster.kube(),
+                credentials=Credentials("bearer-live-a9c4"), dry_run=True,
+            )  # fmt: skip
+            assert again.state == "unchanged", again.detail
+        assert "bearer-live-a9c4" not in told.detail + again.detail
+        # argocd-server restarts its handlers on a new secret (watchSettings): pushed
+        # before, the delivery would meet a server between two lives
+        log = argocd.folder / "server.log"
+
+        def restarted() -> bool:
+            said = log.read_text(errors="replace")
+            at = said.find("gogs secret modified")
+            return at >= 0 and "serving on port" in said[at:] and argocd.answers("server")
+
+        until("argocd-server to serve again with the new Gogs secret", restarted, 30, every=0.2)
+
+        commit = _update(
+            real_gitea,
+            CODE_REPO,
+            f"{deployment.source_path}/kustomization.yaml",
+            _kustomization(_digest("told by gitea")),
+            "citation: a digest Argo CD is told of",
+        )
+        started = time.monotonic()
+        argocd.wait_synced(app.name, commit, timeout=60)
+        print(f"told and synced {commit[:12]} in {time.monotonic() - started:.1f} s")
+        said = log.read_text()
+        assert f"Received push event repo: {real_gitea.url}/{CODE_REPO}, revision: main" in said
+        assert f"Requested app '{app.name}' refresh" in said
     finally:
         cluster.http.close()
