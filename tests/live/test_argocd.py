@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
@@ -294,6 +295,15 @@ def test_gitea_s_hook_tells_argo_cd_of_a_push_and_the_sync_starts_without_a_refr
             return at >= 0 and "serving on port" in said[at:] and argocd.answers("server")
 
         until("argocd-server to serve again with the new Gogs secret", restarted, 30, every=0.2)
+        # the secret is checked: a push unsigned, or signed with another, is refused
+        for signature in ({}, {"X-Gogs-Signature": "0" * 64}):
+            forged = httpx.post(
+                argocd.webhook_url,
+                content=b"{}",
+                headers={"X-Gogs-Event": "push", "Content-Type": "application/json", **signature},
+            )
+            assert forged.status_code == 400, (forged.status_code, forged.text)
+        assert "Gogs webhook HMAC verification failed" in log.read_text()
 
         commit = _update(
             real_gitea,
