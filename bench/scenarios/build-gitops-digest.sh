@@ -6,8 +6,10 @@
 #   bash bench/scenarios/build-gitops-digest.sh
 #
 # The bench has fabrique installed (the rendered tree applied, its Secrets made), Argo CD
-# deploying the Applications of the apps repository (its root Application), and the app's
-# code repository holding its build context and its kustomize overlay.
+# deploying the Applications of the apps repository (its root Application), its server
+# reachable from Gitea (the hooks seed keeps tell it of each push: nothing here asks it
+# to refresh), and the app's code repository holding its build context and its
+# kustomize overlay.
 #
 # No reachable cluster or chain: prints "SKIP: <reason>" and exits 0 (1 with STRICT=1).
 # Safe to run again: it pushes new toy commits each time, and its EXIT trap puts the
@@ -135,11 +137,6 @@ sys.exit(not pods or any(sys.argv[2] not in c["image"] for p in pods for c in p[
       "$scratch/pods.json" "$1"
 }
 
-refresh() {  # what a Git webhook to Argo CD does: every Application looks at Git now,
-  # not at its next poll (timeout.reconciliation, 3 min by default)
-  k -n "$argocd_ns" annotate applications --all --overwrite argocd.argoproj.io/refresh=normal >/dev/null 2>&1 || true
-}
-
 # ---- flow ----------------------------------------------------------------------------
 echo "1. apply the rendered tree"
 "$fabrique" render --out "$scratch/manifests" >/dev/null
@@ -155,14 +152,14 @@ echo "   pushed $first"
 first_digest="$(built "$first")"
 echo "   built $first_digest"
 
-echo "4. fabrique seed: the Application, the derived Secrets, webhook #2, the digest"
+echo "4. fabrique seed: the Application, the derived Secrets, webhook #2, Argo CD's hooks, the digest"
 "$fabrique" seed --app "$app" --target "$target" "${ctx[@]}" --yes
 
+# Nothing here asks Argo CD to look at Git: seed's hooks tell it of each push (the
+# Application seed commits, each write-back), and it syncs because Gitea told it
 echo "5. Argo CD deploys it"
 started=$SECONDS
-refresh
 wait_for "Application $application" k -n "$argocd_ns" get application "$application"
-refresh
 wait_for "Application $application Synced and Healthy, its pods Ready on $first_digest" deployed "$first_digest"
 
 echo "6. push again: the chain's own time, from the push to the pod"
@@ -172,7 +169,6 @@ revision="$(push_toy_commit second)"
 echo "   pushed $revision"
 digest="$(built "$revision")"
 echo "   built $digest"
-refresh
 wait_for "Application $application Synced and Healthy, its pods Ready on $digest" deployed "$digest"
 workflow="fabrique-$app-${revision:0:12}"
 
@@ -210,9 +206,7 @@ if [ "${#stages[@]}" -gt 1 ] && [ "${PROMOTE:-1}" = "1" ]; then
   "$fabrique" promote --app "$app" --to "${next_stage[0]}"
   if [ "${next_stage[2]}" = "${ctx[1]}" ]; then
     "$fabrique" seed --app "$app" --target "${next_stage[1]}" "${ctx[@]}" --yes
-    refresh
     wait_for "Application ${next_stage[4]}" k -n "${next_stage[3]}" get application "${next_stage[4]}"
-    refresh
     wait_for "Application ${next_stage[4]} Synced and Healthy, its pods Ready on $digest" \
       deployed "$digest" "${next_stage[3]}" "${next_stage[4]}" "${next_stage[5]}"
   else

@@ -97,10 +97,12 @@ def bench(node_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) ->
     gitea = Gitea(
         folder / "gitea",
         gitea_binary(),
-        allowed_hosts=f"external, {SERVICE_HOST}",
+        # and argocd-server's /api/webhook, on loopback (Argo CD's hooks)
+        allowed_hosts=f"external, {SERVICE_HOST}, loopback",
         webhook={"PROXY_URL": proxy.url, "PROXY_HOSTS": "*.svc.cluster.local:*"},
         host=plane.address,
         fixed_port=urlsplit(site.gitea.url).port,
+        root_url=site.gitea.url,
     ).start()
     events = ArgoEvents(cluster, folder / "argo-events")
     argocd: ArgoCD | None = None
@@ -113,13 +115,17 @@ def bench(node_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) ->
         gitea.commit(
             APPS_REPO, BRANCH, {"apps/README.md": "Argo CD Applications\n"}, "the apps repository"
         )
+        argocd = ArgoCD(folder / "argocd", plane, hosts=names).start()
         values = folder / "site.yaml"
         values.write_text(
             yaml.safe_dump(
                 # under the node's NetworkPolicy engine, the plane's services by address
                 site_values(
                     plane,
-                    targets={"prod": {"context": "fabrique-live"}},
+                    # seed's hooks to Argo CD: its server on loopback
+                    targets={
+                        "prod": {"context": "fabrique-live", "argoCdWebhook": argocd.webhook_url}
+                    },
                     derivedSecrets=[
                         {
                             "app": APP,
@@ -143,7 +149,6 @@ def bench(node_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) ->
             "create", "secret", "generic", SOURCE_SECRET[1], "-n", SOURCE_SECRET[0],
             "--from-literal=username=pgvector", "--from-literal=password=unused",
         )  # fmt: skip
-        argocd = ArgoCD(folder / "argocd", plane, hosts=names).start()
         argocd.repository(site.gitea.url, USER, gitea.token)
         argocd.root_application(f"{site.gitea.url}/{APPS_REPO}.git", BRANCH, "apps")
         yield Bench(plane, gitea, values, bearer, hosts, folder, argocd)
