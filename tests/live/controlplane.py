@@ -1402,6 +1402,8 @@ def _up(folder: Path) -> list[str]:
             webhook={"PROXY_URL": path["proxy"], "PROXY_HOSTS": "*.svc.cluster.local:*"},
             host=running.address,
             fixed_port=port,
+            # the host Argo CD's Applications name, in its pushes' payloads
+            root_url=site.gitea.url,
         ).start()
     try:
         if gitea.repository(site.gitea.apps_repo, site.gitea.branch):
@@ -1463,19 +1465,27 @@ def _scenario(folder: Path) -> int:
     status."""
     from fabrique.site.config import load_site
 
+    from .argocd import ArgoCD
     from .gitea import Gitea
 
     running = ControlPlane.load(folder)
     gitea = Gitea.load(folder / "gitea")
+    argocd = ArgoCD.load(folder / "argocd", running) if running is not None else None
     event_path = folder / "event-path.json"
-    if running is None or gitea is None or not running.alive() or not event_path.exists():
+    if (
+        running is None
+        or gitea is None
+        or argocd is None
+        or not running.alive()
+        or not event_path.exists()
+    ):
         print(f"error: no plane up in {folder}: make up first", file=sys.stderr)
         return 1
     bearer = Path(json.loads(event_path.read_text())["bearer_file"]).read_text().strip()
-    values = folder / "scenario-site.yaml"  # seed's target: this plane's kube context
-    values.write_text(
-        yaml.safe_dump(site_values(running, targets={"prod": {"context": "fabrique-live"}}))
-    )
+    values = folder / "scenario-site.yaml"  # seed's target: this plane's kube context, and
+    # its Argo CD's server on loopback for the hooks seed keeps
+    target = {"context": "fabrique-live", "argoCdWebhook": argocd.webhook_url}
+    values.write_text(yaml.safe_dump(site_values(running, targets={"prod": target})))
     argv, env = scenario(
         load_site(env={}), running, folder / "hosts", values, gitea.token, bearer, os.environ
     )
