@@ -1,42 +1,58 @@
 """WorkflowTemplate ``fabrique-build``: what runs where. No business logic lives here.
 
-    plan ─► checkout ─► build ─► verify-digest ─► write-back
-    tools    git         rootless   tools           tools
-                         BuildKit
+A build is **one pod**, the ``run`` step: an Argo ``containerSet`` whose containers run
+in order, each held by Argo's executor until the one before it has ended well:
+
+    plan ─► checkout ─► build ─► verify-digest ─► [sign] ─► write-back ─► main
+    tools   git         rootless tools             tools     tools         tools
+     └─► report-pending BuildKit
 
 - ``plan`` (``fabrique plan``) checks the revision and resolves the app from the site
-  ConfigMap; a bad revision or an unknown app fails the Workflow here. It also decides
+  ConfigMap; a bad revision or an unknown app fails the build here. It also decides
   whether anything under the app's context changed since the deployed revision: if not,
-  every later step is skipped (``force=true`` overrides).
+  every later container ends at once, and BuildKit never starts (``force=true``
+  overrides). Its outputs are files of the ``plan`` volume, which every later container
+  reads and none but ``plan`` can write.
+- ``report-pending`` posts ``pending`` on the commit (``skipped``'s ``success`` when the
+  plan skips), beside the checkout; it never fails the build.
 - ``checkout`` clones the code repo at the revision, sparse to the app's context, into
-  the Workflow's volume.
+  the pod's ``workspace``.
 - ``build`` runs rootless BuildKit (``buildctl-daemonless.sh``) and pushes
-  ``<registry>/<image>:<sha12>``; it is the only pod that needs an Unconfined profile,
-  and it never lands on a control-plane node.
+  ``<registry>/<image>:<sha12>``; it is the only container with an Unconfined profile,
+  and the pod never lands on a control-plane node.
 - ``verify-digest`` (``fabrique digest verify``) compares buildctl's metadata with the
-  registry and outputs the digest.
+  registry and writes the digest into the ``verified`` volume, which the build
+  container does not mount.
 - ``sign`` (``fabrique sign``, only with ``signing``) signs the digest with cosign, the
-  key mounted from its Secret in this step alone.
+  key mounted in this container alone (never in the build, which runs the app's own
+  Dockerfile).
 - ``write-back`` (``fabrique writeback``) writes that digest into the app's target in
   Git: changed, unchanged (a replay), superseded (never a rollback) or held; with
   ``signing`` it refuses a digest whose signature does not verify.
+- ``main`` posts the ``success`` status and holds the pod's outputs (Argo reads a
+  containerSet's outputs from its ``main`` container alone): the write-back's outcome
+  and commit, and the verified digest, the record the safety net trusts.
 
-Every step retries only what a later attempt may fix: exit 75 (a server or the network
-did not answer) or a lost pod; a wrong answer is not retried.
+A container that fails ends the pod: the ones after it never run (Argo's executor
+ends them with code 64, "dependency … exited with non-zero code"), so nothing is
+written after a failed verify. Each container retries what a later attempt may fix, and
+that only: exit 75 (a server or the network did not answer), ``build.retries`` times
+with a doubling pause (``RETRYING``); a wrong answer is never retried. A lost pod
+(deleted, preempted, evicted for its node's sake) is made again by the ``run`` step's
+retryStrategy. Why one pod, and how the air-gap's split holds in it: docs/DESIGN.md.
 
-Every run says on its commit in Gitea how it went (``fabrique status-report``, context
-``fabrique/<app>``): ``report-pending`` beside the checkout, ``report-success`` after the
-write-back, ``report-skipped`` when the plan skips, and the exit handler's
-``report-failure`` (``onExit``, so that a deadline, an OOM or a failed step still
-reports) when the Workflow did not succeed. Each path posts exactly one terminal status.
-The report steps never fail the build (``continueOn``): the reconciler repairs a status
-that could not be posted.
+The exit handler's ``report-failure`` (``onExit``, so that a deadline, an OOM or a
+failed container still reports) posts the failure when the Workflow did not succeed; it
+is the one other pod, and only a failed build makes it. Each path posts exactly one
+terminal status. A report never fails the build: the reconciler repairs a status that
+could not be posted.
 
 Template metrics (``metrics.prometheus``, prefixed ``argo_workflows_`` by the
-controller): the build step's duration per app, and the write-back outcomes per app.
+controller): the build's duration per app (the ``run`` step, every attempt), and the
+write-back outcomes per app.
 
-Step values reach the shell scripts as environment variables, never spliced into the
-script text, so a parameter cannot inject shell.
+Step values reach the shell scripts as environment variables or files, never spliced
+into the script text, so a parameter cannot inject shell.
 """
 
 from __future__ import annotations
@@ -44,24 +60,20 @@ from __future__ import annotations
 from typing import Any
 
 from hera.workflows import (
-    ConfigMapVolume,
     Container,
-    EmptyDirVolume,
+    ContainerNode,
+    ContainerSet,
     Parameter,
     SecretEnv,
-    SecretVolume,
-    Step,
     Steps,
-    Volume,
     WorkflowTemplate,
 )
 from hera.workflows import models as m
 
 from fabrique.clients.git import TRANSIENT_ERE
 from fabrique.decisions.signature import KEY_FILE, SIGNING_MOUNT
-from fabrique.decisions.workflow import WORKSPACE_VOLUME
 from fabrique.site.config import Site
-from fabrique.site.errors import TRANSIENT_SAID
+from fabrique.site.errors import TRANSIENT_EXIT_CODE, TRANSIENT_SAID
 from fabrique.site.names import (
     LABEL_APP,
     LABEL_MANAGED_BY,
@@ -69,17 +81,22 @@ from fabrique.site.names import (
     LABEL_REVISION,
     SHORT_SHA_LEN,
     TEMPLATE_NAME,
+    VERIFIED_BY,
     VERIFIED_OUTPUT,
-    VERIFY_STEP,
+    VERIFY_STAGE,
 )
 
 from . import site_from_env
 from .steps import (
     LOG_TAIL_ON_ERROR,
+    POD_LOST,
+    SITE_CONFIGMAP,
+    SITE_MOUNT,
+    WRITEBACK_SIGNING_MOUNT,
+    backoff,
     env,
     executor,
     executor_pod_patch,
-    inputs,
     pod_security,
     resources,
     restricted,
@@ -91,18 +108,26 @@ from .steps import (
 
 SERVICE_ACCOUNT = "fabrique-build"
 BUILDKITD_CONFIGMAP = "fabrique-buildkitd"
+RUN_STEP = VERIFIED_BY  # the one step of ``main``: the build's pod
 WORKSPACE = "/workspace"
 BUILDKIT_CONFIG_DIR = "/home/user/.config/buildkit"
 BUILDKIT_STATE_DIR = "/home/user/.local/share/buildkit"
 METADATA_FILE = f"{WORKSPACE}/build-metadata.json"
-PLAN_DIR = "/tmp/fabrique/plan"
+# The plan's decision and parameters: written by ``plan``, read-only everywhere else.
+PLAN_DIR = "/fabrique/plan"
 PLAN_OUTPUTS = (
     *("image-ref", "cache-ref", "repo-url", "context", "dockerfile", "build-opts"),
     *("build", "reason"),
 )
-DIGEST_FILE = "/tmp/fabrique/digest"
-WRITEBACK_DIR = "/tmp/fabrique/writeback"
+# What the tools containers hand on after the build: the verified digest, the
+# write-back's outcome and commit. The build and checkout containers do not mount it.
+VERIFIED_DIR = "/fabrique/verified"
+DIGEST_FILE = f"{VERIFIED_DIR}/digest"
+WRITEBACK_DIR = f"{VERIFIED_DIR}/writeback"
 WRITEBACK_OUTPUTS = ("outcome", "commit")
+# ``main``'s outputs when it did not run (an earlier container failed, or the plan
+# skipped): every output has a value, so the metrics and the reconciler read one.
+NO_OUTCOME = "none"
 BUILD_INPUTS = ("image-ref", "cache-ref", "context", "dockerfile", "build-opts")
 EXIT_HANDLER = "exit-handler"
 BUILD_SECONDS_BUCKETS = (30, 60, 120, 300, 600, 900, 1800, 3600)
@@ -122,7 +147,48 @@ POD_LABELS = {
 }
 STEP_LABEL = "fabrique.io/step"
 
+# Every container's command: ``run`` (the stage's own script, in a subshell so that its
+# ``exit`` ends only the attempt) is tried again while it exits 75 (a server or the
+# network did not answer), ``$RETRIES`` times at most, the pause doubling from
+# ``$BACKOFF_SECONDS``, as the steps' retryStrategy did when each stage was a pod. Any
+# other code ends the container at once. ``$STAGE`` names the stage in the log.
+RETRYING = f"""attempt=0
+pause="${{BACKOFF_SECONDS:-10}}"
+while :; do
+  run "$@" && exit 0 || status=$?
+  if [ "$status" -ne {TRANSIENT_EXIT_CODE} ] || [ "$attempt" -ge "${{RETRIES:-0}}" ]; then
+    exit "$status"
+  fi
+  attempt=$((attempt + 1))
+  echo "$STAGE: trying again in ${{pause}}s (retry $attempt of $RETRIES)" >&2
+  sleep "$pause"
+  pause=$((pause * 2))
+done
+"""
+# A stage after the plan does nothing when the plan decided that nothing is to build.
+PLANNED = """if [ "$(cat "$PLAN/build")" != true ]; then
+  echo "$STAGE: nothing to do ($(cat "$PLAN/reason"))"
+  exit 0
+fi
+"""
+
+
+def staged(body: str, *, planned: bool = True) -> str:
+    """The container script of a stage: ``body`` as the function ``run``, retried on 75
+    (``RETRYING``), after the plan's go-ahead when ``planned``."""
+    return (
+        "set -u\n"
+        + (PLANNED if planned else "")
+        + "run() (\n"
+        + body.rstrip("\n")
+        + "\n)\n"
+        + RETRYING
+    )
+
+
 CHECKOUT_SCRIPT = rf"""set -eu
+REPO_URL="$(cat "$PLAN/repo-url")" CONTEXT="$(cat "$PLAN/context")"
+DOCKERFILE="$(cat "$PLAN/dockerfile")"
 if [ -n "${{GITEA_TOKEN:-}}" ]; then
   # passed to git through the environment: never on a command line, never in a log
   export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=http.extraHeader
@@ -240,6 +306,10 @@ def _build_script(site: Site) -> str:
         attest += '  --opt "attest:sbom=generator=$SBOM_GENERATOR" \\\n'
     return (
         "set -eu\n"
+        "# the plan's parameters, each one file, kept whole whatever it holds\n"
+        'IMAGE_REF="$(cat "$PLAN/image-ref")" CACHE_REF="$(cat "$PLAN/cache-ref")"\n'
+        'CONTEXT="$(cat "$PLAN/context")" DOCKERFILE="$(cat "$PLAN/dockerfile")"\n'
+        'BUILD_OPTS="$(cat "$PLAN/build-opts")"\n'
         'src="$WORKSPACE/src/$CONTEXT"\n'
         'dockerfile_dir="$(dirname "$src/$DOCKERFILE")"\n'
         "set -- build --frontend dockerfile.v0 \\\n"
@@ -293,9 +363,52 @@ def _no_control_plane() -> m.Affinity:
     )
 
 
-def _sign_step(site: Site) -> Container:
+def _tool(
+    site: Site,
+    stage: str,
+    args: list[str],
+    *,
+    extra_env: list[Any] | None = None,
+    mounts: list[m.VolumeMount] | None = None,
+    planned: bool = True,
+    body: str = 'fabrique "$@"',
+) -> ContainerNode:
+    """A container of the tools image: ``fabrique <args>`` (or ``body``) as stage
+    ``stage``, retried on 75, reading the site ConfigMap and the plan."""
+    return ContainerNode(
+        name=stage,
+        image=site.images.tools,
+        command=["sh", "-c", staged(body, planned=planned), stage],
+        args=args,
+        env=[
+            *env(
+                FABRIQUE_VALUES=f"{SITE_MOUNT}/site.yaml",
+                STAGE=stage,
+                PLAN=PLAN_DIR,
+                RETRIES=str(site.build.retries),
+            ),
+            *(extra_env or []),
+        ],
+        volume_mounts=[
+            m.VolumeMount(name="tmp", mount_path="/tmp"),
+            m.VolumeMount(name=SITE_CONFIGMAP, mount_path=SITE_MOUNT, read_only=True),
+            m.VolumeMount(name="plan", mount_path=PLAN_DIR, read_only=stage != "plan"),
+            *(mounts or []),
+        ],
+        security_context=restricted(),
+        # the containers run one after the other: each asks for little, the pod for
+        # their sum (Argo's containerSet), and the build the most
+        resources=resources("50m", "64Mi", "256Mi"),
+        termination_message_policy=LOG_TAIL_ON_ERROR,
+    )
+
+
+VERIFIED_MOUNT = m.VolumeMount(name="verified", mount_path=VERIFIED_DIR)
+
+
+def _sign(site: Site) -> ContainerNode:
     """``fabrique sign``: cosign with the key of ``signing.keySecret``, mounted in this
-    step alone (never in the build, which runs the app's own Dockerfile)."""
+    container alone (never in the build, which runs the app's own Dockerfile)."""
     secret = site.signing.key_secret
     assert secret is not None
     password = (
@@ -309,41 +422,280 @@ def _sign_step(site: Site) -> Container:
         if site.signing.password_key
         else []
     )
-    return tools_step(
+    return _tool(
         site,
         "sign",
         [
-            *("sign", "--app", APP, "--digest", "{{inputs.parameters.digest}}"),
-            *("--key", f"{SIGNING_MOUNT}/{KEY_FILE}"),
+            *("sign", "--app", APP, "--key", f"{SIGNING_MOUNT}/{KEY_FILE}"),
         ],
-        labels=POD_LABELS,
-        extra_env=password,
-        extra_volumes=[
-            SecretVolume(
-                name="signing-key",
-                secret_name=secret.name,
-                mount_path=SIGNING_MOUNT,
-                items=[m.KeyToPath(key=secret.key, path=KEY_FILE)],
-                default_mode=0o400,
-                read_only=True,
-            )
+        extra_env=[*password, *env(DIGEST_FILE=DIGEST_FILE)],
+        body='fabrique "$@" --digest "$(cat "$DIGEST_FILE")"',
+        mounts=[
+            VERIFIED_MOUNT,
+            m.VolumeMount(name="signing-key", mount_path=SIGNING_MOUNT, read_only=True),
         ],
-        inputs=inputs("digest"),
-        retry_strategy=retry(site),
     )
+
+
+def _volumes(site: Site) -> list[Any]:
+    """The pod's volumes. The workspace is the pod's own now (one pod, no claim): the
+    checkout writes it, the build and verify read it. ``plan`` and ``verified`` carry
+    what the stages hand on; the build container mounts ``plan`` read-only and never
+    ``verified``."""
+    volumes: list[Any] = [
+        m.Volume(
+            name="workspace",
+            empty_dir=m.EmptyDirVolumeSource(size_limit=m.Quantity(site.build.workspace_size)),
+        ),
+        # bounded: a runaway build is evicted instead of filling the node's disk
+        m.Volume(
+            name="buildkit-state",
+            empty_dir=m.EmptyDirVolumeSource(size_limit=m.Quantity(site.build.state_size)),
+        ),
+        m.Volume(name="plan", empty_dir=m.EmptyDirVolumeSource(size_limit=m.Quantity("1Mi"))),
+        m.Volume(name="verified", empty_dir=m.EmptyDirVolumeSource(size_limit=m.Quantity("1Mi"))),
+        m.Volume(name="tmp", empty_dir=m.EmptyDirVolumeSource()),
+        m.Volume(name="build-tmp", empty_dir=m.EmptyDirVolumeSource()),
+        m.Volume(
+            name=SITE_CONFIGMAP,
+            config_map=m.ConfigMapVolumeSource(name=SITE_CONFIGMAP),
+        ),
+        m.Volume(
+            name=BUILDKITD_CONFIGMAP,
+            config_map=m.ConfigMapVolumeSource(name=BUILDKITD_CONFIGMAP),
+        ),
+    ]
+    if site.signing.enabled:
+        secret = site.signing.key_secret
+        assert secret is not None
+        volumes.append(
+            m.Volume(
+                name="signing-key",
+                secret=m.SecretVolumeSource(
+                    secret_name=secret.name,
+                    items=[m.KeyToPath(key=secret.key, path=KEY_FILE)],
+                    default_mode=0o400,
+                ),
+            )
+        )
+    signing = site.writeback.signing
+    if signing is not None:
+        volumes.append(
+            m.Volume(
+                name="writeback-signing-key",
+                secret=m.SecretVolumeSource(
+                    secret_name=signing.key_secret.name,
+                    items=[m.KeyToPath(key=signing.key_secret.key, path="key")],
+                    default_mode=0o400,
+                ),
+            )
+        )
+    return volumes
+
+
+# a write-back that fails says so in its outcome, which the metrics count
+WRITE_BACK_SCRIPT = """mkdir -p "$WRITEBACK_DIR"
+fabrique "$@" --digest "$(cat "$DIGEST_FILE")" --out "$WRITEBACK_DIR" || {
+  status=$?
+  printf failed >"$WRITEBACK_DIR/outcome"
+  exit "$status"
+}
+"""
+# ``main``: the success status, from the write-back's own outputs; a report that cannot
+# be made never fails the build (the reconciler repairs it)
+REPORT_SUCCESS_SCRIPT = """fabrique "$@" --digest "$(cat "$DIGEST_FILE")" \
+  --outcome "$(cat "$WRITEBACK_DIR/outcome")" --commit "$(cat "$WRITEBACK_DIR/commit")" \
+  || echo "main: the success status was not posted; the next reconcile pass repairs it" >&2"""
+# ``report-pending``: pending when the plan builds, skipped's success when it does not
+REPORT_PLAN_SCRIPT = """kind=skipped
+if [ "$(cat "$PLAN/build")" = true ]; then kind=pending; fi
+fabrique status-report "$kind" "$@" \
+  || echo "report-pending: the status was not posted; the next reconcile pass repairs it" >&2"""
+
+
+def _run(site: Site) -> ContainerSet:
+    """The build's one pod: every stage a container, in order (see the module's text)."""
+    workspace = m.VolumeMount(name="workspace", mount_path=WORKSPACE)
+    report_args = ["--app", APP, "--revision", REVISION, "--workflow", "{{workflow.name}}"]
+    with ContainerSet(
+        name=RUN_STEP,
+        # the one pod the NetworkPolicies let out to the Internet (TCP 443, allowlist)
+        labels=POD_LABELS | {STEP_LABEL: "build"},
+        volumes=_volumes(site),
+        affinity=_no_control_plane(),
+        # a lost pod is made again (deleted, preempted, evicted for its node's sake);
+        # exit 75 is retried inside each container, a wrong answer never
+        retry_strategy=m.RetryStrategy(
+            limit=m.IntOrString(str(site.build.retries)),
+            retry_policy="Always",
+            expression=POD_LOST,
+            backoff=backoff(),
+        ),
+        outputs=[
+            Parameter(
+                name=name,
+                value_from=m.ValueFrom(path=f"{WRITEBACK_DIR}/{name}", default=default),
+                global_name=global_name,
+            )
+            for name, default, global_name in (
+                ("outcome", NO_OUTCOME, OUTCOME_GLOBAL),
+                ("commit", "", None),
+            )
+        ]
+        + [Parameter(name=VERIFIED_OUTPUT, value_from=m.ValueFrom(path=DIGEST_FILE, default=""))],
+    ) as run:
+        plan = _tool(
+            site,
+            "plan",
+            [
+                *("plan", "--app", APP, "--revision", REVISION),
+                *("--force", FORCE, "--out", PLAN_DIR),
+            ],
+            extra_env=[token(site)],
+            planned=False,
+        )
+        report_pending = _tool(
+            site,
+            "report-pending",
+            report_args,
+            extra_env=[token(site)],
+            planned=False,
+            body=REPORT_PLAN_SCRIPT,
+        )
+        checkout = ContainerNode(
+            name="checkout",
+            image=site.images.git,
+            command=["sh", "-c", staged(CHECKOUT_SCRIPT), "checkout"],
+            env=[
+                *env(
+                    HOME="/tmp",
+                    STAGE="checkout",
+                    PLAN=PLAN_DIR,
+                    RETRIES=str(site.build.retries),
+                    WORKSPACE=WORKSPACE,
+                    REVISION=REVISION,
+                    GIT_TRANSIENT=TRANSIENT_ERE,
+                ),
+                SecretEnv(
+                    name="GITEA_TOKEN",
+                    secret_name=site.gitea.token_secret.name,
+                    secret_key=site.gitea.token_secret.key,
+                    optional=True,
+                ),
+            ],
+            volume_mounts=[
+                workspace,
+                m.VolumeMount(name="tmp", mount_path="/tmp"),
+                m.VolumeMount(name="plan", mount_path=PLAN_DIR, read_only=True),
+            ],
+            security_context=restricted(),
+            resources=resources("100m", "128Mi", "1Gi"),
+            termination_message_policy=LOG_TAIL_ON_ERROR,
+        )
+        build = ContainerNode(
+            name="build",
+            image=site.images.buildkit,
+            command=["sh", "-c", staged(_build_script(site)), "build"],
+            env=env(
+                STAGE="build",
+                PLAN=PLAN_DIR,
+                RETRIES=str(site.build.retries),
+                BUILDKITD_FLAGS="--oci-worker-no-process-sandbox",
+                WORKSPACE=WORKSPACE,
+                REVISION=REVISION,
+                SOURCE_URL=site.gitea.repo_url(site.gitea.code_repo),
+                METADATA_FILE=METADATA_FILE,
+                BUILD_TRANSIENT=BUILD_TRANSIENT,
+                **({"SBOM_GENERATOR": site.images.sbom_scanner or ""} if site.build.sbom else {}),
+            ),
+            volume_mounts=[
+                workspace,
+                m.VolumeMount(name="buildkit-state", mount_path=BUILDKIT_STATE_DIR),
+                m.VolumeMount(
+                    name=BUILDKITD_CONFIGMAP, mount_path=BUILDKIT_CONFIG_DIR, read_only=True
+                ),
+                # its own /tmp: nothing of the tools containers' scratch is shared with
+                # the one container that runs the app's Dockerfile
+                m.VolumeMount(name="build-tmp", mount_path="/tmp"),
+                m.VolumeMount(name="plan", mount_path=PLAN_DIR, read_only=True),
+            ],
+            # Rootless BuildKit needs user namespaces: seccomp and AppArmor Unconfined,
+            # on this container only. Not privileged. newuidmap is setuid, so privilege
+            # escalation and the file capabilities it relies on stay allowed here.
+            security_context=m.SecurityContext(
+                run_as_user=BUILDER_UID,
+                run_as_group=BUILDER_UID,
+                run_as_non_root=True,
+                seccomp_profile=m.SeccompProfile(type="Unconfined"),
+                app_armor_profile=m.AppArmorProfile(type="Unconfined"),
+            ),
+            # the writable layer and the logs; the BuildKit state is the bounded volume
+            resources=resources("500m", "1Gi", "4Gi", ephemeral_limit=site.build.ephemeral_limit),
+            termination_message_policy=LOG_TAIL_ON_ERROR,
+        )
+        verify = _tool(
+            site,
+            VERIFY_STAGE,
+            [
+                *("digest", "verify", "--app", APP, "--revision", REVISION),
+                *("--metadata", METADATA_FILE, "--output", DIGEST_FILE),
+            ],
+            mounts=[
+                m.VolumeMount(name="workspace", mount_path=WORKSPACE, read_only=True),
+                VERIFIED_MOUNT,
+            ],
+        )
+        git = writes_git(site)
+        write_back = _tool(
+            site,
+            "write-back",
+            [
+                *("writeback", "--app", APP, "--revision", REVISION),
+                *("--workflow", "{{workflow.name}}"),
+            ],
+            extra_env=[
+                *git["extra_env"],
+                *env(DIGEST_FILE=DIGEST_FILE, WRITEBACK_DIR=WRITEBACK_DIR),
+            ],
+            mounts=[
+                VERIFIED_MOUNT,
+                *(
+                    [
+                        m.VolumeMount(
+                            name="writeback-signing-key",
+                            mount_path=WRITEBACK_SIGNING_MOUNT,
+                            read_only=True,
+                        )
+                    ]
+                    if site.writeback.signing is not None
+                    else []
+                ),
+            ],
+            body=WRITE_BACK_SCRIPT,
+        )
+        main = _tool(
+            site,
+            "main",
+            ["status-report", "success", *report_args],
+            extra_env=[
+                token(site),
+                *env(DIGEST_FILE=DIGEST_FILE, WRITEBACK_DIR=WRITEBACK_DIR),
+            ],
+            mounts=[VERIFIED_MOUNT],
+            body=REPORT_SUCCESS_SCRIPT,
+        )
+        plan >> [report_pending, checkout]
+        checkout >> build >> verify
+        if site.signing.enabled:
+            verify >> _sign(site) >> write_back
+        else:
+            verify >> write_back
+        write_back >> main
+    return run
 
 
 def build_template(site: Site) -> WorkflowTemplate:
     """The ``fabrique-build`` WorkflowTemplate for ``site``."""
-    workspace = Volume(
-        name=WORKSPACE_VOLUME,  # its claim: <workflow>-workspace (workflow.workspace_claim)
-        mount_path=WORKSPACE,
-        access_modes=["ReadWriteOnce"],
-        size=site.build.workspace_size,
-        storage_class_name=site.build.storage_class_name,
-    )
-    tmp = EmptyDirVolume(name="tmp", mount_path="/tmp")
-
     with WorkflowTemplate(
         name=TEMPLATE_NAME,
         namespace=site.namespaces.build,
@@ -376,152 +728,11 @@ def build_template(site: Site) -> WorkflowTemplate:
         active_deadline_seconds=site.build.active_deadline_seconds,
         pod_gc=m.PodGC(strategy="OnPodSuccess"),
         ttl_strategy=m.TTLStrategy(seconds_after_success=86400, seconds_after_failure=604800),
-        volume_claim_gc=m.VolumeClaimGC(strategy="OnWorkflowCompletion"),
         security_context=pod_security(),
         pod_spec_patch=executor_pod_patch(),
         on_exit=EXIT_HANDLER,
     ) as template:
-        plan = tools_step(
-            site,
-            "plan",
-            [
-                *("plan", "--app", APP, "--revision", REVISION),
-                *("--force", FORCE, "--out", PLAN_DIR),
-            ],
-            labels=POD_LABELS,
-            extra_env=[token(site)],
-            retry_strategy=retry(site),
-            outputs=[
-                Parameter(name=name, value_from=m.ValueFrom(path=f"{PLAN_DIR}/{name}"))
-                for name in PLAN_OUTPUTS
-            ],
-        )
-        checkout = Container(
-            name="checkout",
-            labels=POD_LABELS,
-            image=site.images.git,
-            command=["sh", "-c", CHECKOUT_SCRIPT],
-            inputs=inputs("repo-url", "context", "dockerfile"),
-            env=[
-                *env(
-                    HOME="/tmp",
-                    WORKSPACE=WORKSPACE,
-                    REVISION=REVISION,
-                    REPO_URL="{{inputs.parameters.repo-url}}",
-                    CONTEXT="{{inputs.parameters.context}}",
-                    DOCKERFILE="{{inputs.parameters.dockerfile}}",
-                    GIT_TRANSIENT=TRANSIENT_ERE,
-                ),
-                SecretEnv(
-                    name="GITEA_TOKEN",
-                    secret_name=site.gitea.token_secret.name,
-                    secret_key=site.gitea.token_secret.key,
-                    optional=True,
-                ),
-            ],
-            volumes=[workspace, tmp],
-            security_context=restricted(),
-            resources=resources("100m", "128Mi", "1Gi"),
-            retry_strategy=retry(site),
-            termination_message_policy=LOG_TAIL_ON_ERROR,
-            # the workspace claim binds on its first pod's node: keep to the build's nodes
-            affinity=_no_control_plane(),
-        )
-        build = Container(
-            name="build",
-            # the one pod the NetworkPolicies let out to the Internet (TCP 443, allowlist)
-            labels=POD_LABELS | {STEP_LABEL: "build"},
-            image=site.images.buildkit,
-            command=["sh", "-c", _build_script(site)],
-            inputs=inputs(*BUILD_INPUTS),
-            env=env(
-                BUILDKITD_FLAGS="--oci-worker-no-process-sandbox",
-                WORKSPACE=WORKSPACE,
-                REVISION=REVISION,
-                SOURCE_URL=site.gitea.repo_url(site.gitea.code_repo),
-                METADATA_FILE=METADATA_FILE,
-                IMAGE_REF="{{inputs.parameters.image-ref}}",
-                CACHE_REF="{{inputs.parameters.cache-ref}}",
-                CONTEXT="{{inputs.parameters.context}}",
-                DOCKERFILE="{{inputs.parameters.dockerfile}}",
-                BUILD_OPTS="{{inputs.parameters.build-opts}}",
-                BUILD_TRANSIENT=BUILD_TRANSIENT,
-                **({"SBOM_GENERATOR": site.images.sbom_scanner or ""} if site.build.sbom else {}),
-            ),
-            volumes=[
-                workspace,
-                # bounded: a runaway build is evicted instead of filling the node's disk
-                EmptyDirVolume(
-                    name="buildkit-state",
-                    mount_path=BUILDKIT_STATE_DIR,
-                    size_limit=m.Quantity(site.build.state_size),
-                ),
-                ConfigMapVolume(
-                    name=BUILDKITD_CONFIGMAP, mount_path=BUILDKIT_CONFIG_DIR, read_only=True
-                ),
-            ],
-            # Rootless BuildKit needs user namespaces: seccomp and AppArmor Unconfined,
-            # on this container only. Not privileged. newuidmap is setuid, so privilege
-            # escalation and the file capabilities it relies on stay allowed here.
-            security_context=m.SecurityContext(
-                run_as_user=BUILDER_UID,
-                run_as_group=BUILDER_UID,
-                run_as_non_root=True,
-                seccomp_profile=m.SeccompProfile(type="Unconfined"),
-                app_armor_profile=m.AppArmorProfile(type="Unconfined"),
-            ),
-            affinity=_no_control_plane(),
-            # the writable layer and the logs; the BuildKit state is the bounded volume
-            resources=resources("500m", "1Gi", "4Gi", ephemeral_limit=site.build.ephemeral_limit),
-            retry_strategy=retry(site),
-            termination_message_policy=LOG_TAIL_ON_ERROR,
-        )
-        verify = tools_step(
-            site,
-            VERIFY_STEP,
-            [
-                *("digest", "verify", "--app", APP, "--revision", REVISION),
-                *("--metadata", METADATA_FILE, "--output", DIGEST_FILE),
-            ],
-            labels=POD_LABELS,
-            volume_mounts=[
-                m.VolumeMount(name=WORKSPACE_VOLUME, mount_path=WORKSPACE, read_only=True)
-            ],
-            affinity=_no_control_plane(),
-            retry_strategy=retry(site),
-            outputs=[Parameter(name=VERIFIED_OUTPUT, value_from=m.ValueFrom(path=DIGEST_FILE))],
-        )
-        sign = _sign_step(site) if site.signing.enabled else None
-        write_back = tools_step(
-            site,
-            "write-back",
-            [
-                *("writeback", "--app", APP, "--revision", REVISION),
-                *("--digest", "{{inputs.parameters.digest}}", "--workflow", "{{workflow.name}}"),
-                *("--out", WRITEBACK_DIR),
-            ],
-            labels=POD_LABELS,
-            **writes_git(site),
-            inputs=inputs("digest"),
-            retry_strategy=retry(site),
-            outputs=[
-                Parameter(name=name, value_from=m.ValueFrom(path=f"{WRITEBACK_DIR}/{name}"))
-                for name in WRITEBACK_OUTPUTS
-            ],
-        )
-        report_pending = _report_step(site, "report-pending", "pending")
-        report_skipped = _report_step(site, "report-skipped", "skipped")
-        report_success = _report_step(
-            site,
-            "report-success",
-            "success",
-            *("--digest", "{{inputs.parameters.digest}}"),
-            *("--outcome", "{{inputs.parameters.outcome}}"),
-            *("--commit", "{{inputs.parameters.commit}}"),
-            inputs=inputs("digest", "outcome", "commit"),
-        )
-        # The exit handler reads Argo's own account of the run: {{workflow.status}} is
-        # Succeeded, Failed or Error; {{workflow.failures}} the JSON list of failed nodes.
+        run = _run(site)
         report_failure = _report_step(
             site,
             "report-failure",
@@ -529,55 +740,15 @@ def build_template(site: Site) -> WorkflowTemplate:
             *("--workflow-status", "{{workflow.status}}"),
             *("--failures", "{{workflow.failures}}"),
         )
-
         # Argo emits a retried template's metrics for each failed attempt, and again for
-        # the whole; a Steps template's once, when it ends. The counted steps run inside one.
-        build_once = _once(build, BUILD_INPUTS, metrics=_build_metrics())
-        write_back_once = _once(
-            write_back, ("digest",), WRITEBACK_OUTPUTS, metrics=_writeback_failed_metric()
-        )
-        report_success_once = _once(
-            report_success, ("digest", *WRITEBACK_OUTPUTS), metrics=_writeback_outcome_metric()
-        )
+        # the whole; a Steps template's once, when it ends: the build's duration is
+        # counted on ``main``, whose {{duration}} spans every attempt of the pod.
+        with Steps(name="main", metrics=_build_metrics()):
+            run(name=RUN_STEP)
 
-        with Steps(name="main") as main:
-            planned = plan()
-            assert isinstance(planned, Step)
-            # nothing under the app's context changed: the Workflow succeeds having
-            # built and written nothing
-            built = planned.get_parameter("build").value
-            changed, unchanged = f"{built} == true", f"{built} == false"
-            with main.parallel():
-                report_skipped(when=unchanged, continue_on=CONTINUE)
-                report_pending(when=changed, continue_on=CONTINUE)
-                checkout(
-                    arguments={
-                        name: planned.get_parameter(name).value
-                        for name in ("repo-url", "context", "dockerfile")
-                    },
-                    when=changed,
-                )
-            build_once(
-                name="build",
-                arguments={name: planned.get_parameter(name).value for name in BUILD_INPUTS},
-                when=changed,
-            )
-            verified = verify(when=changed)
-            assert isinstance(verified, Step)
-            digest = verified.get_parameter(VERIFIED_OUTPUT).value
-            if sign is not None:
-                sign(arguments={"digest": digest}, when=changed)
-            written = write_back_once(name="write-back", arguments={"digest": digest}, when=changed)
-            assert isinstance(written, Step)
-            report_success_once(
-                name="report-success",
-                arguments={"digest": digest}
-                | {name: written.get_parameter(name).value for name in WRITEBACK_OUTPUTS},
-                when=changed,
-                continue_on=CONTINUE,
-            )
-
-        with Steps(name=EXIT_HANDLER):
+        with Steps(name=EXIT_HANDLER, metrics=_writeback_outcome_metric()):
+            # The exit handler reads Argo's own account of the run: {{workflow.status}}
+            # is Succeeded, Failed or Error; {{workflow.failures}} the failed nodes.
             report_failure(when="{{workflow.status}} != Succeeded", continue_on=CONTINUE)
     return template
 
@@ -612,8 +783,8 @@ def _build_metrics() -> m.Metrics:
             m.Prometheus(
                 name="fabrique_build_duration_seconds",
                 help=(
-                    "Duration of the BuildKit build step per app and final status, once per run:"
-                    " every attempt and the waits between them."
+                    "Duration of a build per app and final status, once per run: its pod"
+                    " from the plan to the write-back, every attempt and the waits between."
                 ),
                 labels=[_label("app", APP), _label("status", "{{status}}")],
                 histogram=m.Histogram(
@@ -624,73 +795,33 @@ def _build_metrics() -> m.Metrics:
     )
 
 
+# the run's outcome as a Workflow output: set from the pod's outputs (which have a value
+# whatever became of it), read by the exit handler, which ends once per run
+OUTCOME_GLOBAL = "writeback-outcome"
 WRITEBACK_HELP = (
     "Write-back outcomes per app, one per run that reached the write-back: changed, "
-    "unchanged, superseded, held or failed."
+    "unchanged, superseded, held (proposed, in-review or rejected) or failed."
 )
 
 
-def _writeback_failed_metric() -> m.Metrics:
-    """``failed`` once per run whose write-back failed, all its attempts spent. A failed
-    run has no outputs to name its outcome, so the other outcomes are counted where
-    they are an input (``_writeback_outcome_metric``)."""
-    return m.Metrics(
-        prometheus=[
-            m.Prometheus(
-                name="fabrique_writeback_total",
-                help=WRITEBACK_HELP,
-                labels=[_label("app", APP), _label("outcome", "failed")],
-                when="{{status}} != Succeeded",
-                counter=m.Counter(value="1"),
-            )
-        ]
-    )
-
-
 def _writeback_outcome_metric() -> m.Metrics:
-    """The outcome of a write-back that passed, counted by the step that reports it,
-    whatever that report's own fate (it is an input there, always known)."""
+    """The write-back's outcome, counted by the exit handler: it ends once per run,
+    whatever the run's fate, where a retried pod's template would count each attempt
+    (Argo emits a retried template's metrics for each failed attempt and again for the
+    whole: ``executeTemplate``, operator.go). A run whose write-back never started
+    (a skipped plan, a failed build) counts nothing."""
+    outcome = f"{{{{workflow.outputs.parameters.{OUTCOME_GLOBAL}}}}}"
     return m.Metrics(
         prometheus=[
             m.Prometheus(
                 name="fabrique_writeback_total",
                 help=WRITEBACK_HELP,
-                labels=[_label("app", APP), _label("outcome", "{{inputs.parameters.outcome}}")],
+                labels=[_label("app", APP), _label("outcome", outcome)],
+                when=f"{outcome} != {NO_OUTCOME}",
                 counter=m.Counter(value="1"),
             )
         ]
     )
-
-
-def _once(
-    step: Container,
-    inputs_: tuple[str, ...],
-    outputs: tuple[str, ...] = (),
-    *,
-    metrics: m.Metrics,
-) -> Steps:
-    """``<step>-once``: a Steps template that runs the retried ``step`` and carries its
-    metrics. Argo emits a retried template's metrics for each failed attempt and for the
-    whole (``executeTemplate``, operator.go: the last child while the retry node waits,
-    then the retry node), but a Steps node's once, when it ends: its ``{{status}}`` is
-    the step's final one and its ``{{duration}}`` spans every attempt."""
-    name = str(step.name)
-    with Steps(
-        name=f"{name}-once",
-        inputs=inputs(*inputs_),
-        outputs=[
-            Parameter(
-                name=output,
-                value_from=m.ValueFrom(
-                    parameter=f"{{{{steps.{name}.outputs.parameters.{output}}}}}"
-                ),
-            )
-            for output in outputs
-        ],
-        metrics=metrics,
-    ) as wrapper:
-        step(arguments={n: f"{{{{inputs.parameters.{n}}}}}" for n in inputs_})
-    return wrapper
 
 
 # `hera generate yaml pipelines/` finds this object; `fabrique render` calls

@@ -43,16 +43,28 @@ def walk(node: Any, path: str = "") -> Iterator[tuple[str, Any, Any]]:
 
 
 def rendered_step(site: Any, name: str) -> dict[str, Any]:
-    """The container of step ``name`` of the fabrique-build template rendered for ``site``."""
+    """The container of stage ``name`` of the fabrique-build template rendered for
+    ``site``: one of the build pod's containers, or a template's own (the exit
+    handler's report)."""
     from pipelines.build import build_template
 
     template = build_template(site).to_dict()
-    step = next(t for t in template["spec"]["templates"] if t["name"] == name)
-    return dict(step["container"])
+    for each in template["spec"]["templates"]:
+        for container in (each.get("containerSet") or {}).get("containers", []):
+            if container["name"] == name:
+                return dict(container)
+        if each["name"] == name and "container" in each:
+            return dict(each["container"])
+    raise AssertionError(f"no stage {name} in the fabrique-build template")
 
 
-def step_env(container: dict[str, Any], revision: str, inputs: dict[str, str]) -> dict[str, str]:
-    """The container's environment as Argo fills it in (secrets left out)."""
+def step_env(
+    container: dict[str, Any], revision: str, inputs: dict[str, str], plan: Path | None = None
+) -> dict[str, str]:
+    """The container's environment as Argo fills it in (secrets left out). With ``plan``,
+    the plan's files as the ``plan`` stage leaves them for the later ones: ``inputs``,
+    ``build`` true, in that folder, which ``PLAN`` then names; a transient failure is
+    tried again at once (``BACKOFF_SECONDS``)."""
     env = {}
     for item in container["env"]:
         if "value" not in item:
@@ -61,4 +73,9 @@ def step_env(container: dict[str, Any], revision: str, inputs: dict[str, str]) -
         for name, input_value in inputs.items():
             value = value.replace(f"{{{{inputs.parameters.{name}}}}}", input_value)
         env[item["name"]] = value
+    if plan is not None:
+        plan.mkdir(parents=True, exist_ok=True)
+        for name, value in ({"build": "true", "reason": "changed"} | inputs).items():
+            (plan / name).write_text(value)
+        env |= {"PLAN": str(plan), "BACKOFF_SECONDS": "0"}
     return env

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 from fabrique.site.config import Site
-from fabrique.site.errors import ConfigError, KubeError, reason_line
-from fabrique.site.names import DIGEST_RE, VERIFIED_OUTPUT, VERIFY_STEP, redact_urls
+from fabrique.site.errors import NOT_RUN, ConfigError, KubeError, failed_stage, reason_line
+from fabrique.site.names import DIGEST_RE, VERIFIED_BY, VERIFIED_OUTPUT, redact_urls
 from fabrique.site.retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ class WorkflowState:
     name: str
     phase: str  # Pending (also before the controller sets one), Running, Succeeded, ...
     revision: str | None  # its ``revision`` argument
-    verified_digest: str | None  # the output of its verify-digest step, if that succeeded
+    verified_digest: str | None  # what its verify-digest stage recorded (the pod's output)
     reason: str  # why it is in that phase, from the failed step or the Workflow ("" if none)
     app: str | None = None  # its ``app`` argument
     uid: str = ""  # the object's metadata.uid: what its claims' owner references name
@@ -78,17 +78,24 @@ def workflow_state(name: str, body: dict[str, Any]) -> WorkflowState:
     digests: set[str] = set()
     reasons: list[str] = []
     for node in (status.get("nodes") or {}).values():
-        if node.get("templateName") == VERIFY_STEP and node.get("phase") == "Succeeded":
+        if node.get("templateName") == VERIFIED_BY and node.get("phase") == "Succeeded":
             outputs = (node.get("outputs") or {}).get("parameters") or []
             digests.update(
                 str(p.get("value", "")).strip() for p in outputs if p.get("name") == VERIFIED_OUTPUT
             )
-        if node.get("type") == "Pod" and node.get("phase") in ("Failed", "Error"):
-            step = node.get("displayName", node.get("name"))
+        message = str(node.get("message", ""))
+        if (
+            node.get("type") in ("Pod", "Container")
+            and node.get("phase") in ("Failed", "Error")
+            and not NOT_RUN.search(message)
+        ):
+            step = failed_stage(str(node.get("displayName", node.get("name"))), message)
             # its message may be a log tail (FallbackToLogsOnError): keep the telling line
-            reasons.append(f"{step}: {reason_line(str(node.get('message', '')))}")
-    # A retried step records its output on the retry node and on the pod node; anything
-    # but one well-formed digest is no verified record.
+            reasons.append(f"{step}: {reason_line(message)}")
+    # A retried pod records its outputs on the retry node and on the pod node, a pod whose
+    # verify never ran an empty digest; anything but one well-formed digest is no
+    # verified record.
+    digests.discard("")
     verified = digests.pop() if len(digests) == 1 else None
     if verified is not None and not DIGEST_RE.fullmatch(verified):
         verified = None

@@ -46,8 +46,10 @@ from fabrique.clients.gitea import CommitStatus, GiteaClient
 from fabrique.site.config import AppConfig, Site
 from fabrique.site.errors import (
     INFRASTRUCTURE_EXITS,
+    NOT_RUN,
     TRANSIENT_SAID,
     RemoteError,
+    failed_stage,
     reason_line,
 )
 from fabrique.site.names import redact_urls, short_sha
@@ -185,8 +187,11 @@ def failing_step(failures: list[dict[str, Any]], workflow: str) -> tuple[str, st
     """(step, reason, node phase) of the step that failed, or None if no step did.
 
     The Workflow's own node and the step groups only say "child failed"; a retried step
-    has a node per attempt (``build(0)``, ``build(1)``) and a parent that says "No more
-    retries left". The most recent node with a message of its own wins.
+    has a node per attempt (``run(0)``, ``run(1)``) and a parent that says "No more
+    retries left". The build's pod runs its stages as containers, each a node, and the
+    pod's node repeats one of their messages: the stage is the container a message names
+    (``failed_stage``), and a container that never ran because one before it failed
+    says nothing. The most recent node with a message of its own wins.
     """
     steps = []
     for index, node in enumerate(failures):
@@ -194,13 +199,13 @@ def failing_step(failures: list[dict[str, Any]], workflow: str) -> tuple[str, st
         if not name or name == workflow or _STEP_GROUP.match(name):
             continue
         message = str(node.get("message") or "").strip()
-        telling = not _GENERIC.match(message)
+        telling = not _GENERIC.match(message) and not NOT_RUN.search(message)
         steps.append(
             (
                 telling,
                 str(node.get("finishedAt") or ""),
                 index,
-                _RETRY_SUFFIX.sub("", name),
+                failed_stage(_RETRY_SUFFIX.sub("", name), message),
                 message,
                 str(node.get("phase") or ""),
             )

@@ -140,6 +140,24 @@ class ValidationFailed(FabriqueError):
 # Argo's message for a failed container (operator.go, inferFailedReason): "<container>:
 # <Reason> (exit code <n>)", then ": <termination message>" when there is one
 _ARGO_EXIT = re.compile(r"^(?:[\w.-]+: )?(?P<reason>[A-Za-z]+) \(exit code (?P<code>\d+)\)")
+# A build's pod runs its stages as the containers of one containerSet: Argo's node for
+# each says "<container>: <Reason> (exit code <n>)…", and so does the pod's node, for
+# one of its failed containers. A container whose stage never ran, because one before it
+# failed, ends with Argo's executor saying so (cmd/argoexec/commands/emissary.go): it is
+# no cause. Nor is Argo's word for a container the pod's end stopped.
+_ARGO_CONTAINER = re.compile(r"^(?P<container>[\w.-]+): [A-Za-z]+ \(exit code \d+\)")
+NOT_RUN = re.compile(
+    r'dependency "[^"]*" exited with non-zero code|^Pod Failed whilst container running$'
+)
+
+
+def failed_stage(node_name: str, message: str) -> str:
+    """The stage a failed node names: the container Argo's message begins with (a
+    containerSet's container or pod node), else the node's own name."""
+    found = _ARGO_CONTAINER.match(message.lstrip())
+    return found["container"] if found else node_name
+
+
 # Exit codes that blame no commit, whatever words the log ends with: 75 (EX_TEMPFAIL), a
 # step's TRANSIENT_SAID (still there when the last attempt gave up), and 137, a
 # container killed (out of memory, evicted).

@@ -38,9 +38,11 @@ LABEL_SUBMITTED_BY = "fabrique.io/submitted-by"
 SENSOR_MADE = f"{LABEL_PART_OF}=fabrique,!{LABEL_SUBMITTED_BY}"  # a label selector
 
 TEMPLATE_NAME = "fabrique-build"
-# The step of fabrique-build that checks the pushed digest against the registry, and its
-# output: the one record the reconciler trusts to write a digest back.
-VERIFY_STEP = "verify-digest"
+# The container of fabrique-build that checks the pushed digest against the registry; the
+# build's pod (the template whose outputs hold what it verified), and that output: the one
+# record the reconciler trusts to write a digest back.
+VERIFY_STAGE = "verify-digest"
+VERIFIED_BY = "run"
 VERIFIED_OUTPUT = "digest"
 
 
