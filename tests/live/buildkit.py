@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import shutil
 import subprocess
 import tempfile
@@ -27,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fabrique.site.config import Site
-from fabrique.site.errors import TRANSIENT_EXIT_CODE
 from pipelines.build import BUILDKIT_CONFIG_DIR, buildkitd_toml
 
 from ..manifests import rendered_step, step_env
@@ -79,14 +79,22 @@ def rootless_user() -> pwd.struct_passwd | None:
     return user if _has_subids(user) else None
 
 
+# what the stage's script says before it tries again (pipelines.build.RETRYING)
+TRYING_AGAIN = re.compile(r"^build: trying again in \d+s \(retry \d+ of \d+\)$", re.M)
+
+
 @dataclass(frozen=True)
 class Build:
-    """One run of the build step's script: its last attempt."""
+    """One run of the build container's script, every attempt of it."""
 
     returncode: int
     output: str  # its stdout and stderr: buildctl's plain progress, the script's lines
     metadata: Path  # buildctl --metadata-file
-    retried: tuple[Build, ...] = ()  # the attempts before it, that exited 75
+
+    @property
+    def retries(self) -> int:
+        """How many times the script tried again after an attempt that exited 75."""
+        return len(TRYING_AGAIN.findall(self.output))
 
 
 @dataclass
@@ -120,18 +128,28 @@ class Builder:
         *,
         retry: bool = True,
     ) -> Build:
-        """The build step's container command, as Argo runs it, with its environment: an
-        attempt that exits 75 is run again, ``build.retries`` times at most, as the step's
-        retryStrategy does (each attempt with a fresh BuildKit state, as a new pod)."""
-        retried: list[Build] = []
-        while True:
-            build = self._attempt(site, revision, inputs, workspace)
-            if not retry or build.returncode != TRANSIENT_EXIT_CODE:
-                break
-            if len(retried) == site.build.retries:
-                break
-            retried.append(build)
-        return Build(build.returncode, build.output, build.metadata, tuple(retried))
+        """The build container's command, as Argo's executor runs it, with its
+        environment: the script tries an attempt that exits 75 again itself,
+        ``build.retries`` times at most (none when not ``retry``), at once here."""
+        container = rendered_step(site, "build")
+        out = self.folder("out")
+        env = (
+            step_env(container, revision, inputs, plan=self.folder("plan"))
+            | self.environment(buildkitd_toml(site))
+            | {"WORKSPACE": str(workspace), "METADATA_FILE": str(out / "build-metadata.json")}
+            | ({} if retry else {"RETRIES": "0"})
+        )
+        done = subprocess.run(
+            self.command(list(container["command"])),
+            env=env,
+            cwd=env["HOME"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        return Build(done.returncode, done.stdout, out / "build-metadata.json")
 
     def environment(self, buildkitd_toml: str) -> dict[str, str]:
         """What ``buildctl-daemonless.sh`` runs with: a fresh home holding
@@ -188,26 +206,6 @@ class Builder:
             timeout=timeout,
             check=False,
         )
-
-    def _attempt(self, site: Site, revision: str, inputs: dict[str, str], workspace: Path) -> Build:
-        container = rendered_step(site, "build")
-        out = self.folder("out")
-        env = (
-            step_env(container, revision, inputs)
-            | self.environment(buildkitd_toml(site))
-            | {"WORKSPACE": str(workspace), "METADATA_FILE": str(out / "build-metadata.json")}
-        )
-        done = subprocess.run(
-            self.command(list(container["command"])),
-            env=env,
-            cwd=env["HOME"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-        return Build(done.returncode, done.stdout, out / "build-metadata.json")
 
 
 @contextmanager

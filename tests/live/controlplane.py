@@ -617,7 +617,7 @@ class ControlPlane:
         for namespace in SITE_NAMESPACES:
             self.kubectl("create", "namespace", namespace, check=False)
         # a default StorageClass and local volumes on both nodes, as a provisioner would
-        # make them: the workspace PVC of fabrique-build binds to one
+        # make them: a claim (the EventBus's JetStream storage) binds to one
         if self.worker:
             # on the real node, each a folder of the plane's, writable by every user as
             # local-path-provisioner makes them (the build's steps run as non-root)

@@ -242,8 +242,9 @@ def airgap(node_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -
     cluster = Cluster(plane)
     site = load_site(env={})
     tree = render_netpol(folder / "labels", {})
-    build_labels, build_account = _template_pod(tree, "build/workflowtemplate.yaml", "build")
-    step_labels, _ = _template_pod(tree, "build/workflowtemplate.yaml", "checkout")
+    # the build's one pod; the other pod of a build, its exit handler's report
+    build_labels, build_account = _template_pod(tree, "build/workflowtemplate.yaml", "run")
+    step_labels, _ = _template_pod(tree, "build/workflowtemplate.yaml", "report-failure")
     reconciler, reconciler_account = _template_pod(
         tree, "reconcile/cronworkflow-fabrique-reconcile.yaml", "reconcile"
     )

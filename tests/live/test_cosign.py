@@ -127,14 +127,12 @@ def _copy(registry: Registry, source: str, destination: str) -> None:
 
 
 def _sign(site: Site, values: Path, digest: str, pair: KeyPair, cosign: str) -> None:
-    """The sign step as rendered: its key where the Secret is mounted, here a file."""
+    """The sign stage as rendered: its key where the Secret is mounted, here a file, and
+    the digest its script reads from verify-digest's file."""
     container = rendered_step(site, "sign")
-    args = [
-        arg.replace("{{workflow.parameters.app}}", "citation").replace(
-            "{{inputs.parameters.digest}}", digest
-        )
-        for arg in container["args"]
-    ]
+    assert '--digest "$(cat "$DIGEST_FILE")"' in container["command"][2]
+    args = [arg.replace("{{workflow.parameters.app}}", "citation") for arg in container["args"]]
+    args += ["--digest", digest]
     assert f"{SIGNING_MOUNT}/{KEY_FILE}" in args
     args[args.index(f"{SIGNING_MOUNT}/{KEY_FILE}")] = str(pair.key)
     signed = run_cli(

@@ -46,7 +46,7 @@ from .events import (
 from .forge import Forge
 from .forge import forge as open_forge
 from .pods import running_pod
-from .test_workflows import BUILD_NS, EXECUTOR, create_workflow, ended, step_pod
+from .test_workflows import BUILD_NS, RUN, create_workflow, ended, step_pod, walk
 
 SITE = load_site(env={})
 # the webhook's bearer token: the value the event path's fixture gives the Secret
@@ -144,12 +144,10 @@ def delete_workflow(cluster: Cluster, name: str) -> None:
     assert answer.status in (200, 202, 404), answer.message
 
 
-def fail(cluster: Cluster, workflow: str, running: list[str]) -> None:
-    """End a Workflow (and free its app's mutex) as a failed step ends it: the steps
-    ``running`` exit, the first with 1, then the exit handler's report."""
-    for index, step in enumerate(running):
-        cluster.finish(step_pod(cluster, workflow, step, phase="Running"), 1 if index == 0 else 0)
-    cluster.finish(step_pod(cluster, workflow, "report-failure", phase="Running"), 0)
+def fail(cluster: Cluster, workflow: str) -> None:
+    """End a Workflow (and free its app's mutex) as a failed stage ends it: its pod
+    exits 1, then the exit handler's report."""
+    walk(cluster, workflow, [(RUN, 1), ("report-failure", 0)])
     ended(cluster, workflow, "Failed")
 
 
@@ -187,7 +185,7 @@ def test_a_push_posted_to_the_eventsource_becomes_the_workflow_of_its_commit(
     # the trigger's patch found none and created it: the Sensor says so
     assert event_path.said("sensor", "object not found, creating the object") >= 1
     # admitted, and run: the controller makes the first step's pod
-    fail(cluster, meta["name"], ["plan"])  # it holds citation's mutex: end it
+    fail(cluster, meta["name"])  # it holds citation's mutex: end it
 
 
 def test_a_redelivered_push_finds_its_workflow_as_it_is_and_is_settled_at_once(
@@ -225,7 +223,7 @@ def test_a_redelivered_push_finds_its_workflow_as_it_is_and_is_settled_at_once(
     assert answer.message.endswith(
         "the Sensor may find a Workflow here as it is (a redelivered push), never change it"
     ), answer.message
-    fail(cluster, first["metadata"]["name"], ["plan"])  # it holds citation's mutex: end it
+    fail(cluster, first["metadata"]["name"])  # it holds citation's mutex: end it
 
 
 @pytest.mark.parametrize("caller", ["reconciler", "cli"])
@@ -253,7 +251,7 @@ def test_a_push_whose_workflow_another_caller_made_is_settled_at_once(
     assert again["spec"] == first["spec"]
     assert event_path.said("sensor", "patching the object") == patched + 1
     assert event_path.sensor_metric("argo_events_action_failed_total") == failed
-    fail(cluster, first["metadata"]["name"], ["plan"])  # it holds citation's mutex: end it
+    fail(cluster, first["metadata"]["name"])  # it holds citation's mutex: end it
     delete_workflow(cluster, first["metadata"]["name"])
 
 
@@ -383,9 +381,9 @@ def forge(
 
 
 def plan(cluster: Cluster, forge: Forge, workflow: str, tmp_path: Path) -> dict[str, str]:
-    """Play the ``plan`` step: run its command (``fabrique plan`` with the Workflow's own
-    arguments) against the real Gitea, report its outputs as the executor does, end it."""
-    pod = step_pod(cluster, workflow, "plan", phase="Running")
+    """What the build pod's ``plan`` stage decides: its command (``fabrique plan`` with
+    the Workflow's own arguments) run against the real Gitea, once the pod runs."""
+    step_pod(cluster, workflow, RUN, phase="Running")
     arguments = cluster.workflow(BUILD_NS, workflow)["spec"]["arguments"]["parameters"]
     parameters = {p["name"]: p["value"] for p in arguments}
     out = tmp_path / workflow
@@ -394,26 +392,23 @@ def plan(cluster: Cluster, forge: Forge, workflow: str, tmp_path: Path) -> dict[
     )
     outputs = {f.name: f.read_text() for f in out.iterdir()}
     assert outputs["reason"] in said
-    answer = cluster.report_outputs(pod, outputs, as_user=EXECUTOR)
-    assert answer.status == 201, answer.message
-    cluster.finish(pod, 0)
     return outputs
 
 
 def skipped(cluster: Cluster, forge: Forge, sha: str, tmp_path: Path) -> str:
-    """The Workflow of ``sha``: its plan skips, it succeeds, only the plan and the
-    skipped report ran. The plan's reason."""
+    """The Workflow of ``sha``: its plan skips, its one pod ends with no write-back, it
+    succeeds, nothing else ran. The plan's reason."""
     workflow = sensor_workflow(cluster, sha)["metadata"]["name"]
     outputs = plan(cluster, forge, workflow, tmp_path)
     assert outputs["build"] == "false", outputs["reason"]
-    cluster.finish(step_pod(cluster, workflow, "report-skipped", phase="Running"), 0)
+    walk(cluster, workflow, [(RUN, 0)], {"outcome": "none", "commit": "", "digest": ""})
     ended(cluster, workflow, "Succeeded")
     nodes = cluster.nodes_of(BUILD_NS, workflow)
-    ran = sorted(  # a retried step's pod is its attempt's: plan(0)
+    ran = sorted(  # a retried template's pod is its attempt's: run(0)
         nodes[p["metadata"]["annotations"][NODE_ID]]["displayName"].removesuffix("(0)")
         for p in cluster.workflow_pods(BUILD_NS, workflow)
     )
-    assert ran == ["plan", "report-skipped"], ran
+    assert ran == [RUN], ran
     return outputs["reason"]
 
 
@@ -435,10 +430,10 @@ def test_a_git_push_to_the_apps_context_becomes_its_workflow_and_runs(
     assert LABEL_SUBMITTED_BY not in workflow["metadata"]["labels"]
     outputs = plan(cluster, forge, name, tmp_path)
     assert outputs["build"] == "true", outputs["reason"]
-    # admitted and going on: the checkout's pod is made, on a worker
-    pod = step_pod(cluster, name, "checkout", phase="Running")
+    # admitted and going on: its pod is made, on a worker
+    pod = step_pod(cluster, name, RUN, phase="Running")
     assert pod["spec"]["nodeName"] == "kwok-worker-0"
-    fail(cluster, name, ["checkout", "report-pending"])
+    fail(cluster, name)
 
 
 def no_workflow(cluster: Cluster, forge: Forge, event_path: ArgoEvents, sha: str) -> None:
@@ -499,7 +494,7 @@ def test_a_push_while_the_eventsource_is_down_is_lost_and_the_next_one_builds_it
         "true",
         f"2 file(s) changed under dataops/citation-dagster: {APP_FILE}, {more}",
     )
-    fail(cluster, name, ["checkout", "report-pending"])
+    fail(cluster, name)
     assert not cluster.exists(
         f"{ARGO}/namespaces/{BUILD_NS}/workflows/fabrique-citation-{lost[:12]}"
     )

@@ -130,7 +130,7 @@ def test_a_sha256_revision_is_admitted_labelled_by_its_sha12_and_run(
     assert create_workflow(cluster, sensor).status == 201
     # the controller takes one (labelsFrom) and labels its pods with the sha12
     running = start(cluster, sha)
-    pod = step_pod(cluster, running, "plan")
+    pod = step_pod(cluster, running, RUN)
     assert pod["metadata"]["labels"]["fabrique.io/revision"] == sha[:12]
     assert (
         cluster.workflow(BUILD_NS, running)["metadata"]["labels"]["fabrique.io/revision"]
@@ -188,44 +188,40 @@ def phase(cluster: Cluster, namespace: str, workflow: str) -> str:
     return str((cluster.workflow(namespace, workflow).get("status") or {}).get("phase") or "")
 
 
-PLAN_OUTPUTS = {
-    "image-ref": "registry:80/citation-dagster:0123456789ab",
-    "cache-ref": "",
-    "repo-url": "http://gitea-http.gitea.svc.cluster.local:3000/atlas/atlas.git",
-    "context": "dataops/citation-dagster",
-    "dockerfile": "Dockerfile",
-    "build-opts": "",
-    "build": "true",
-    "reason": "changed",
-}
 DIGEST = "sha256:" + "ab" * 32
-
-
-OUTPUTS = {
-    "plan": PLAN_OUTPUTS,
-    "verify-digest": {"digest": DIGEST},
-    "write-back": {"outcome": "changed", "commit": "c0" * 20},
-}
-WORKSPACE_STEPS = ("checkout", "build", "verify-digest")
+RUN = "run"  # the build's one pod
+# what the executor reports for it: the outputs of its ``main`` container
+RUN_OUTPUTS = {"outcome": "changed", "commit": "c0" * 20, "digest": DIGEST}
+# its containers, in the order they run (report-pending beside the checkout)
+STAGES = [
+    "plan",
+    "report-pending",
+    "checkout",
+    "build",
+    "verify-digest",
+    "write-back",
+    "main",
+]
 
 
 def walk(
-    cluster: Cluster, workflow: str, steps: list[tuple[str, int]]
+    cluster: Cluster,
+    workflow: str,
+    ends: list[tuple[str, int]],
+    outputs: dict[str, str] | None = None,
 ) -> list[tuple[str, dict[str, Any]]]:
-    """Play each step's attempt as the kubelet and the executor would: its pod runs, its
-    outputs are reported (when it passes), it exits with the code given. ``build(1)`` is
-    the build's second attempt. Each step's pod, as it ran."""
+    """Play each pod as the kubelet and the executor would: it runs, its outputs are
+    reported (the build's, ``outputs`` or RUN_OUTPUTS, whatever its end: the executor
+    saves them from the pod's volumes, defaults where a file is missing), it exits with
+    the code given. ``run(1)`` is the pod's second attempt. Each pod, as it ran."""
     played = []
-    for step, code in steps:
+    for step, code in ends:
         pod = step_pod(cluster, workflow, step, phase="Running")
         played.append((step, pod))
-        name = step.split("(")[0]
-        if name in WORKSPACE_STEPS:
-            # the builder never runs on the control plane, nor any pod of its workspace
-            # (the plane offers volumes on both nodes: the scheduler chooses)
+        if step.split("(")[0] == RUN:
+            # the builder never runs on the control plane (the plane offers both nodes)
             assert pod["spec"]["nodeName"] == "kwok-worker-0", f"{step} on the control plane"
-        if name in OUTPUTS and code == 0:
-            answer = cluster.report_outputs(pod, OUTPUTS[name], as_user=EXECUTOR)
+            answer = cluster.report_outputs(pod, outputs or RUN_OUTPUTS, as_user=EXECUTOR)
             assert answer.status == 201, answer.message
         cluster.finish(pod, code)
     return played
@@ -239,66 +235,68 @@ def ended(cluster: Cluster, workflow: str, phase_: str) -> None:
     )
 
 
-BUILD_STEPS = [
-    "plan",
-    "report-pending",
-    "checkout",
-    "build",
-    "verify-digest",
-    "write-back",
-    "report-success",
-]
-
-
-def test_a_build_runs_step_by_step_and_the_builder_lands_on_a_worker(
+def test_a_build_is_one_pod_on_a_worker_its_stages_in_order(
     cluster: Cluster, applied: Path
 ) -> None:
+    """The real controller makes one pod for a whole build, its stages the containers
+    of a containerSet, which Argo's executor runs in order: each waits for the ones it
+    depends on (the pod's ``/var/run/argo/template``)."""
     workflow = start(cluster)
-    walk(cluster, workflow, [(step, 0) for step in BUILD_STEPS])
+    ((_, pod),) = walk(cluster, workflow, [(RUN, 0)])
     ended(cluster, workflow, "Succeeded")
+    names = [c["name"] for c in pod["spec"]["containers"]]
+    assert names == ["wait", *STAGES] or names == [*STAGES, "wait"], names
+    pods = cluster.workflow_pods(BUILD_NS, workflow)
+    assert [p["metadata"]["name"] for p in pods] == [pod["metadata"]["name"]], "one pod"
+    stored = cluster.workflow(BUILD_NS, workflow)
+    run = next(n for n in stored["status"]["nodes"].values() if n["displayName"] == RUN)
+    assert {p["name"]: p["value"] for p in run["outputs"]["parameters"]} == RUN_OUTPUTS
+    containers = {
+        n["displayName"]: n["phase"]
+        for n in stored["status"]["nodes"].values()
+        if n.get("type") == "Container"
+    }
+    assert containers == dict.fromkeys(STAGES, "Succeeded")
 
 
 def test_metrics_count_each_runs_outcome_once(cluster: Cluster, applied: Path) -> None:
-    """The real controller's metrics endpoint: a build and a write-back that pass on their
-    second attempt count once, as passed; a write-back refused for good counts once, as
-    failed. No run carries a MetricsError condition."""
-    retried, refused = start(cluster), start(cluster)
-    walk(cluster, retried, [("plan", 0), ("report-pending", 0), ("checkout", 0), ("build", 75)])
-    walk(cluster, refused, [("plan", 0), ("report-pending", 0), ("checkout", 0), ("build", 0)])
-    walk(cluster, refused, [("verify-digest", 0), ("write-back", 3), ("report-failure", 0)])
-    walk(cluster, retried, [("build(1)", 0), ("verify-digest", 0), ("write-back", 75)])
-    walk(cluster, retried, [("write-back(1)", 0), ("report-success", 0)])
+    """The real controller's metrics endpoint: a build whose pod was lost and whose second
+    pod passed counts once, as passed; a write-back refused for good counts once, as
+    failed; a skipped plan counts no write-back. No run carries a MetricsError
+    condition."""
+    retried, refused, skipped = start(cluster), start(cluster), start(cluster)
+    delete_running(cluster, step_pod(cluster, retried, RUN, phase="Running"))
+    walk(cluster, refused, [(RUN, 3), ("report-failure", 0)], RUN_OUTPUTS | {"outcome": "failed"})
+    walk(cluster, skipped, [(RUN, 0)], {"outcome": "none", "commit": "", "digest": ""})
+    walk(cluster, retried, [("run(1)", 0)])
     ended(cluster, retried, "Succeeded")
     ended(cluster, refused, "Failed")
+    ended(cluster, skipped, "Succeeded")
     series = cluster.plane.metrics()
     app = {
         name: cluster.workflow(BUILD_NS, name)["metadata"]["labels"]["fabrique.io/app"]
-        for name in (retried, refused)
+        for name in (retried, refused, skipped)
     }
     build = "argo_workflows_fabrique_build_duration_seconds_count"
     writeback = "argo_workflows_fabrique_writeback_total"
     assert series.get(f'{build}{{app="{app[retried]}",status="Succeeded"}}') == 1
-    assert series.get(f'{build}{{app="{app[retried]}",status="Failed"}}') is None
+    assert series.get(f'{build}{{app="{app[retried]}",status="Error"}}') is None
     assert series.get(f'{writeback}{{app="{app[retried]}",outcome="changed"}}') == 1
-    assert series.get(f'{writeback}{{app="{app[retried]}",outcome="failed"}}') is None
     assert series.get(f'{writeback}{{app="{app[refused]}",outcome="failed"}}') == 1
-    assert series.get(f'{build}{{app="{app[refused]}",status="Succeeded"}}') == 1
-    for name in (retried, refused):
+    assert series.get(f'{build}{{app="{app[refused]}",status="Failed"}}') == 1
+    assert series.get(f'{build}{{app="{app[skipped]}",status="Succeeded"}}') == 1
+    assert not [key for key in series if writeback in key and app[skipped] in key]
+    for name in (retried, refused, skipped):
         conditions = cluster.workflow(BUILD_NS, name)["status"].get("conditions") or []
         assert [c for c in conditions if c["type"] == "MetricsError"] == [], name
 
 
-def test_a_failed_step_fails_the_workflow_and_the_exit_handler_reports(
+def test_a_failed_stage_fails_the_workflow_and_the_exit_handler_reports(
     cluster: Cluster, applied: Path
 ) -> None:
     workflow = start(cluster)
-    cluster.finish(step_pod(cluster, workflow, "plan", phase="Running"), 1)  # retried on 75 only
-    cluster.finish(step_pod(cluster, workflow, "report-failure", phase="Running"), 0)
-    cluster.wait(
-        f"{workflow} Failed",
-        lambda: phase(cluster, BUILD_NS, workflow) == "Failed" or None,
-        timeout=90,
-    )
+    walk(cluster, workflow, [(RUN, 1), ("report-failure", 0)])
+    ended(cluster, workflow, "Failed")
 
 
 def delete_running(cluster: Cluster, pod: dict[str, Any]) -> None:
@@ -318,17 +316,18 @@ def delete_running(cluster: Cluster, pod: dict[str, Any]) -> None:
     cluster.delete(pod)
 
 
-def test_a_step_is_retried_only_when_a_retry_may_fix_it(cluster: Cluster, applied: Path) -> None:
-    """The real controller evaluates the retry expression: exit 75, a deleted pod and a
-    node-pressure eviction get a second attempt; a wrong answer (exit 3) and an eviction
-    for the pod's own excess do not. One Workflow per ending, run side by side (the first
-    backoff is 10 s)."""
+def test_a_pod_is_made_again_only_when_it_was_lost(cluster: Cluster, applied: Path) -> None:
+    """The real controller evaluates the pod's retry expression: a deleted pod and a
+    node-pressure eviction get a second pod. A stage that gave up on a transient cause
+    (exit 75: it retried itself, ``build.retries`` times), a wrong answer (exit 3) and an
+    eviction for the pod's own excess do not. One Workflow per ending, side by side (the
+    first backoff is 10 s)."""
     ends: dict[str, Any] = {
-        "transient": lambda pod: cluster.finish(pod, 75),
         "deleted": lambda pod: delete_running(cluster, pod),
         "node-pressure": lambda pod: cluster.evict(
             pod, "The node was low on resource: ephemeral-storage. "
         ),
+        "transient": lambda pod: cluster.finish(pod, 75),
         "wrong-answer": lambda pod: cluster.finish(pod, 3),
         "own-excess": lambda pod: cluster.evict(
             pod, "Pod ephemeral local storage usage exceeds the total limit of containers 2Gi. "
@@ -336,21 +335,19 @@ def test_a_step_is_retried_only_when_a_retry_may_fix_it(cluster: Cluster, applie
     }
     workflows = {end: start(cluster) for end in ends}
     for end, workflow in workflows.items():
-        ends[end](step_pod(cluster, workflow, "plan", phase="Running"))
-    for end in ("transient", "deleted", "node-pressure"):
-        assert step_pod(cluster, workflows[end], "plan(1)", phase="Running"), end
-    for end in ("wrong-answer", "own-excess"):
+        ends[end](step_pod(cluster, workflow, RUN, phase="Running"))
+    for end in ("deleted", "node-pressure"):
+        assert step_pod(cluster, workflows[end], "run(1)", phase="Running"), end
+    for end in ("transient", "wrong-answer", "own-excess"):
 
-        def plan_ended(workflow: str = workflows[end]) -> dict[str, Any] | None:
+        def run_ended(workflow: str = workflows[end]) -> dict[str, Any] | None:
             nodes = cluster.nodes_of(BUILD_NS, workflow).values()
-            retry = next(
-                n for n in nodes if n.get("type") == "Retry" and n["displayName"] == "plan"
-            )
+            retry = next(n for n in nodes if n.get("type") == "Retry" and n["displayName"] == RUN)
             return retry if retry.get("phase") in ("Failed", "Error") else None
 
-        retry = cluster.wait(f"the plan of {end} ended", plan_ended, timeout=60)
+        retry = cluster.wait(f"the run of {end} ended", run_ended, timeout=60)
         assert retry["message"] == "retryStrategy.expression evaluated to false", end
-        assert cluster.node(BUILD_NS, workflows[end], "plan(1)") is None, end
+        assert cluster.node(BUILD_NS, workflows[end], "run(1)") is None, end
 
 
 @pytest.fixture()
@@ -405,32 +402,35 @@ def pod_security_refusal(cluster: Cluster, pod: dict[str, Any], namespace: str) 
     return answer.message
 
 
-def test_every_pod_of_a_build_is_admitted_and_only_the_builders_needs_privileged(
+def test_a_build_pod_is_admitted_and_needs_privileged_for_its_builder_alone(
     cluster: Cluster, applied: Path, enforcing: dict[str, str]
 ) -> None:
-    """Each step of a whole build gets its pod in the build namespace, whose Pod Security
-    level, ``privileged``, admits any pod. What needs that level is for the real Pod
-    Security admission to say: the same pods, created as a dry run where ``baseline``
-    and ``restricted`` are enforced. The build step's (seccomp and AppArmor
-    ``Unconfined``) passes neither; every other step's passes ``restricted``."""
+    """A build's pod, and its exit handler's, get admitted in the build namespace, whose
+    Pod Security level, ``privileged``, admits any pod. What needs that level is for the
+    real Pod Security admission to say: the same pods, created as a dry run where
+    ``baseline`` and ``restricted`` are enforced. The build's pod fails both for its
+    builder container alone (seccomp and AppArmor ``Unconfined``); the exit handler's
+    passes ``restricted``."""
     namespace = cluster.get(f"/api/v1/namespaces/{BUILD_NS}")
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
     workflow = start(cluster)
-    played = walk(cluster, workflow, [(step, 0) for step in BUILD_STEPS])
-    ended(cluster, workflow, "Succeeded")
-    assert [step for step, _ in played] == BUILD_STEPS
-    assert all(pod["metadata"]["namespace"] == BUILD_NS for _, pod in played)
-    refused = {
-        level: [step for step, pod in played if pod_security_refusal(cluster, pod, where)]
-        for level, where in enforcing.items()
-    }
-    assert refused == {"baseline": ["build"], "restricted": ["build"]}
-    builder = dict(played)["build"]
-    message = pod_security_refusal(cluster, builder, enforcing["baseline"]) or ""
+    played = dict(walk(cluster, workflow, [(RUN, 1), ("report-failure", 0)]))
+    ended(cluster, workflow, "Failed")
+    assert all(pod["metadata"]["namespace"] == BUILD_NS for pod in played.values())
+    for where in enforcing.values():
+        assert pod_security_refusal(cluster, played["report-failure"], where) is None
+    message = pod_security_refusal(cluster, played[RUN], enforcing["baseline"]) or ""
     assert 'violates PodSecurity "baseline:latest"' in message
+    assert 'container "build"' in message, message
     assert "seccompProfile" in message and "AppArmor profile" in message
     # never privileged, no hostPath: Unconfined is all that baseline refuses in it
     assert "privileged (" not in message and "hostPath" not in message, message
+    # the other containers alone pass restricted
+    tools = copy.deepcopy(played[RUN])
+    tools["spec"]["containers"] = [c for c in tools["spec"]["containers"] if c["name"] != "build"]
+    for volume in ("buildkit-state", "fabrique-buildkitd", "build-tmp"):
+        tools["spec"]["volumes"] = [v for v in tools["spec"]["volumes"] if v["name"] != volume]
+    assert pod_security_refusal(cluster, tools, enforcing["restricted"]) is None
 
 
 def named_objects(pod: dict[str, Any]) -> list[str]:
@@ -463,7 +463,7 @@ def named_objects(pod: dict[str, Any]) -> list[str]:
 
 def test_everything_a_build_pod_names_exists(cluster: Cluster, applied: Path) -> None:
     workflow = start(cluster)
-    pod = step_pod(cluster, workflow, "plan")
+    pod = step_pod(cluster, workflow, RUN)
     missing = [path for path in named_objects(pod) if not cluster.exists(path)]
     assert missing == []
     # the executor's token Secret is rendered empty; Kubernetes' token controller fills it
