@@ -188,12 +188,19 @@ def test_timings_reads_each_stage_from_the_objects_own_times() -> None:
         "status": {
             "finishedAt": "2026-12-04T10:00:40Z",
             "nodes": {
+                # the build container's node in the build's pod, as the controller names it
                 "a": {
-                    "displayName": "build",
+                    "displayName": "run(0).build",
+                    "type": "Container",
                     "startedAt": "2026-12-04T10:00:12Z",
                     "finishedAt": "2026-12-04T10:00:30Z",
                 },
-                "b": {"displayName": "write-back", "finishedAt": "2026-12-04T10:00:39Z"},
+                "b": {
+                    "displayName": "run(0).write-back",
+                    "type": "Container",
+                    "finishedAt": "2026-12-04T10:00:39Z",
+                },
+                "c": {"displayName": "run", "type": "Retry", "finishedAt": "2026-12-04T10:00:39Z"},
             },
         },
     }

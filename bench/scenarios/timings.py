@@ -29,10 +29,18 @@ def stages(
     application: dict[str, Any],
     pods: dict[str, Any],
 ) -> dict[str, float]:
-    """Seconds from the push: the Workflow created, its build step's pod started and
-    done, the Workflow done, the digest's commit in Git, the Application's sync done, the last pod Ready."""
+    """Seconds from the push: the Workflow created, its build container started and done
+    (its node in the build's pod, ``run(0).build``, as the controller saw it), the
+    Workflow done, the digest's commit in Git, the Application's sync done, the last pod
+    Ready."""
     nodes = (workflow.get("status") or {}).get("nodes") or {}
-    build = [n for n in nodes.values() if n.get("displayName") == "build" and n.get("finishedAt")]
+    build = [
+        n
+        for n in nodes.values()
+        if n.get("type") == "Container"
+        and str(n.get("displayName")).rsplit(".", 1)[-1] == "build"
+        and n.get("finishedAt")
+    ]
     ready = [
         c["lastTransitionTime"]
         for p in pods.get("items", [])

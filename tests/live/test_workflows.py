@@ -251,8 +251,9 @@ def test_a_build_is_one_pod_on_a_worker_its_stages_in_order(
     stored = cluster.workflow(BUILD_NS, workflow)
     run = next(n for n in stored["status"]["nodes"].values() if n["displayName"] == RUN)
     assert {p["name"]: p["value"] for p in run["outputs"]["parameters"]} == RUN_OUTPUTS
+    # a container's node is named for its pod's: run(0).plan
     containers = {
-        n["displayName"]: n["phase"]
+        n["displayName"].rsplit(".", 1)[-1]: n["phase"]
         for n in stored["status"]["nodes"].values()
         if n.get("type") == "Container"
     }
