@@ -316,13 +316,9 @@ def submit(
         click.echo(dump_documents([body], header=False), nl=False)
         return
     from fabrique.clients.kube import KubeClient
-    from fabrique.decisions.workflow import submit as submit_workflow
-    from fabrique.site.errors import KubeError
 
-    result = submit_workflow(KubeClient.for_site(site, kube_context), body)
-    if result.outcome == "waiting":
-        raise KubeError(f"submit {result.name}: {result.detail}; try again", transient=True)
-    state_word = "created" if result.outcome == "created" else "already exists"
+    result = KubeClient.for_site(site, kube_context).create_workflow(body)
+    state_word = "created" if result.created else "already exists"
     click.echo(f"{state_word}: workflow {result.namespace}/{result.name}")
 
 

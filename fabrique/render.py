@@ -212,8 +212,7 @@ def reconcile_unit(site: Site) -> Tree:
     from pipelines.reconcile_cron import CRON_NAME, SERVICE_ACCOUNT, reconcile_cron
 
     # it runs in the control namespace; it may get/list/create Workflows and read the
-    # template in the build namespace, and nothing else there but reading the claims: a
-    # resubmission waits for the deleted Workflow's claim of the same name to be gone
+    # template in the build namespace, and nothing else there
     rules = [
         {
             "apiGroups": ["argoproj.io"],
@@ -221,7 +220,6 @@ def reconcile_unit(site: Site) -> Tree:
             "verbs": ["get", "list", "create"],
         },
         {"apiGroups": ["argoproj.io"], "resources": ["workflowtemplates"], "verbs": ["get"]},
-        {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get"]},
     ]
     rbac = service_account(
         SERVICE_ACCOUNT,

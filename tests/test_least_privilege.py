@@ -62,8 +62,6 @@ def test_the_reconciler_may_create_workflows_in_the_build_namespace_and_nothing_
             "verbs": ["get", "list", "create"],
         },
         {"apiGroups": ["argoproj.io"], "resources": ["workflowtemplates"], "verbs": ["get"]},
-        # a resubmission waits for the deleted Workflow's workspace claim to be gone
-        {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get"]},
     ]
     policy = find(TREE, "NetworkPolicy", "reconciler", CONTROL_NS)
     assert policy["spec"]["podSelector"] == {"matchLabels": {"fabrique.io/role": "reconciler"}}

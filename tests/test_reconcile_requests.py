@@ -172,10 +172,9 @@ def test_one_app_changed_costs_its_own_questions_and_its_write_back(world: World
     revision = world.code_repo.commit({"apps/app-05/src.txt": "v2\n"})
     states, counts = world.reconcile()
     assert states == _all("ok") | {"app-05": "submitted"}
-    # + one listing of the new commits, its commit status | + its Workflow read, its
-    # claim's name looked up (no earlier one holds it), the Workflow created, memory
-    # written | + its tag asked of the registry
-    assert counts == (nothing_changed[0] + 2, nothing_changed[1] + 4, 1)
+    # + one listing of the new commits, its commit status | + its Workflow read and
+    # created, memory written | + its tag asked of the registry
+    assert counts == (nothing_changed[0] + 2, nothing_changed[1] + 3, 1)
     assert (NS, f"fabrique-app-05-{revision[:12]}") in world.kube.objects
 
     digest = world.verified("app-05", revision)

@@ -2,126 +2,22 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
-from fabrique.decisions import workflow as submission
-from fabrique.decisions.workflow import build_workflow, workspace_claim
+from fabrique.decisions.workflow import build_workflow
 from fabrique.site.config import load_site
 from fabrique.site.names import workflow_name
 
-from .conftest import GITEA_TOKEN, CodeRepo, run_cli, unreachable_kubeconfig, write_values
+from .conftest import CodeRepo, run_cli, unreachable_kubeconfig, write_values
 from .doubles.gitea import GiteaDouble
-from .doubles.http import Request
-from .doubles.kube import KubeApiDouble, status
-from .servers import Registry
-from .test_reconcile import _line, _reconcile, _values
+from .doubles.kube import KubeApiDouble
 
 REV = "9c1d0f3b2a4e5d6c7b8a9f0e1d2c3b4a5f6e7d8c"
 NS = "fabrique-build"
-CLAIMS = re.compile(r"^/api/v1/namespaces/([^/]+)/persistentvolumeclaims/([^/]+)$")
-
-
-class ClaimsDouble(KubeApiDouble):
-    """The double, with the workspace claims the Argo controller makes and the garbage
-    collector deletes: a claim of a deleted Workflow stays (``deletionTimestamp`` set, a
-    finalizer holding it) for ``lingers`` reads, then is gone. A Workflow created while
-    a claim of its name that it does not own exists is one the controller fails
-    (``createPVCs``, operator.go): it is recorded in ``collided``."""
-
-    def __init__(self, specs: Path) -> None:
-        super().__init__(specs)
-        self.claims: dict[tuple[str, str], dict[str, Any]] = {}
-        self.lingers: dict[tuple[str, str], int] = {}
-        self.collided: list[str] = []
-
-    def old_claim(self, workflow: str, *, reads: int | None) -> str:
-        """The claim of an earlier ``workflow``, deleted with it; gone after ``reads``
-        reads (None: it stays)."""
-        name = workspace_claim(workflow)
-        self.claims[(NS, name)] = claim_object(name, "uid-of-the-deleted-workflow", deleting=True)
-        if reads is not None:
-            self.lingers[(NS, name)] = reads
-        return name
-
-    def _handle(self, request: Request) -> tuple[int, Any]:
-        claim = CLAIMS.match(request.path)
-        if claim and request.method == "GET":
-            with self._lock:
-                self.requests.append(request)
-                key = (claim[1], claim[2])
-                if key in self.lingers:
-                    self.lingers[key] -= 1
-                    if self.lingers[key] < 0:
-                        del self.lingers[key], self.claims[key]
-                found = self.claims.get(key)
-                if found is None:
-                    message = f'persistentvolumeclaims "{key[1]}" not found'
-                    return 404, status(404, "NotFound", message)
-                return 200, found
-        if request.method == "POST" and request.path.endswith("/workflows"):
-            name = (request.json() or {}).get("metadata", {}).get("name", "")
-            with self._lock:
-                held = self.claims.get((NS, workspace_claim(name)))
-            answer = super()._handle(request)
-            if answer[0] == 201 and held is not None:
-                self.collided.append(name)
-            return answer
-        return super()._handle(request)
-
-
-def claim_object(name: str, owner_uid: str, *, deleting: bool) -> dict[str, Any]:
-    """A workspace claim as the Argo controller creates it (its owner, the Workflow)."""
-    meta: dict[str, Any] = {
-        "name": name,
-        "namespace": NS,
-        "uid": f"uid-of-{name}",
-        "finalizers": ["kubernetes.io/pvc-protection"],
-        "ownerReferences": [
-            {
-                "apiVersion": "argoproj.io/v1alpha1",
-                "kind": "Workflow",
-                "name": name.removesuffix("-workspace"),
-                "uid": owner_uid,
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ],
-    }
-    if deleting:
-        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta}
-
-
-@pytest.fixture()
-def kube(specs: Path) -> Iterator[ClaimsDouble]:
-    double = ClaimsDouble(specs).start()
-    try:
-        yield double
-    finally:
-        double.stop()
-
-
-@pytest.fixture()
-def net(
-    tmp_path: Path, gitea: GiteaDouble, registry: Registry, kube: ClaimsDouble
-) -> tuple[Path, dict[str, str]]:
-    """The safety net's values file and environment (as in test_reconcile.py)."""
-    env = {
-        "KUBECONFIG": str(kube.kubeconfig(tmp_path / "kubeconfig")),
-        "FABRIQUE_GITEA_TOKEN": GITEA_TOKEN,
-    }
-    return _values(tmp_path, gitea, registry.host), env
-
-
-@pytest.fixture()
-def fast_polls(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(submission, "CLAIM_POLL_SECONDS", 0.01)
+WORKFLOWS = f"/apis/argoproj.io/v1alpha1/namespaces/{NS}/workflows"
 
 
 @pytest.fixture()
@@ -153,88 +49,8 @@ def test_submit_creates_the_workflow_then_reports_it_exists(
     )
     assert len(kube.objects) == 1
     assert kube.rejections == []
-
-
-def test_a_resubmission_waits_for_the_earlier_workflows_claim_to_be_collected(
-    kube: ClaimsDouble, kubeconfig: dict[str, str], fast_polls: None
-) -> None:
-    """The Workflow was deleted; its claim, of the name the new one's will have, is
-    still being collected. Created now, the new Workflow would fail on it for good."""
-    name = f"fabrique-citation-{REV[:12]}"
-    claim = kube.old_claim(name, reads=3)
-    result = run_cli("-v", "submit", "--app", "citation", "--revision", REV, env=kubeconfig)
-    assert result.exit_code == 0, result.stderr
-    assert result.stdout.strip() == f"created: workflow {NS}/{name}"
-    assert f"claim {claim} of an earlier Workflow of that name is being deleted" in result.stderr
-    assert kube.collided == [], "created only once the old claim was gone"
-    assert (NS, name) in kube.objects
-
-
-def test_a_claim_that_outlives_the_wait_creates_nothing_and_exits_75(
-    kube: ClaimsDouble,
-    kubeconfig: dict[str, str],
-    fast_polls: None,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(submission, "CLAIM_WAIT_SECONDS", 0.1)
-    name = f"fabrique-citation-{REV[:12]}"
-    claim = kube.old_claim(name, reads=None)
-    result = run_cli("submit", "--app", "citation", "--revision", REV, env=kubeconfig)
-    assert result.exit_code == 75, result.stderr
-    assert f"claim {NS}/{claim} of an earlier {name} is still there after" in result.stderr
-    assert kube.objects == {}
-
-
-def test_the_workflows_own_claim_holds_nothing_back(
-    kube: ClaimsDouble, kubeconfig: dict[str, str]
-) -> None:
-    first = run_cli("submit", "--app", "citation", "--revision", REV, env=kubeconfig)
-    assert first.exit_code == 0, first.stderr
-    name = f"fabrique-citation-{REV[:12]}"
-    uid = kube.objects[(NS, name)]["metadata"]["uid"]
-    claim = workspace_claim(name)
-    kube.claims[(NS, claim)] = claim_object(claim, uid, deleting=False)
-    again = run_cli("submit", "--app", "citation", "--revision", REV, env=kubeconfig)
-    assert again.stdout.strip() == f"already exists: workflow {NS}/{name}"
-
-
-def test_the_safety_net_resubmits_a_deleted_build_once_its_claim_is_gone(
-    code_repo: CodeRepo,
-    net: tuple[Path, dict[str, str]],
-    kube: ClaimsDouble,
-    fast_polls: None,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A pass whose wait runs out creates nothing and says why; the next one submits."""
-    values, env = net
-    # a pass waits less than `fabrique submit`: its deadline may be a minute
-    assert submission.PASS_CLAIM_WAIT_SECONDS < 60 / 2 < submission.CLAIM_WAIT_SECONDS
-    monkeypatch.setattr(submission, "PASS_CLAIM_WAIT_SECONDS", 0.1)
-    revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
-    name = f"fabrique-citation-{revision[:12]}"
-    claim = kube.old_claim(name, reads=None)
-    waiting = _reconcile(values, env)
-    assert waiting.exit_code == 0, waiting.stderr
-    assert _line(waiting).startswith(
-        f"citation: in-flight: claim {NS}/{claim} of an earlier {name} is still there"
-    )
-    assert kube.objects == {}
-    del kube.claims[(NS, claim)]  # collected
-    submitted = _reconcile(values, env)
-    assert _line(submitted).startswith("citation: submitted: "), submitted.stdout
-    assert (NS, name) in kube.objects
-    assert kube.collided == []
-
-
-def test_the_workspace_claim_is_named_as_the_argo_controller_names_it() -> None:
-    """``<workflow>-<volumeClaimTemplates entry>``, the template's one entry."""
-    from fabrique.site.config import load_site as site
-    from pipelines.build import build_template
-
-    template = build_template(site(env={})).to_dict()
-    (entry,) = template["spec"]["volumeClaimTemplates"]
-    name = f"fabrique-citation-{REV[:12]}"
-    assert workspace_claim(name) == f"{name}-{entry['metadata']['name']}"
+    # each submit is one create, and nothing else asked first: a 409 is the same build
+    assert [(r.method, r.path) for r in kube.requests] == [("POST", WORKFLOWS)] * 2
 
 
 def test_the_double_rejects_bodies_outside_the_workflow_schema(

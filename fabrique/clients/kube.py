@@ -57,17 +57,6 @@ class WorkflowState:
     uid: str = ""  # the object's metadata.uid: what its claims' owner references name
 
 
-@dataclass(frozen=True)
-class ClaimState:
-    """A PersistentVolumeClaim as the submit path reads it: who owns it, and whether it
-    is being deleted (``metadata.deletionTimestamp``: the garbage collector or the
-    controller has asked, a finalizer still holds it)."""
-
-    name: str
-    owners: tuple[str, ...]  # the uids of its owner references
-    deleting: bool
-
-
 def workflow_state(name: str, body: dict[str, Any]) -> WorkflowState:
     """Read a Workflow object as the Argo controller writes it (``status.nodes``)."""
     spec = body.get("spec") or {}
@@ -373,18 +362,6 @@ class KubeClient:
             raise KubeError(f"{what}: the API answered something that is not a list")
         return [item for item in items if isinstance(item, dict)]
 
-    def claim(self, namespace: str, name: str) -> ClaimState | None:
-        """PersistentVolumeClaim ``name``, or None if there is no such one."""
-        found = self._read_core("PersistentVolumeClaim", namespace, name)
-        if found is None:
-            return None
-        meta = found.get("metadata") or {}
-        return ClaimState(
-            name=name,
-            owners=tuple(str(o.get("uid", "")) for o in meta.get("ownerReferences") or []),
-            deleting=bool(meta.get("deletionTimestamp")),
-        )
-
     def application(self, namespace: str, name: str) -> dict[str, Any] | None:
         """Argo CD's Application ``namespace/name`` (its status as Argo CD wrote it), or
         None if there is none."""
@@ -417,12 +394,7 @@ class KubeClient:
         self._write_core("replace", "Secret", body)
 
     # the core kinds fabrique reads and writes, by their resource (plural) names
-    _CORE = {
-        "Secret": "secrets",
-        "ConfigMap": "configmaps",
-        "Service": "services",
-        "PersistentVolumeClaim": "persistentvolumeclaims",
-    }
+    _CORE = {"Secret": "secrets", "ConfigMap": "configmaps", "Service": "services"}
 
     def _read_core(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         return self._get(f"get {kind} {namespace}/{name}", _core(namespace, self._CORE[kind], name))

@@ -29,9 +29,6 @@ while the registry still holds it. Then exactly one action (``decide``, a pure f
 
 A failed Workflow is resubmitted once it is gone: deleted by an operator, or by its TTL
 (``ttlStrategy.secondsAfterFailure`` of fabrique-build, 7 days): that is the back-off.
-A resubmission waits, bounded, for the deleted Workflow's workspace claim of the same
-name to be collected (``workflow.submit``); past the bound the app is in-flight and a
-later pass submits it.
 
 The pass also reads the wanted commit's status ``fabrique/<app>`` in Gitea, and repairs
 it when the build's own report was lost or the net did the write-back itself
@@ -74,7 +71,6 @@ from fabrique.site.names import (
 )
 
 from . import review
-from . import workflow as submission
 from .holds import Hold
 from .memory import Memory, MemoryStore, NoMemory
 from .signature import signature_gate
@@ -88,7 +84,7 @@ from .status import (
     verdict,
 )
 from .survey import PassTransport, Seen, survey
-from .workflow import build_workflow, submit
+from .workflow import build_workflow
 from .writeback import (
     Deploy,
     Transport,
@@ -380,13 +376,11 @@ class Reconciler:
         assert facts.want is not None
         try:
             body = build_workflow(self.site, app.name, facts.want, submitted_by="reconciler")
-            created = submit(self.kube, body, wait_seconds=submission.PASS_CLAIM_WAIT_SECONDS)
+            created = self.kube.create_workflow(body)
         except FabriqueError as err:
             return error_result(app.name, err)
-        if created.outcome == "exists":  # the Sensor got there first: same name, same build
+        if not created.created:  # the Sensor got there first: same name, same build
             return AppResult(app.name, "in-flight", f"{created.name} already exists", facts)
-        if created.outcome == "waiting":  # an earlier one's claim: a later pass submits
-            return AppResult(app.name, "in-flight", created.detail, facts)
         submitted = AppResult(
             app.name, DONE[todo.action], f"{todo.detail}; created {created.name}", facts
         )
