@@ -23,6 +23,11 @@ from fabrique.site.names import MAX_APP_NAME_LEN, workflow_name
 from .conftest import ROOT, run_cli, write_values
 
 REV = "0123456789abcdef0123456789abcdef01234567"
+# what a site that still gives build.storageClassName is told
+RETIRED_STORAGE_CLASS = (
+    "retired: the build's workspace is an emptyDir of its pod, not a claim, so no "
+    "StorageClass applies (build.workspaceSize bounds it)"
+)
 
 
 def _app(**fields: object) -> dict[str, object]:
@@ -147,6 +152,22 @@ def test_bad_values_name_the_field(
     assert "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("storageClassName", "fast-ssd"), ("storageClassName", None), ("storage_class_name", "x")],
+)
+def test_a_retired_setting_in_a_values_file_is_refused_with_why(
+    tmp_path: Path, key: str, value: Any
+) -> None:
+    """The build's workspace is an emptyDir now: a values file that still names a
+    StorageClass for it is told so, not quietly built without it (nor told of a typo)."""
+    path = tmp_path / "site.yaml"
+    path.write_text(yaml.safe_dump({"build": {key: value}}))
+    with pytest.raises(ConfigError) as caught:
+        load_site(path, env={})
+    assert str(caught.value) == f"build.{key}: {RETIRED_STORAGE_CLASS}; remove it"
+
+
 def test_image_digests_are_accepted() -> None:
     pinned = "moby/buildkit:v0.32.2-rootless@sha256:" + "a" * 64
     assert load_site(env={"FABRIQUE_IMAGES__BUILDKIT": pinned}).images.buildkit == pinned
@@ -158,6 +179,12 @@ def test_image_digests_are_accepted() -> None:
         ("FABRIQUE_REGISTRY_HOST", r"unknown setting 'registry_host' \(nested settings use '__'"),
         ("FABRIQUE_REGISTRY__HOSTNAME", r"unknown setting 'hostname'"),
         ("FABRIQUE_APPS__7__NAME", r"apps has no item '7'"),
+        (
+            "FABRIQUE_BUILD__STORAGE_CLASS_NAME",
+            "^FABRIQUE_BUILD__STORAGE_CLASS_NAME: build.storageClassName is "
+            + re.escape(RETIRED_STORAGE_CLASS + "; unset it")
+            + "$",
+        ),
     ],
 )
 def test_bad_env_names_are_errors(name: str, expected: str) -> None:
@@ -176,6 +203,7 @@ SOURCE_FILES = ("Makefile", "README.md")
 # FABRIQUE_* names the project writes only to show that they are refused
 REFUSED_EXAMPLES = {
     "FABRIQUE_A__B__0__C": "unknown setting 'a'",
+    "FABRIQUE_BUILD__STORAGE_CLASS_NAME": "build.storageClassName is retired",
     "FABRIQUE_BUILD__RETRIS": "unknown setting 'retris'",
     "FABRIQUE_REGISTRY_HOST": "unknown setting 'registry_host'",
     "FABRIQUE_REGISTRY__HOSTNAME": "unknown setting 'hostname'",
@@ -206,7 +234,7 @@ def _is_a_setting(name: str) -> bool:
     try:
         apply_env_override(copy.deepcopy(_defaults()), name, "x")
     except ConfigError as err:
-        return "unknown setting" not in str(err)
+        return not any(refused in str(err) for refused in ("unknown setting", " is retired"))
     return True
 
 

@@ -67,6 +67,15 @@ ENV_RESERVED: Mapping[str, str] = MappingProxyType(
         "must not stop a command",
     }
 )
+# Settings that are gone, by their path, and why. A values file or a FABRIQUE_* variable
+# that still gives one is refused with the reason: ignored, it would let a site believe
+# it still applies; called an unknown field, it would read as a typo.
+RETIRED: Mapping[str, str] = MappingProxyType(
+    {
+        "build.storageClassName": "the build's workspace is an emptyDir of its pod, not a "
+        "claim, so no StorageClass applies (build.workspaceSize bounds it)",
+    }
+)
 
 
 def _dns_label(value: str) -> str:
@@ -385,7 +394,8 @@ class BuildConfig(_Model):
     active_deadline_seconds: Annotated[int, Field(ge=60, le=86400)]
     # how many times a step is tried again when a later attempt may pass
     retries: Annotated[int, Field(ge=0, le=10)]
-    # the build's workspace claim (the checkout)
+    # the workspace emptyDir's sizeLimit (the checkout, which the build reads): past it
+    # the build pod is evicted
     workspace_size: Annotated[str, AfterValidator(_quantity)]
     # the BuildKit state emptyDir's sizeLimit: past it the build pod is evicted
     state_size: Annotated[str, AfterValidator(_quantity)] = "20Gi"
@@ -400,9 +410,6 @@ class BuildConfig(_Model):
         the sum of its containers' limits (``podEphemeralStorageLimitEviction``), so the
         limit holds the state volume whole, plus the container's own scratch."""
         return add_sizes(self.state_size, self.scratch_size)
-
-    # the workspace claim's StorageClass (null: the cluster's default)
-    storage_class_name: DnsLabel | None = None
 
 
 class NetworkConfig(_Model):
@@ -1338,6 +1345,9 @@ def apply_env_override(data: dict[str, Any], name: str, raw: str) -> None:
         else:
             fields = _field_aliases(model) if model is not None else {}
             if part.lower() not in fields:
+                gone = f"{path}.{to_camel(part.lower())}" if path else to_camel(part.lower())
+                if gone in RETIRED:
+                    raise ConfigError(f"{name}: {gone} is retired: {RETIRED[gone]}; unset it")
                 hint = ""
                 if "_" in part and position == 0:
                     hint = f" (nested settings use '__' between levels: {ENV_PREFIX}REGISTRY__HOST)"
@@ -1388,6 +1398,9 @@ def _describe_one(error: Any) -> tuple[str, str]:
         path = f"{path}.{named[1]}" if path else named[1]
         message = named[2]
     line = f"{path}: {message}" if path else message
+    gone = ".".join(to_camel(part) for part in path.split("."))  # a snake_case key too
+    if error["type"] == "extra_forbidden" and gone in RETIRED:
+        return path, f"{path}: retired: {RETIRED[gone]}; remove it"
     shown = error.get("input")
     if error["type"] not in ("missing", "extra_forbidden") and isinstance(
         shown, str | int | float | bool
