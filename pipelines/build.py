@@ -341,11 +341,8 @@ def buildkitd_toml(site: Site) -> str:
 
 
 def _no_control_plane() -> m.Affinity:
-    """Off the control plane: the builder never runs there (invariant 5), and neither does
-    any other pod of the workspace claim. A ReadWriteOnce claim of a WaitForFirstConsumer
-    class is bound on the node of its first pod (the scheduler's VolumeBinding plugin),
-    and a local volume's node affinity then holds every later pod to that node: a checkout
-    on a schedulable control-plane node would leave the build unschedulable for good."""
+    """Off the control plane: the builder never runs there (invariant 5), and its pod
+    holds the builder."""
     return m.Affinity(
         node_affinity=m.NodeAffinity(
             required_during_scheduling_ignored_during_execution=m.NodeSelector(

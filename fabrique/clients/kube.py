@@ -54,7 +54,6 @@ class WorkflowState:
     verified_digest: str | None  # what its verify-digest stage recorded (the pod's output)
     reason: str  # why it is in that phase, from the failed step or the Workflow ("" if none)
     app: str | None = None  # its ``app`` argument
-    uid: str = ""  # the object's metadata.uid: what its claims' owner references name
 
 
 def workflow_state(name: str, body: dict[str, Any]) -> WorkflowState:
@@ -98,7 +97,6 @@ def workflow_state(name: str, body: dict[str, Any]) -> WorkflowState:
         verified_digest=verified,
         reason=reason.strip().rstrip(":"),
         app=str(app) if app is not None else None,
-        uid=str((body.get("metadata") or {}).get("uid") or ""),
     )
 
 

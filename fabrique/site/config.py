@@ -399,17 +399,19 @@ class BuildConfig(_Model):
     workspace_size: Annotated[str, AfterValidator(_quantity)]
     # the BuildKit state emptyDir's sizeLimit: past it the build pod is evicted
     state_size: Annotated[str, AfterValidator(_quantity)] = "20Gi"
-    # the build container's own writable layer and logs, beside the state volume; its
-    # ephemeral-storage limit is the two added (see ephemeral_limit)
+    # the build container's own writable layer and logs, beside the state volume and the
+    # workspace; its ephemeral-storage limit is the three added (see ephemeral_limit)
     scratch_size: Annotated[str, AfterValidator(_quantity)] = "2Gi"
 
     @property
     def ephemeral_limit(self) -> str:
-        """The build container's ephemeral-storage limit. The kubelet evicts a pod whose
-        ephemeral use (its containers' writable layers and logs, and its emptyDirs) passes
-        the sum of its containers' limits (``podEphemeralStorageLimitEviction``), so the
-        limit holds the state volume whole, plus the container's own scratch."""
-        return add_sizes(self.state_size, self.scratch_size)
+        """The build container's ephemeral-storage limit, the only one of the build's
+        pod. The kubelet evicts a pod whose ephemeral use (its containers' writable layers
+        and logs, and its emptyDirs) passes the sum of its containers' limits
+        (``podEphemeralStorageLimitEviction``), so the limit holds the pod's two large
+        volumes whole, BuildKit's state and the workspace, plus the container's own
+        scratch (which the other stages' small files share)."""
+        return add_sizes(add_sizes(self.state_size, self.workspace_size), self.scratch_size)
 
 
 class NetworkConfig(_Model):

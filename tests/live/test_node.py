@@ -176,9 +176,9 @@ def test_a_pods_volumes_reach_its_container(
 def test_a_claim_binds_on_the_node_and_a_non_root_pod_writes_to_it(
     node_plane: ControlPlane, node_cluster: Cluster
 ) -> None:
-    """The build's workspace: a claim of the default class binds, once its pod is
-    scheduled, to a local volume of the node, a folder of the plane's, which a pod
-    running as uid 1000 (as the build's steps do) writes to."""
+    """A claim of the default class (the EventBus's JetStream storage asks one) binds,
+    once its pod is scheduled, to a local volume of the node, a folder of the plane's,
+    which a pod running as uid 1000 (as fabrique's pods do) writes to."""
     claim = {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",

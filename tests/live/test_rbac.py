@@ -48,7 +48,6 @@ ALLOWED = [
     (RECONCILER, "get", "workflows", BUILD, G),
     (RECONCILER, "list", "workflows", BUILD, G),
     (RECONCILER, "get", "workflowtemplates", BUILD, G),
-    (RECONCILER, "get", "persistentvolumeclaims", BUILD, ""),
     (RECONCILER, "create", "configmaps", CONTROL, ""),
 ]
 
@@ -81,6 +80,8 @@ DENIED = [
     ],
     (RECONCILER, "get", "secrets", CONTROL, ""),
     (RECONCILER, "get", "secrets", BUILD, ""),
+    # a build's workspace is its pod's own: no claim to look up
+    (RECONCILER, "get", "persistentvolumeclaims", BUILD, ""),
     (RECONCILER, "update", "workflows", BUILD, G),
     (MIRROR, "get", "secrets", CONTROL, ""),
     (MIRROR, "create", "workflows", BUILD, G),
