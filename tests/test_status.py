@@ -17,11 +17,13 @@ from fabrique.site.errors import TRANSIENT_SAID
 
 from .conftest import GITEA_TOKEN, Repo, run_cli, write_values
 from .doubles.gitea import GiteaDouble
+from .doubles.kube import BUILD_POD, argo_status, workflow_failures
 from .safety_net import repaired_from_node
 
 REPO = "atlas/atlas"
 DIGEST = "sha256:" + "d" * 64
 CONTEXT = "fabrique/citation"
+WORKFLOW = "fabrique-citation-0123456789ab"
 
 
 @pytest.fixture()
@@ -127,19 +129,22 @@ def test_a_status_on_an_unknown_commit_is_not_found(gitea: GiteaDouble, code_rep
 # ------------------------------------------------------------------- decisions
 
 
+def _pod_failed(stage: str, tail: str, code: int = 1) -> str:
+    """``{{workflow.failures}}`` of a build whose ``stage`` container exited ``code`` with
+    the log tail ``tail``: its node, the pod's, the Retry's, the root's and those of the
+    containers after it, which Argo's executor ended (exit 64, "dependency ...")."""
+    body = {"metadata": {"name": WORKFLOW}}
+    status_ = argo_status(body, "Failed", failed_step=stage, message=tail, exit_code=code)
+    return _failures(*workflow_failures(status_))
+
+
 def test_failures_as_argo_substitutes_them_name_the_step_and_its_reason() -> None:
-    workflow = "fabrique-citation-0123456789ab"
-    failures = _failures(
-        _node(workflow, "child 'fabrique-citation-0123456789ab-1' failed", template="main"),
-        _node("[3]", "child 'x' failed", template=""),
-        _node("verify-digest", "No more retries left"),
-        _node(
-            "verify-digest(0)",
-            "INFO fabrique: checking\nerror: citation-dagster:0123456789ab: the build pushed "
-            "sha256:aaa but the registry holds sha256:bbb",
-        ),
+    failures = _pod_failed(
+        "verify-digest",
+        "INFO fabrique: checking\nerror: citation-dagster:0123456789ab: the build pushed "
+        "sha256:aaa but the registry holds sha256:bbb",
     )
-    report = status.failed("Failed", failures, workflow)
+    report = status.failed("Failed", failures, WORKFLOW)
     assert report == status.Report(
         "failure",
         "verify-digest: citation-dagster:0123456789ab: the build pushed sha256:aaa but the "
@@ -147,11 +152,59 @@ def test_failures_as_argo_substitutes_them_name_the_step_and_its_reason() -> Non
     )
 
 
-def test_the_latest_attempt_of_a_retried_step_gives_the_reason() -> None:
+@pytest.mark.parametrize("stage", list(BUILD_POD))
+def test_the_failed_container_is_named_never_one_its_failure_stopped(stage: str) -> None:
+    """The pod's node repeats the message of one failed container, the first in the
+    kubelet's order, which may be one Argo's executor stopped; those say "dependency …
+    exited with non-zero code" and are no cause."""
+    failures = _pod_failed(stage, f"INFO fabrique: {stage}\nerror: {stage} broke")
+    report = status.failed("Failed", failures, WORKFLOW)
+    assert report == status.Report("failure", f"{stage}: {stage} broke")
+
+
+@pytest.mark.parametrize(
+    ("tail", "said"),
+    [
+        ("error: the build pushed sha256:aaa but the registry holds sha256:bbb",
+         "the build pushed sha256:aaa but the registry holds sha256:bbb"),
+        ("", "Error (exit code 1)"),
+    ],
+    ids=["one-line-tail", "no-tail"],
+)  # fmt: skip
+def test_argo_s_words_ahead_of_a_short_tail_are_not_the_reason(tail: str, said: str) -> None:
+    """ "verify-digest: Error (exit code 1): " ahead of a one-line tail names the stage,
+    which the report names once; with no tail, Argo's words are all there is."""
+    report = status.failed("Failed", _pod_failed("verify-digest", tail), WORKFLOW)
+    assert report == status.Report("failure", f"verify-digest: {said}")
+    repaired = repaired_from_node("verify-digest", f"verify-digest: Error (exit code 1): {tail}")
+    assert repaired is not None and repaired.description.endswith(f"verify-digest: {said}")
+
+
+def test_a_write_back_that_failed_is_a_failure_though_the_pod_names_main() -> None:
+    tail = "INFO fabrique: writing back\nerror: atlas/apps: push refused: protected branch"
+    failures = _pod_failed("write-back", tail, 3)
+    pod = next(n for n in json.loads(json.loads(failures)) if n["displayName"] == "run(0)")
+    assert pod["message"].startswith("main: Error (exit code 64): ")  # as the kubelet sorts
+    assert pod["message"].endswith('dependency "write-back" exited with non-zero code: 3')
+    report = status.failed("Failed", failures, WORKFLOW)
+    assert report == status.Report(
+        "failure", "write-back: atlas/apps: push refused: protected branch"
+    )
+    # the safety net reads the same nodes from the Workflow, when the report was lost
+    repaired = repaired_from_node("write-back", f"write-back: Error (exit code 3): {tail}")
+    assert repaired is not None and repaired.state == "failure", repaired
+
+
+def test_the_latest_attempt_of_a_lost_pod_gives_the_reason() -> None:
+    """A lost pod is made again (``run(1)``): the pod that failed after it says why."""
+    cause = "build: Error (exit code 1): #5 [2/2] RUN make\nerror: failed to solve: process did not complete"
+    stopped = 'verify-digest: Error (exit code 64): Error: dependency "build" exited with non-zero code: 1'
     failures = _failures(
-        _node("build(0)", "Error (exit code 1)", at="2026-12-02T10:00:00Z"),
-        _node("build(1)", "error: failed to solve: process did not complete", at="2026-12-02T10:05:00Z"),
-        _node("build", "No more retries left", at="2026-12-02T10:05:01Z"),
+        _node("run(0)", "pod deleted", template="run", phase="Error", at="2026-12-02T10:00:00Z"),
+        _node("run(1)", cause, template="run", at="2026-12-02T10:05:00Z"),
+        _node("build", cause, template="run", at="2026-12-02T10:05:00Z"),
+        _node("verify-digest", stopped, template="run", phase="Error", at="2026-12-02T10:05:00Z"),
+        _node("run", "retryStrategy.expression evaluated to false", template="run", at="2026-12-02T10:05:01Z"),
         quoted=False,
     )  # fmt: skip
     report = status.failed("Failed", failures, "wf")
@@ -175,44 +228,46 @@ def test_failure_or_error(workflow_status: str, message: str, phase: str, state:
     assert report.description.startswith("build: ")
 
 
-# Argo v4's message for a failed main container (operator.go, inferFailedReason): its
-# reason and exit code, then the termination message, the log tail (FallbackToLogsOnError)
+# What the checkout and the build log when they give up (each container retries 75 itself,
+# RETRIES times), and an OOM kill: Argo puts "<container>: <Reason> (exit code <n>): "
+# ahead of the tail (FallbackToLogsOnError) on the container's node
 GAVE_UP = {
     "checkout": (
-        "main: Error (exit code 75): checkout: fetching " + "a" * 40 + " (sparse: x)\n"
+        "checkout",
+        75,
+        "checkout: fetching " + "a" * 40 + " (sparse: x)\n"
         "fatal: unable to connect to gitea:\ngitea[0: 10.0.0.7]: errno=Connection refused\n"
-        "checkout: the git server was not reached: transient, worth retrying"
+        "checkout: the git server was not reached: transient, worth retrying",
     ),
     "build": (
-        "main: Error (exit code 75): #5 exporting to image\n"
+        "build",
+        75,
+        "#5 exporting to image\n"
         "error: failed to solve: failed to push registry:80/citation:aaaaaaaaaaaa: failed to"
         ' do request: Put "http://registry:80/v2/": dial tcp 10.0.0.9:80: connect:'
         " connection refused\n"
-        "build: the registry or the network did not answer: transient, worth retrying"
+        "build: the registry or the network did not answer: transient, worth retrying",
     ),
     "killed": (
-        "main: OOMKilled (exit code 137): #7 [3/4] RUN pip install -r requirements.txt\n"
-        "#7 41.2 Collecting numpy==2.3.1"
+        "build",
+        137,
+        "#7 [3/4] RUN pip install -r requirements.txt\n#7 41.2 Collecting numpy==2.3.1",
     ),
 }
 
 
-@pytest.mark.parametrize("step", list(GAVE_UP))
-def test_a_step_that_exited_75_until_its_retries_ran_out_is_an_error(step: str) -> None:
+@pytest.mark.parametrize("case", list(GAVE_UP))
+def test_a_step_that_exited_75_until_its_retries_ran_out_is_an_error(case: str) -> None:
     """An infrastructure give-up blames no commit, whatever words its log ends with: the
     exit code Argo's message carries decides, on the exit handler's path and the safety
     net's alike."""
-    name = "build" if step == "killed" else step
-    message = GAVE_UP[step]
-    failures = _failures(
-        _node(f"{name}(2)", message), _node(name, "No more retries left", at="2026-12-02T10:00:01Z")
-    )
-    report = status.failed("Failed", failures, "wf")
+    stage, code, tail = GAVE_UP[case]
+    report = status.failed("Failed", _pod_failed(stage, tail, code), WORKFLOW)
     assert report is not None and report.state == "error", report
-    code = "75" if step != "killed" else "137"
-    assert report.description.startswith(f"{name}: ") and f"exit code {code}" in report.description
+    assert report.description.startswith(f"{stage}: ") and f"exit code {code}" in report.description
     # the safety net reads the same node from the Workflow, when the report was lost
-    repaired = repaired_from_node(f"{name}(2)", message)
+    reason = "OOMKilled" if code == 137 else "Error"
+    repaired = repaired_from_node(stage, f"{stage}: {reason} (exit code {code}): {tail}")
     assert repaired is not None and repaired.state == "error", repaired
 
 
@@ -256,12 +311,12 @@ def test_a_step_that_says_its_cause_is_transient_is_an_error_in_any_form(
 
 
 def test_a_step_that_failed_on_the_commit_s_own_account_stays_a_failure() -> None:
-    message = (
-        "main: Error (exit code 1): #5 [2/2] RUN curl -f http://example.invalid\n"
+    tail = (
+        "#5 [2/2] RUN curl -f http://example.invalid\n"
         'error: failed to solve: process "/bin/sh -c curl -f http://example.invalid" did not'
         " complete successfully: exit code: 7"
     )
-    report = status.failed("Failed", _failures(_node("build(0)", message)), "wf")
+    report = status.failed("Failed", _pod_failed("build", tail), WORKFLOW)
     assert report == status.Report(
         "failure",
         'build: failed to solve: process "/bin/sh -c curl -f http://example.invalid" did not'

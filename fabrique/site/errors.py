@@ -175,13 +175,17 @@ def reason_line(message: str) -> str:
     TRANSIENT_SAID when another line was chosen (``… (transient, worth retrying)``),
     which is all an Argo message with no exit code ahead of the tail has to say so.
     """
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    argo = _ARGO_EXIT.match(message.lstrip())
+    # Argo's words ahead of the tail say no cause: the tail's lines do, or those words
+    # when there is no tail (a one-line tail is no longer prefixed by "<container>: …")
+    exited = f"{argo['reason']} (exit code {argo['code']})" if argo else ""
+    tail = message.lstrip()[argo.end() :].removeprefix(":") if argo else message
+    lines = [line.strip() for line in tail.splitlines() if line.strip()] or [exited]
     errors = [line.removeprefix("error: ") for line in lines if line.startswith("error: ")]
-    line = errors[-1] if errors else lines[-1] if lines else ""
+    line = errors[-1] if errors else lines[-1]
     if TRANSIENT_SAID in message and TRANSIENT_SAID not in line:
         line = f"{line} ({TRANSIENT_SAID})"
-    argo = _ARGO_EXIT.match(message.lstrip())
-    if argo is None or int(argo["code"]) not in INFRASTRUCTURE_EXITS or argo[0] in line:
+    if argo is None or int(argo["code"]) not in INFRASTRUCTURE_EXITS or exited in line:
         return line
     said = f"exit code {argo['code']}"
     return f"{line} ({said})" if argo["reason"] == "Error" else f"{line} ({argo['reason']}, {said})"

@@ -309,6 +309,24 @@ class KubeApiDouble:
         return 201, stored
 
 
+# The build's pod as Argo's executor runs it: each container after the one it depends on
+# (pipelines/build.py; tests/test_build_template.py holds the two alike). The default
+# site signs nothing: no ``sign``.
+BUILD_POD = {
+    "plan": None,
+    "report-pending": "plan",
+    "checkout": "plan",
+    "build": "checkout",
+    "verify-digest": "build",
+    "write-back": "verify-digest",
+    "main": "write-back",
+}
+# what Argo's executor (cmd/argoexec/commands/emissary.go) ends a container with when the
+# one it waits for failed: exit 64, its error the last line of the container's log
+NOT_RUN_EXIT = 64
+FINISHED_AT = "2026-12-02T10:00:09Z"
+
+
 def argo_status(
     body: dict[str, Any],
     phase: str,
@@ -316,50 +334,91 @@ def argo_status(
     verified: str | None = None,
     failed_step: str | None = None,
     message: str = "",
+    exit_code: int = 1,
 ) -> dict[str, Any]:
     """``status`` as the Argo controller writes it for a fabrique-build Workflow: a Steps
-    root, one Retry node per step with its Pod child, the pods' outputs copied onto the
-    Retry node. ``verified``: the verify-digest step succeeded with that output.
-    ``failed_step``: that step failed with ``message``; the steps after it never ran."""
+    root, its step group, the ``run`` step's Retry node and its Pod child, both with the
+    pod's outputs (``digest``, ``outcome``, ``commit``), and a Container node per
+    container of the pod. ``verified``: verify-digest recorded that digest (else the
+    output is empty, as when the plan skipped). ``failed_step``: that container exited
+    ``exit_code`` with ``message`` (its log tail); the ones after it never ran, ended by
+    Argo's executor. Messages are Argo's (operator.go): "<container>: <Reason> (exit code
+    <n>): <termination message>" on a container, and on the pod the first failed
+    container's in the kubelet's order (by name), which may be one that never ran."""
     name = body["metadata"]["name"]
-    steps = ["plan", "checkout", "build", "verify-digest", "write-back"]
-    nodes: dict[str, Any] = {
-        name: {
-            "id": name,
-            "name": name,
-            "displayName": name,
-            "type": "Steps",
-            "templateName": "main",
-            "phase": phase,
-        }
+    group, retry = f"{name}[0]", f"{name}[0].run"
+    pod = f"{retry}(0)"
+    exits: dict[str, int] = {}
+    messages: dict[str, str] = {}
+    for container, after in BUILD_POD.items():
+        if after is not None and exits[after] != 0:
+            exits[container] = NOT_RUN_EXIT
+            messages[container] = (
+                f"{container}: Error (exit code {NOT_RUN_EXIT}): "
+                f'Error: dependency "{after}" exited with non-zero code: {exits[after]}'
+            )
+        elif container == failed_step:
+            exits[container] = exit_code
+            reason = "OOMKilled" if exit_code == 137 else "Error"
+            messages[container] = f"{container}: {reason} (exit code {exit_code}): {message}"
+        else:
+            exits[container] = 0
+    pod_failed = any(exits.values())
+    outputs = {
+        "parameters": [
+            {"name": "outcome", "value": "none" if pod_failed or verified is None else "changed"},
+            {"name": "commit", "value": ""},
+            {"name": "digest", "value": verified or "" if not exits["verify-digest"] else ""},
+        ]
     }
-    for index, step in enumerate(steps):
-        if failed_step is not None and steps.index(failed_step) < index:
-            break
-        step_phase = "Failed" if step == failed_step else "Succeeded"
-        if step_phase == "Succeeded" and step == "verify-digest" and verified is None:
-            break
-        outputs = (
-            {"parameters": [{"name": "digest", "value": verified}]}
-            if step == "verify-digest" and step_phase == "Succeeded"
-            else None
-        )
-        for node_type, suffix in (("Retry", ""), ("Pod", "(0)")):
-            node_name = f"{name}[{index}].{step}{suffix}"
-            node: dict[str, Any] = {
-                "id": f"{name}-{abs(hash(node_name)) % 10**10}",
-                "name": node_name,
-                "displayName": step + suffix,
-                "type": node_type,
-                "templateName": step,
-                "phase": step_phase,
-            }
-            if outputs:
-                node["outputs"] = outputs
-            if step_phase == "Failed":
-                node["message"] = message
-            nodes[node["id"]] = node
+
+    nodes: dict[str, Any] = {}
+
+    def node(node_name: str, display: str, node_type: str, node_phase: str, **more: Any) -> None:
+        nodes[node_name] = {
+            "id": node_name,
+            "name": node_name,
+            "displayName": display,
+            "type": node_type,
+            "templateName": "main" if node_type == "Steps" else "run",
+            "phase": node_phase,
+            "finishedAt": FINISHED_AT,
+            **more,
+        }
+
+    run_phase = "Failed" if pod_failed else "Succeeded"
+    node(name, name, "Steps", phase)
+    nodes[name].update(children=[group])
+    node(group, "[0]", "StepGroup", run_phase, children=[retry])
+    del nodes[group]["templateName"]
+    failed_first = next((messages[c] for c in sorted(messages)), None)
+    retry_said = {"message": "retryStrategy.expression evaluated to false"} if pod_failed else {}
+    node(retry, "run", "Retry", run_phase, outputs=outputs, children=[pod], **retry_said)
+    pod_said = {"message": failed_first} if failed_first else {}
+    node(pod, "run(0)", "Pod", run_phase, outputs=outputs, **pod_said)
+    for container, code in exits.items():
+        said = {"message": messages[container]} if container in messages else {}
+        container_phase = {0: "Succeeded", NOT_RUN_EXIT: "Error"}.get(code, "Failed")
+        node(f"{pod}.{container}", container, "Container", container_phase, **said)
     status: dict[str, Any] = {"phase": phase, "nodes": nodes}
     if phase in ("Failed", "Error"):
-        status["message"] = f"child '{name}' failed"
+        status["message"] = f"child '{retry}' failed"
     return status
+
+
+def workflow_failures(status: dict[str, Any]) -> list[dict[str, Any]]:
+    """``{{workflow.failures}}`` of a Workflow with this ``status``, as the controller makes
+    it for the exit handler (operator.go, ``failedNodeStatus``): every node Failed or
+    Error, unquoted."""
+    return [
+        {
+            "displayName": node["displayName"],
+            "message": node.get("message", ""),
+            "templateName": node.get("templateName", ""),
+            "phase": node["phase"],
+            "podName": node["name"],
+            "finishedAt": node["finishedAt"],
+        }
+        for node in status["nodes"].values()
+        if node["phase"] in ("Failed", "Error")
+    ]
