@@ -1,9 +1,10 @@
-"""The shell of the checkout and build steps, run for real.
+"""The shell of the build pod's containers, run for real.
 
 The checkout script runs against a real `git daemon`. The build script runs with an
 argv recorder standing in for buildctl-daemonless.sh, for speed: the test checks the
 exact command line BuildKit would get (tests/live/test_build.py runs it with the real
-BuildKit).
+BuildKit). What every container's script shares (the retry of exit 75, the plan's
+go-ahead) runs with fakes of the commands it wraps.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from fabrique.decisions import status
 from fabrique.decisions.plan import make_plan
@@ -25,6 +28,7 @@ from fabrique.site.config import load_site
 from fabrique.site.errors import TRANSIENT_SAID
 
 from .conftest import CodeRepo
+from .doubles.kube import argo_status, workflow_failures
 from .manifests import rendered_step, step_env
 from .servers import GitDaemon, closed_port
 
@@ -35,13 +39,19 @@ def _container(name: str, **site_env: str) -> dict[str, Any]:
 
 def _reported(step: str, result: subprocess.CompletedProcess[str]) -> str:
     """The state the exit handler reports for ``step`` failed with this run's log: its
-    tail on the node, as the kubelet makes a termination message of it
-    (FallbackToLogsOnError: the last 80 lines, at most 2048 bytes) and as Argo carries one
-    with no exit code ahead of it."""
+    tail on the container's node, as the kubelet makes a termination message of it
+    (FallbackToLogsOnError: the last 80 lines, at most 2048 bytes) and as Argo carries it
+    after "<container>: Error (exit code <n>): "."""
     tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-80:])
     message = tail.encode()[-2048:].decode(errors="ignore")
-    failures = [{"displayName": f"{step}(2)", "message": message, "phase": "Failed"}]
-    report = status.failed("Failed", json.dumps(failures), "wf")
+    failed = argo_status(
+        {"metadata": {"name": "wf"}},
+        "Failed",
+        failed_step=step,
+        message=message,
+        exit_code=result.returncode,
+    )
+    report = status.failed("Failed", json.dumps(workflow_failures(failed)), "wf")
     assert report is not None
     return report.state
 
@@ -51,7 +61,7 @@ def _run_checkout(
 ) -> subprocess.CompletedProcess[str]:
     container = _container("checkout")
     inputs = {"repo-url": repo_url, "context": context, "dockerfile": dockerfile}
-    env = step_env(container, revision, inputs) | {
+    env = step_env(container, revision, inputs, plan=workspace.parent / "plan") | {
         "PATH": os.environ["PATH"],
         "HOME": str(workspace.parent),
         "WORKSPACE": str(workspace),
@@ -106,6 +116,7 @@ def test_checkout_fails_on_an_unknown_revision(
     # the server answered: a wrong answer, which a retry would not change
     assert result.returncode == 3, result.stderr
     assert f"the git server refused to fetch {'f' * 40}" in result.stderr
+    assert "trying again" not in result.stderr
 
 
 @pytest.mark.parametrize("scheme", ["git", "http"])
@@ -115,6 +126,9 @@ def test_checkout_of_an_unreachable_server_is_transient(tmp_path: Path, scheme: 
     result = _run_checkout(tmp_path / "w", url, "a" * 40, "dataops/citation-dagster")
     assert result.returncode == 75, result.stderr
     assert f"not reached: {TRANSIENT_SAID}" in result.stderr
+    # tried build.retries times more in its container, then given up
+    assert result.stdout.count("checkout: fetching") == 1 + 3
+    assert "checkout: trying again in 0s (retry 3 of 3)" in result.stderr
     assert _reported("checkout", result) == "error", "the infrastructure's, not the commit's"
 
 
@@ -207,7 +221,7 @@ def _run_build(
         "build-opts": plan.build_opts,
         **env_overrides,
     }
-    env = step_env(container, "a" * 40, inputs) | {
+    env = step_env(container, "a" * 40, inputs, plan=tmp_path / "plan") | {
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
         "ARGV_FILE": str(tmp_path / "argv"),
         "WORKSPACE": str(tmp_path / "workspace"),
@@ -363,3 +377,182 @@ def test_a_build_that_passes_exits_0_with_its_progress_in_the_log(tmp_path: Path
     result = _run_build(tmp_path, {}, buildctl=progress)
     assert result.returncode == 0, result.stderr
     assert "#7 pushing manifest done" in result.stdout
+
+
+# ------------------------------------------ what every container of the pod shares
+
+# stands in for the command a container wraps (fabrique, git, buildctl-daemonless.sh):
+# records its call, then exits with the next code of $EXITS (0 when there is none left)
+FAKE = """#!/bin/sh
+printf '%s\\n' "$(basename "$0") $*" >>"$CALLS"
+code="$(head -n 1 "$EXITS")"
+sed -i 1d "$EXITS"
+exit "${code:-0}"
+"""
+PLAN = {
+    "image-ref": "registry:80/citation-dagster:aaaaaaaaaaaa",
+    "cache-ref": "registry:80/citation-dagster:buildcache",
+    "repo-url": "http://gitea.invalid/atlas/atlas.git",
+    "context": "dataops/citation-dagster",
+    "dockerfile": "Dockerfile",
+    "build-opts": "",
+}
+# a site that signs, for the ``sign`` container
+SIGNING = {
+    "FABRIQUE_SIGNING__KEY_SECRET__NAME": "fabrique-cosign",
+    "FABRIQUE_SIGNING__KEY_SECRET__KEY": "cosign.key",
+    "FABRIQUE_SIGNING__PUBLIC_KEY": ec.generate_private_key(ec.SECP256R1())
+    .public_key()
+    .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    .decode(),
+}
+# the stages whose command a failure ends (report-pending and main never fail); the
+# checkout's runs against a real git server above
+STAGES = ("plan", "build", "verify-digest", "sign", "write-back")
+AFTER_THE_PLAN = ("checkout", "build", "verify-digest", "sign", "write-back", "main")
+
+
+def _run_stage(
+    tmp_path: Path, name: str, exits: tuple[int, ...] = (), *, build: str = "true"
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """Run container ``name`` of the pod as its script runs, the command it wraps a fake
+    exiting ``exits`` in turn, the plan's ``build`` decision ``build``: (the run, the
+    fake's calls)."""
+    container = _container(name, **(SIGNING if name == "sign" else {}))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for command in ("fabrique", "git", "buildctl-daemonless.sh"):
+        (bin_dir / command).write_text(FAKE)
+        (bin_dir / command).chmod(0o755)
+    (tmp_path / "exits").write_text("".join(f"{code}\n" for code in exits))
+    plan = tmp_path / "plan"
+    env = step_env(container, "a" * 40, PLAN, plan=plan) | {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "CALLS": str(tmp_path / "calls"),
+        "EXITS": str(tmp_path / "exits"),
+        "HOME": str(tmp_path),
+        "WORKSPACE": str(tmp_path / "workspace"),
+        "DIGEST_FILE": str(tmp_path / "digest"),
+        "WRITEBACK_DIR": str(tmp_path / "writeback"),
+    }
+    (plan / "build").write_text(build)
+    (plan / "reason").write_text("no change under dataops/citation-dagster")
+    (tmp_path / "digest").write_text("sha256:" + "d" * 64)
+    result = subprocess.run(
+        [*container["command"], *container.get("args", [])],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    calls = tmp_path / "calls"
+    return result, calls.read_text().splitlines() if calls.exists() else []
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_stage_that_exits_75_is_tried_again_in_its_container(tmp_path: Path, stage: str) -> None:
+    result, calls = _run_stage(tmp_path, stage, (75, 0))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert len(calls) == 2
+    assert f"{stage}: trying again in 0s (retry 1 of 3)" in result.stderr
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_stage_that_fails_otherwise_is_not_tried_again(tmp_path: Path, stage: str) -> None:
+    result, calls = _run_stage(tmp_path, stage, (3, 0))
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert len(calls) == 1, calls
+    assert "trying again" not in result.stderr
+
+
+def test_a_stage_is_tried_build_retries_times_at_most(tmp_path: Path) -> None:
+    result, calls = _run_stage(tmp_path, "verify-digest", (75,) * 10)
+    assert result.returncode == 75
+    assert len(calls) == 1 + 3  # build.retries
+    assert "retry 3 of 3" in result.stderr and "retry 4" not in result.stderr
+
+
+def test_the_pause_between_attempts_doubles(tmp_path: Path) -> None:
+    container = _container("plan")
+    script = container["command"][2]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sleep").write_text('#!/bin/sh\necho "slept $1" >&2\n')
+    (bin_dir / "sleep").chmod(0o755)
+    (bin_dir / "fabrique").write_text("#!/bin/sh\nexit 75\n")
+    (bin_dir / "fabrique").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "STAGE": "plan", "RETRIES": "3"}
+    result = subprocess.run(
+        ["sh", "-c", script, "plan"], env=env, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 75
+    assert [line for line in result.stderr.splitlines() if line.startswith("slept")] == [
+        "slept 10",
+        "slept 20",
+        "slept 40",
+    ]
+
+
+def test_a_build_that_lost_a_push_race_succeeds_on_its_next_attempt(tmp_path: Path) -> None:
+    once = tmp_path / "failed-once"
+    buildctl = (
+        "#!/bin/sh\n"
+        f"if [ ! -e {once} ]; then\n"
+        f"  touch {once}\n"
+        "  echo 'error: failed to solve: failed to push: blob unknown to registry' >&2\n"
+        "  exit 1\n"
+        "fi\n"
+        "echo '#7 pushing manifest done' >&2\n"
+    )
+    result = _run_build(tmp_path, {}, buildctl=buildctl)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "build: trying again in 0s (retry 1 of 3)" in result.stderr
+    assert "#7 pushing manifest done" in result.stdout
+
+
+@pytest.mark.parametrize("stage", AFTER_THE_PLAN)
+def test_a_plan_that_builds_nothing_ends_every_later_stage_at_once(
+    tmp_path: Path, stage: str
+) -> None:
+    """BuildKit never starts, nothing is checked out, verified, signed or written."""
+    result, calls = _run_stage(tmp_path, stage, (1,) * 5, build="false")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert calls == []
+    assert result.stdout == f"{stage}: nothing to do (no change under dataops/citation-dagster)\n"
+
+
+def test_a_write_back_that_fails_says_failed_in_its_outcome(tmp_path: Path) -> None:
+    result, calls = _run_stage(tmp_path, "write-back", (3,))
+    assert result.returncode == 3
+    assert (tmp_path / "writeback" / "outcome").read_text() == "failed"
+    # the verified digest, read from the file verify-digest wrote
+    assert calls == [
+        "fabrique writeback --app {{workflow.parameters.app}}"
+        " --revision {{workflow.parameters.revision}}"
+        " --workflow {{workflow.name}} --digest sha256:" + "d" * 64 + f" --out {tmp_path}/writeback"
+    ]
+
+
+@pytest.mark.parametrize(("build", "kind"), [("true", "pending"), ("false", "skipped")])
+@pytest.mark.parametrize("code", [0, 1, 75])
+def test_report_pending_posts_what_the_plan_decided_and_never_fails(
+    tmp_path: Path, build: str, kind: str, code: int
+) -> None:
+    result, calls = _run_stage(tmp_path, "report-pending", (code, code), build=build)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert len(calls) == 1 and calls[0].startswith(f"fabrique status-report {kind} --app ")
+
+
+@pytest.mark.parametrize("code", [0, 1, 75])
+def test_main_posts_the_success_from_the_write_back_and_never_fails(
+    tmp_path: Path, code: int
+) -> None:
+    (tmp_path / "writeback").mkdir()
+    (tmp_path / "writeback" / "outcome").write_text("changed")
+    (tmp_path / "writeback" / "commit").write_text("c" * 40)
+    result, calls = _run_stage(tmp_path, "main", (code, code))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert len(calls) == 1
+    assert calls[0].startswith("fabrique status-report success --app ")
+    assert calls[0].endswith(f" --digest sha256:{'d' * 64} --outcome changed --commit {'c' * 40}")
