@@ -160,7 +160,7 @@ while :; do
     exit "$status"
   fi
   attempt=$((attempt + 1))
-  echo "$STAGE: trying again in ${{pause}}s (retry $attempt of $RETRIES)" >&2
+  echo "$STAGE: trying again in ${{pause}}s (retry $attempt of ${{RETRIES:-0}})" >&2
   sleep "$pause"
   pause=$((pause * 2))
 done
