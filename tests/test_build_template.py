@@ -10,11 +10,19 @@ from typing import Any
 import pytest
 
 from fabrique.site.config import load_site
-from fabrique.site.names import LABEL_APP, LABEL_REVISION
-from pipelines.build import build_template
+from fabrique.site.names import (
+    LABEL_APP,
+    LABEL_REVISION,
+    VERIFIED_BY,
+    VERIFIED_OUTPUT,
+    VERIFY_STAGE,
+)
+from pipelines.build import PLANNED, RETRYING, build_template
+from pipelines.steps import POD_LOST
 
 from .conftest import ROOT
-from .manifests import documents, find, walk
+from .doubles.kube import BUILD_POD
+from .manifests import documents, find, rendered_step, walk
 
 TREE = ROOT / "manifests"
 
@@ -29,41 +37,64 @@ def _templates(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _pods(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The templates that run a pod (not the steps templates main and exit-handler)."""
+    """The templates that run a pod: the build's ``run`` and the exit handler's report."""
     return {name: t for name, t in _templates(template).items() if "steps" not in t}
+
+
+def _containers(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The build pod's containers, by stage."""
+    run = _templates(template)[VERIFIED_BY]
+    return {c["name"]: c for c in run["containerSet"]["containers"]}
+
+
+def _every_container(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every container fabrique's own code runs in: the pod's and the report's."""
+    reports = {n: t["container"] for n, t in _pods(template).items() if "container" in t}
+    return _containers(template) | reports
 
 
 def _env(container: dict[str, Any]) -> dict[str, Any]:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
 
 
-def test_steps_run_in_order(template: dict[str, Any]) -> None:
+def _mounts(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {m["name"]: m for m in container.get("volumeMounts", [])}
+
+
+def _script(container: dict[str, Any]) -> str:
+    """A container's shell script: ``sh -c <script> <stage>``."""
+    assert container["command"][:2] == ["sh", "-c"], container["name"]
+    return str(container["command"][2])
+
+
+def test_the_stages_run_in_order_in_one_pod(template: dict[str, Any]) -> None:
     main = _templates(template)["main"]
-    assert [[step["name"] for step in group] for group in main["steps"]] == [
-        ["plan"],
-        ["report-skipped", "report-pending", "checkout"],
-        ["build"],
-        ["verify-digest"],
-        ["write-back"],
-        ["report-success"],
-    ]
+    assert main["steps"] == [[{"name": "run", "template": "run"}]]
+    dependencies = {
+        name: (c.get("dependencies") or [None])[0] for name, c in _containers(template).items()
+    }
+    assert dependencies == {
+        "plan": None,
+        "report-pending": "plan",
+        "checkout": "plan",
+        "build": "checkout",
+        "verify-digest": "build",
+        "write-back": "verify-digest",
+        "main": "write-back",
+    }
+    # the Kubernetes double's Workflow status runs the pod so
+    assert dependencies == BUILD_POD
+    assert all(len(c.get("dependencies") or []) <= 1 for c in _containers(template).values())
     assert template["spec"]["entrypoint"] == "main"
     assert template["spec"]["arguments"]["parameters"] == [
         {"name": "app"},
         {"name": "revision"},
         {"name": "force", "value": "false"},
     ]
-    for group in main["steps"][1:]:
-        for step in group:
-            expected = "false" if step["name"] == "report-skipped" else "true"
-            assert step["when"] == f"{{{{steps.plan.outputs.parameters.build}}}} == {expected}", (
-                step["name"]
-            )
 
 
 def test_build_container_is_rootless_buildkit(template: dict[str, Any]) -> None:
-    build = _templates(template)["build"]
-    container = build["container"]
+    container = _containers(template)["build"]
     assert re.fullmatch(
         r"moby/buildkit:v[0-9.]+-rootless(@sha256:[0-9a-f]{64})?", container["image"]
     )
@@ -76,40 +107,43 @@ def test_build_container_is_rootless_buildkit(template: dict[str, Any]) -> None:
     }
     assert _env(container)["BUILDKITD_FLAGS"] == "--oci-worker-no-process-sandbox"
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
-    volumes = {v["name"]: v for v in build["volumes"]}
+    volumes = {v["name"]: v for v in _templates(template)[VERIFIED_BY]["volumes"]}
     assert volumes[mounts["/home/user/.local/share/buildkit"]] == {
         "emptyDir": {"sizeLimit": "20Gi"},  # build.stateSize: a runaway build is evicted
         "name": "buildkit-state",
     }
     assert (
-        container["resources"]["limits"]["ephemeral-storage"] == "22Gi"
-    )  # the state volume (20Gi) and its scratch (2Gi)
-    assert (
         volumes[mounts["/home/user/.config/buildkit"]]["configMap"]["name"] == "fabrique-buildkitd"
     )
-    assert "buildctl-daemonless.sh" in container["command"][-1]
+    assert "buildctl-daemonless.sh" in _script(container)
 
 
 def test_only_the_build_container_is_unconfined(template: dict[str, Any]) -> None:
-    unconfined = [
-        name
-        for name, t in _templates(template).items()
-        if any(value == "Unconfined" for _, _, value in walk(t))
+    unconfined = [path for path, _, value in walk(template["spec"]) if value == "Unconfined"]
+    build = next(
+        i
+        for i, c in enumerate(_templates(template)[VERIFIED_BY]["containerSet"]["containers"])
+        if c["name"] == "build"
+    )
+    run = next(i for i, t in enumerate(template["spec"]["templates"]) if t["name"] == VERIFIED_BY)
+    assert unconfined == [
+        f".templates[{run}].containerSet.containers[{build}].securityContext.{key}.type"
+        for key in ("appArmorProfile", "seccompProfile")
     ]
-    assert unconfined == ["build"]
     assert template["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-    for name, t in _pods(template).items():
+    for name, container in _every_container(template).items():
         if name == "build":
             continue
-        context = t["container"]["securityContext"]
+        context = container["securityContext"]
         assert context["allowPrivilegeEscalation"] is False, name
         assert context["capabilities"] == {"drop": ["ALL"]}, name
         assert context["runAsNonRoot"] is True, name
+        assert context["readOnlyRootFilesystem"] is True, name
 
 
 def test_builder_never_runs_on_the_control_plane(template: dict[str, Any]) -> None:
-    build = _templates(template)["build"]
-    terms = build["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+    run = _templates(template)[VERIFIED_BY]
+    terms = run["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"
     ]
     assert terms == [
@@ -119,7 +153,38 @@ def test_builder_never_runs_on_the_control_plane(template: dict[str, Any]) -> No
             ]
         }
     ]
-    assert not [path for path, key, _ in walk(template) if key == "tolerations"]
+    assert not [path for path, key, _ in walk(template) if key in ("tolerations", "nodeName")]
+
+
+def test_the_workspace_is_the_pods_own(template: dict[str, Any]) -> None:
+    """One pod, no claim: the workspace is an emptyDir, bounded by build.workspaceSize."""
+    spec = template["spec"]
+    assert "volumeClaimTemplates" not in spec and "volumeClaimGC" not in spec
+    assert not [path for path, key, _ in walk(template) if key == "persistentVolumeClaim"]
+    volumes = {v["name"]: v for v in _templates(template)[VERIFIED_BY]["volumes"]}
+    assert volumes["workspace"] == {"name": "workspace", "emptyDir": {"sizeLimit": "2Gi"}}
+    writers = {n for n, c in _containers(template).items() if "workspace" in _mounts(c)}
+    assert writers == {"checkout", "build", "verify-digest"}
+    assert _mounts(_containers(template)["verify-digest"])["workspace"]["readOnly"] is True
+
+
+def test_what_the_stages_hand_on_the_build_cannot_write(template: dict[str, Any]) -> None:
+    """The plan's decision is read-only for every stage after it; the verified digest and
+    the write-back's outcome live where the build container (the app's own Dockerfile,
+    Unconfined) and the checkout never reach."""
+    containers = _containers(template)
+    for name, container in containers.items():
+        plan = _mounts(container)["plan"]
+        assert plan["mountPath"] == "/fabrique/plan", name
+        assert plan.get("readOnly") is (name != "plan"), name
+        assert _env(container)["PLAN"] == "/fabrique/plan", name
+    verified = {n for n, c in containers.items() if "verified" in _mounts(c)}
+    assert verified == {"verify-digest", "write-back", "main"}
+    assert "verified" not in _mounts(containers["build"])
+    assert "verified" not in _mounts(containers["checkout"])
+    # the pod's volumes are all emptyDirs and configMaps: nothing of the node's, no token
+    for volume in _templates(template)[VERIFIED_BY]["volumes"]:
+        assert set(volume) - {"name"} <= {"emptyDir", "configMap", "secret"}, volume
 
 
 def test_nothing_is_privileged_and_nothing_mounts_the_host() -> None:
@@ -148,7 +213,7 @@ def test_https_registry_gets_no_http_override() -> None:
 def test_build_pushes_the_sha12_tag_with_metadata_cache_and_labels(
     template: dict[str, Any],
 ) -> None:
-    script = _templates(template)["build"]["container"]["command"][-1]
+    script = _script(_containers(template)["build"])
     assert '--output "type=image,name=$IMAGE_REF,push=true"' in script
     assert '--metadata-file "$METADATA_FILE"' in script
     assert '--export-cache "type=registry,ref=$CACHE_REF,mode=max"' in script
@@ -162,10 +227,8 @@ def test_build_pushes_the_sha12_tag_with_metadata_cache_and_labels(
 
 def test_attestations_switch_turns_provenance_on() -> None:
     site = load_site(env={"FABRIQUE_BUILD__ATTESTATIONS": "true"})
-    build = next(
-        t for t in build_template(site).to_dict()["spec"]["templates"] if t["name"] == "build"
-    )
-    script = build["container"]["command"][-1]
+    build = rendered_step(site, "build")
+    script = _script(build)
     assert '--opt "attest:provenance=mode=max"' in script
     assert not re.search(r"attest:[a-z]+=[\"\s]", script), (
         "an empty attest value enables it silently"
@@ -173,7 +236,7 @@ def test_attestations_switch_turns_provenance_on() -> None:
     # a local context has no commit BuildKit could see: the build names it for the provenance
     assert '--opt "vcs:source=$SOURCE_URL" --opt "vcs:revision=$REVISION"' in script
     assert "sbom" not in script
-    assert "SBOM_GENERATOR" not in {e["name"] for e in build["container"]["env"]}
+    assert "SBOM_GENERATOR" not in {e["name"] for e in build["env"]}
 
 
 def test_sbom_switch_uses_the_mirrored_scanner_through_the_environment() -> None:
@@ -185,13 +248,11 @@ def test_sbom_switch_uses_the_mirrored_scanner_through_the_environment() -> None
             "FABRIQUE_IMAGES__SBOM_SCANNER": scanner,
         }
     )
-    build = next(
-        t for t in build_template(site).to_dict()["spec"]["templates"] if t["name"] == "build"
-    )
-    script = build["container"]["command"][-1]
+    build = rendered_step(site, "build")
+    script = _script(build)
     assert '--opt "attest:sbom=generator=$SBOM_GENERATOR"' in script
     assert scanner not in script, "values reach the script through the environment"
-    assert {"name": "SBOM_GENERATOR", "value": scanner} in build["container"]["env"]
+    assert {"name": "SBOM_GENERATOR", "value": scanner} in build["env"]
 
 
 def test_labels_mutex_and_lifecycle(template: dict[str, Any]) -> None:
@@ -204,6 +265,7 @@ def test_labels_mutex_and_lifecycle(template: dict[str, Any]) -> None:
         # a label value holds at most 63 characters, a SHA-256 commit 64: the sha12
         LABEL_REVISION: {"expression": "sprig.trunc(12, workflow.parameters.revision)"},
     }
+    assert set(_pods(template)) == {VERIFIED_BY, "report-failure"}
     for name, t in _pods(template).items():
         assert t["metadata"]["labels"][LABEL_APP] == "{{workflow.parameters.app}}", name
         assert (
@@ -213,59 +275,88 @@ def test_labels_mutex_and_lifecycle(template: dict[str, Any]) -> None:
     assert spec["activeDeadlineSeconds"] == 3600
     assert spec["podGC"]["strategy"] == "OnPodSuccess"
     assert spec["ttlStrategy"]["secondsAfterFailure"] >= spec["ttlStrategy"]["secondsAfterSuccess"]
-    assert spec["volumeClaimGC"] == {"strategy": "OnWorkflowCompletion"}
 
 
-def test_every_step_retries_only_what_a_retry_may_fix(template: dict[str, Any]) -> None:
-    """Exit 75 (a server or the network did not answer) or a lost pod: a digest mismatch,
-    a missing Dockerfile, a failing RUN or an OOM kill is never retried."""
-    templates = _templates(template)
-    steps = [t for t in templates.values() if "container" in t]
-    assert {"plan", "checkout", "build", "verify-digest", "write-back"} <= {
-        t["name"] for t in steps
-    }
-    for step in steps:
-        strategy = step["retryStrategy"]
-        assert int(strategy["limit"]) >= 1, step["name"]
-        assert strategy["backoff"]["duration"] and strategy["backoff"]["factor"], step["name"]
-        assert strategy["expression"] == (
-            'asInt(lastRetry.exitCode) == 75 || lastRetry.status == "Error"'
-            ' || lastRetry.message contains "The node was low on resource"'
-            ' || lastRetry.message contains "imminent node shutdown"'
-        ), step["name"]
+def test_every_stage_retries_only_what_a_retry_may_fix(template: dict[str, Any]) -> None:
+    """Exit 75 (a server or the network did not answer), in the stage's own container;
+    a lost pod, by the ``run`` step. A digest mismatch, a missing Dockerfile, a failing
+    RUN or an OOM kill is never retried."""
+    run = _templates(template)[VERIFIED_BY]
+    strategy = run["retryStrategy"]
+    assert strategy["limit"] == "3"
+    assert strategy["backoff"] == {"duration": "10s", "factor": "2"}
+    assert strategy["expression"] == POD_LOST
+    assert "exitCode" not in strategy["expression"]
+    for name, container in _containers(template).items():
+        assert _script(container).endswith(RETRYING), name
+        assert container["command"][3:] == [name], name
+        assert _env(container)["STAGE"] == name, name
+        assert _env(container)["RETRIES"] == "3", name  # build.retries
+        assert "BACKOFF_SECONDS" not in _env(container), name  # 10 s, doubling
+    # the exit handler's report is its own pod, retried as every step was
+    report = _templates(template)["report-failure"]["retryStrategy"]
+    assert report["expression"] == f"asInt(lastRetry.exitCode) == 75 || {POD_LOST}"
+
+
+def test_every_stage_after_the_plan_waits_for_its_go_ahead(template: dict[str, Any]) -> None:
+    for name, container in _containers(template).items():
+        # report-pending reads the plan to say pending or skipped
+        assert (PLANNED in _script(container)) is (name not in ("plan", "report-pending")), name
+
+
+def test_the_retries_follow_the_values() -> None:
+    site = load_site(env={"FABRIQUE_BUILD__RETRIES": "5"})
+    assert rendered_step(site, "build")["env"][2] == {"name": "RETRIES", "value": "5"}
+    run = next(t for t in build_template(site).to_dict()["spec"]["templates"] if t["name"] == "run")
+    assert run["retryStrategy"]["limit"] == "5"
 
 
 def test_write_back_takes_the_verified_digest(template: dict[str, Any]) -> None:
-    main = _templates(template)["main"]
-    step = main["steps"][-2][0]
-    assert step["arguments"]["parameters"] == [
-        {"name": "digest", "value": "{{steps.verify-digest.outputs.parameters.digest}}"}
-    ]
-    container = _templates(template)["write-back"]["container"]
+    containers = _containers(template)
+    verify = containers["verify-digest"]
+    assert verify["args"][-2:] == ["--output", "/fabrique/verified/digest"]
+    container = containers["write-back"]
     assert container["args"] == [
         *("writeback", "--app", "{{workflow.parameters.app}}"),
         *("--revision", "{{workflow.parameters.revision}}"),
-        *("--digest", "{{inputs.parameters.digest}}", "--workflow", "{{workflow.name}}"),
-        *("--out", "/tmp/fabrique/writeback"),
+        *("--workflow", "{{workflow.name}}"),
     ]
-    assert _env(container)["FABRIQUE_GITEA_TOKEN"] == {
+    # the script adds the digest verify-digest wrote, and where the outcome goes
+    assert '--digest "$(cat "$DIGEST_FILE")" --out "$WRITEBACK_DIR"' in _script(container)
+    env = _env(container)
+    assert env["DIGEST_FILE"] == "/fabrique/verified/digest"
+    assert env["WRITEBACK_DIR"] == "/fabrique/verified/writeback"
+    assert env["FABRIQUE_GITEA_TOKEN"] == {
         "secretKeyRef": {"key": "token", "name": "fabrique-gitea"}
     }
 
 
 def test_digest_is_verified_by_the_tools_image_and_exposed(template: dict[str, Any]) -> None:
-    verify = _templates(template)["verify-digest"]
-    assert verify["container"]["command"] == ["fabrique"]
-    assert verify["container"]["args"][:2] == ["digest", "verify"]
-    assert verify["outputs"]["parameters"] == [
-        {"name": "digest", "valueFrom": {"path": "/tmp/fabrique/digest"}}
+    verify = _containers(template)[VERIFY_STAGE]
+    assert verify["image"] == _containers(template)["plan"]["image"]  # the tools image
+    assert verify["args"][:2] == ["digest", "verify"]
+    # Argo reads a containerSet's outputs from its main container, which runs last
+    outputs = _templates(template)[VERIFIED_BY]["outputs"]["parameters"]
+    assert outputs == [
+        {
+            "name": "outcome",
+            "globalName": "writeback-outcome",
+            "valueFrom": {"path": "/fabrique/verified/writeback/outcome", "default": "none"},
+        },
+        {
+            "name": "commit",
+            "valueFrom": {"path": "/fabrique/verified/writeback/commit", "default": ""},
+        },
+        {
+            "name": VERIFIED_OUTPUT,
+            "valueFrom": {"path": "/fabrique/verified/digest", "default": ""},
+        },
     ]
+    assert "verified" in _mounts(_containers(template)["main"])
 
 
 def test_tokens_come_from_secrets_only() -> None:
-    checkout_env = _env(
-        _templates(find(TREE, "WorkflowTemplate", "fabrique-build"))["checkout"]["container"]
-    )
+    checkout_env = _env(_containers(find(TREE, "WorkflowTemplate", "fabrique-build"))["checkout"])
     assert checkout_env["GITEA_TOKEN"] == {
         "secretKeyRef": {"key": "token", "name": "fabrique-gitea", "optional": True}
     }
@@ -354,45 +445,35 @@ def test_template_file_is_in_the_tree() -> None:
     assert (Path(TREE) / "build" / "workflowtemplate.yaml").is_file()
 
 
-def test_the_build_pods_ephemeral_limit_holds_its_state_volume() -> None:
+def test_the_build_pods_ephemeral_limit_holds_its_volumes() -> None:
     """The kubelet evicts a pod whose ephemeral use, emptyDirs and containers together,
     passes the sum of its containers' ephemeral-storage limits
     (``podEphemeralStorageLimitEviction`` in pkg/kubelet/eviction/eviction_manager.go):
     a limit under the BuildKit state volume's sizeLimit evicts every build that fills
-    its cache. The limit is the state volume plus the container's own scratch."""
+    its cache. The build container's limit, the pod's only one, is the state volume, the
+    workspace and its own scratch."""
     from fabrique.site.config import add_sizes
 
-    build = _templates(find(TREE, "WorkflowTemplate", "fabrique-build"))["build"]
-    limit = build["container"]["resources"]["limits"]["ephemeral-storage"]
-    state = next(v for v in build["volumes"] if v["name"] == "buildkit-state")
-    assert state["emptyDir"]["sizeLimit"] == "20Gi"
-    assert limit == add_sizes(state["emptyDir"]["sizeLimit"], "2Gi") == "22Gi"
+    template = find(TREE, "WorkflowTemplate", "fabrique-build")
+    limits = {
+        name: c["resources"]["limits"].get("ephemeral-storage")
+        for name, c in _containers(template).items()
+    }
+    assert {name for name, limit in limits.items() if limit} == {"build"}
+    volumes = {v["name"]: v for v in _templates(template)[VERIFIED_BY]["volumes"]}
+    state = volumes["buildkit-state"]["emptyDir"]["sizeLimit"]
+    workspace = volumes["workspace"]["emptyDir"]["sizeLimit"]
+    assert (state, workspace) == ("20Gi", "2Gi")
+    assert limits["build"] == add_sizes(add_sizes(state, workspace), "2Gi") == "24Gi"
 
 
 def test_the_ephemeral_limit_follows_the_values(tmp_path: Path) -> None:
     from fabrique.site.config import add_sizes, load_site
 
     values = tmp_path / "site.yaml"
-    values.write_text("build:\n  stateSize: 50Gi\n  scratchSize: 512Mi\n")
-    assert load_site(values, env={}).build.ephemeral_limit == "51712Mi"
+    values.write_text("build:\n  stateSize: 50Gi\n  workspaceSize: 1Gi\n  scratchSize: 512Mi\n")
+    assert load_site(values, env={}).build.ephemeral_limit == "52736Mi"
     assert add_sizes("1Ti", "1Gi") == "1025Gi"
-
-
-def test_every_pod_of_the_workspace_keeps_off_the_control_plane() -> None:
-    """The scheduler's VolumeBinding plugin (pkg/scheduler/framework/plugins/volumebinding)
-    binds a WaitForFirstConsumer claim on its first pod's node, and the volume's node
-    affinity then holds every later pod of the claim there. A checkout on a schedulable
-    control-plane node would leave the build, which never runs there, unschedulable."""
-    templates = _templates(find(TREE, "WorkflowTemplate", "fabrique-build"))
-    build_affinity = templates["build"]["affinity"]
-    mounting = [
-        name
-        for name, t in templates.items()
-        if any(m["name"] == "workspace" for m in (t.get("container") or {}).get("volumeMounts", []))
-    ]
-    assert {"checkout", "build", "verify-digest"} <= set(mounting)
-    for name in mounting:
-        assert templates[name].get("affinity") == build_affinity, name
 
 
 def test_no_retry_is_cut_by_a_window_from_the_first_attempt() -> None:
@@ -464,3 +545,30 @@ def test_the_lines_after_a_run_failure_do_not_make_it_transient(tmp_path: Path) 
     result = _run_build(tmp_path, {}, buildctl=failing)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "transient" not in result.stderr
+
+
+def test_the_writeback_signing_key_is_mounted_in_the_write_back_alone() -> None:
+    from fabrique.site.config import parse_site
+
+    values = load_site(env={}).to_values()
+    values["writeback"] |= {
+        "transport": "git",
+        "signing": {"keySecret": {"name": "fabrique-writeback-signing", "key": "ssh-key"}},
+    }
+    template = build_template(parse_site(values)).to_dict()
+    run = _templates(template)[VERIFIED_BY]
+    (volume,) = [v for v in run["volumes"] if v["name"] == "writeback-signing-key"]
+    assert volume["secret"] == {
+        "secretName": "fabrique-writeback-signing",
+        "items": [{"key": "ssh-key", "path": "key"}],
+        "defaultMode": 0o400,
+    }
+    mounting = {
+        n for n, c in _containers(template).items() if "writeback-signing-key" in _mounts(c)
+    }
+    assert mounting == {"write-back"}
+    mount = _mounts(_containers(template)["write-back"])["writeback-signing-key"]
+    assert mount["readOnly"] is True
+    env = _env(_containers(template)["write-back"])
+    assert env["FABRIQUE_WRITEBACK_SIGNING_KEY"] == f"{mount['mountPath']}/key"
+    assert "fabrique-writeback-signing" not in str(_templates(template)["report-failure"])
