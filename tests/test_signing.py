@@ -33,7 +33,7 @@ from fabrique.site.errors import ConfigError, ProvenanceError, RegistryError
 from .conftest import GITEA_TOKEN, KUSTOMIZATION, ROOT, Repo, run_cli, write_values
 from .doubles.gitea import GiteaDouble
 from .doubles.kube import KubeApiDouble
-from .manifests import find
+from .manifests import find, walk
 from .oci import push_image, push_signature
 from .servers import Registry
 from .test_reconcile import _phase, _reconcile, env  # noqa: F401  (env: the fixture)
@@ -393,40 +393,47 @@ def test_the_sign_step_alone_mounts_the_key(tmp_path: Path) -> None:
     validated = run_cli("validate", str(out))
     assert validated.exit_code == 0, validated.stdout + validated.stderr
     template = find(out, "WorkflowTemplate", "fabrique-build")
-    templates = {t["name"]: t for t in template["spec"]["templates"]}
-    steps = [step[0]["name"] for step in templates["main"]["steps"]]
-    assert steps.index("verify-digest") + 1 == steps.index("sign") == steps.index("write-back") - 1
-    sign_step = templates["sign"]
-    assert sign_step["container"]["args"][:5] == [
-        "sign",
-        "--app",
-        "{{workflow.parameters.app}}",
-        "--digest",
-        "{{inputs.parameters.digest}}",
+    (run,) = [t for t in template["spec"]["templates"] if "containerSet" in t]
+    containers = {c["name"]: c for c in run["containerSet"]["containers"]}
+    # between the verify and the write-back, in the build's pod
+    assert containers["sign"]["dependencies"] == ["verify-digest"]
+    assert containers["write-back"]["dependencies"] == ["sign"]
+    sign_step = containers["sign"]
+    assert sign_step["args"] == [
+        *("sign", "--app", "{{workflow.parameters.app}}"),
+        *("--key", "/etc/fabrique/signing/cosign.key"),
     ]
-    (volume,) = [v for v in sign_step["volumes"] if "secret" in v]
+    # the digest verify-digest wrote
+    assert '--digest "$(cat "$DIGEST_FILE")"' in sign_step["command"][2]
+    (volume,) = [v for v in run["volumes"] if v["name"] == "signing-key"]
     assert volume["secret"] == {
         "secretName": "fabrique-cosign",
         "items": [{"key": "cosign.key", "path": "cosign.key"}],
         "defaultMode": 0o400,
     }
-    password = next(e for e in sign_step["container"]["env"] if e["name"] == "COSIGN_PASSWORD")
+    mounting = [
+        name
+        for name, c in containers.items()
+        if any(m["name"] == "signing-key" for m in c["volumeMounts"])
+    ]
+    assert mounting == ["sign"]
+    password = next(e for e in sign_step["env"] if e["name"] == "COSIGN_PASSWORD")
     assert password["valueFrom"]["secretKeyRef"] == {
         "name": "fabrique-cosign",
         "key": "cosign.password",
     }
-    for name, t in templates.items():
+    for name, c in containers.items():
         if name != "sign":
-            assert "fabrique-cosign" not in str(t), f"{name} must not see the signing key"
-    main = {step[0]["name"]: step[0] for step in templates["main"]["steps"]}
-    assert main["sign"]["arguments"]["parameters"] == [
-        {"name": "digest", "value": "{{steps.verify-digest.outputs.parameters.digest}}"}
-    ]
+            assert "fabrique-cosign" not in str(c), f"{name} must not see the signing key"
+    for t in template["spec"]["templates"]:
+        if t is not run:
+            assert "fabrique-cosign" not in str(t), t["name"]
 
 
 def test_without_signing_there_is_no_sign_step() -> None:
     template = find(ROOT / "manifests", "WorkflowTemplate", "fabrique-build")
-    assert "sign" not in {t["name"] for t in template["spec"]["templates"]}
+    names = {n for _, key, n in walk(template) if key == "name"}
+    assert "sign" not in names and "signing-key" not in names
 
 
 def test_one_commit_for_several_apps_checks_every_signature(
