@@ -35,7 +35,7 @@ def _validate(tree: Path, specs: Path, *extra: str):  # type: ignore[no-untyped-
 
 
 def _steps_template(spec: Doc) -> tuple[int, Doc]:
-    """The entrypoint's Steps template (others, like `build-once`, hold one step)."""
+    """The entrypoint's Steps template (others, like the exit handler, are called)."""
     return next(
         (i, t)
         for i, t in enumerate(spec["templates"])
@@ -60,15 +60,15 @@ def test_a_step_naming_a_missing_template(tree: Path, specs: Path) -> None:
     def misname(docs: list[Doc]) -> None:
         i, steps = _steps_template(docs[0]["spec"])
         index.append(i)
-        steps["steps"][1][0]["template"] = "chekout"
+        steps["steps"][0][0]["template"] = "rn"
 
     _edit(tree / "build" / "workflowtemplate.yaml", misname)
     result = _validate(tree, specs)
     assert result.exit_code == 6
     assert _problems(result) == [
         "build/workflowtemplate.yaml: document 0 (WorkflowTemplate/fabrique-build): "
-        f"spec.templates[{index[0]}].steps[1][0].template: "
-        "template 'chekout' is not a template of this WorkflowTemplate"
+        f"spec.templates[{index[0]}].steps[0][0].template: "
+        "template 'rn' is not a template of this WorkflowTemplate"
     ]
 
 
@@ -98,7 +98,7 @@ def test_a_template_ref_to_a_missing_template(tree: Path, specs: Path) -> None:
 
     template = tree / "build" / "workflowtemplate.yaml"
     original = template.read_text()
-    _edit(template, refer("plan"))
+    _edit(template, refer("run"))
     assert _validate(tree, specs).exit_code == 0, "a template of the tree's WorkflowTemplate"
     template.write_text(original)
     _edit(template, refer("nope"))
@@ -123,10 +123,10 @@ def test_a_dag_depending_on_no_task(tree: Path, specs: Path) -> None:
                 "name": "as-a-dag",
                 "dag": {
                     "tasks": [
-                        {"name": "plan", "template": "plan"},
-                        {"name": "checkout", "template": "checkout", "dependencies": ["plan"]},
-                        {"name": "build", "template": "build", "dependencies": ["chekout"]},
-                        {"name": "verify", "template": "verify-digest", "depends": "build && pln"},
+                        {"name": "plan", "template": "run"},
+                        {"name": "checkout", "template": "run", "dependencies": ["plan"]},
+                        {"name": "build", "template": "run", "dependencies": ["chekout"]},
+                        {"name": "verify", "template": "run", "depends": "build && pln"},
                     ]
                 },
             }
