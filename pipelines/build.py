@@ -155,7 +155,10 @@ STEP_LABEL = "fabrique.io/step"
 RETRYING = f"""attempt=0
 pause="${{BACKOFF_SECONDS:-10}}"
 while :; do
-  run "$@" && exit 0 || status=$?
+  # called alone, not in `&&` or `||`, where the shell would ignore the stage's `set -e`
+  run "$@"
+  status=$?
+  if [ "$status" -eq 0 ]; then exit 0; fi
   if [ "$status" -ne {TRANSIENT_EXIT_CODE} ] || [ "$attempt" -ge "${{RETRIES:-0}}" ]; then
     exit "$status"
   fi

@@ -382,11 +382,22 @@ def test_a_build_that_passes_exits_0_with_its_progress_in_the_log(tmp_path: Path
 # ------------------------------------------ what every container of the pod shares
 
 # stands in for the command a container wraps (fabrique, git, buildctl-daemonless.sh):
-# records its call, then exits with the next code of $EXITS (0 when there is none left)
+# records its call, then exits with the next code of $EXITS (0 when there is none left).
+# As git, it makes what the checkout reads: the clone's folder with the Dockerfile, HEAD.
 FAKE = """#!/bin/sh
 printf '%s\\n' "$(basename "$0") $*" >>"$CALLS"
 code="$(head -n 1 "$EXITS")"
 sed -i 1d "$EXITS"
+if [ "${code:-0}" = 0 ] && [ "$(basename "$0")" = git ]; then
+  case "$1" in
+  init)
+    for src; do :; done
+    mkdir -p "$src/$(cat "$PLAN/context")"
+    touch "$src/$(cat "$PLAN/context")/$(cat "$PLAN/dockerfile")"
+    ;;
+  rev-parse) echo "$REVISION" ;;
+  esac
+fi
 exit "${code:-0}"
 """
 PLAN = {
@@ -406,9 +417,8 @@ SIGNING = {
     .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     .decode(),
 }
-# the stages whose command a failure ends (report-pending and main never fail); the
-# checkout's runs against a real git server above
-STAGES = ("plan", "build", "verify-digest", "sign", "write-back")
+# the stages whose command a failure ends (report-pending and main never fail)
+STAGES = ("plan", "checkout", "build", "verify-digest", "sign", "write-back")
 AFTER_THE_PLAN = ("checkout", "build", "verify-digest", "sign", "write-back", "main")
 
 
@@ -454,7 +464,10 @@ def _run_stage(
 def test_a_stage_that_exits_75_is_tried_again_in_its_container(tmp_path: Path, stage: str) -> None:
     result, calls = _run_stage(tmp_path, stage, (75, 0))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert len(calls) == 2
+    if stage == "checkout":  # the first of its git commands failed, then all passed
+        assert [call.split()[:2] for call in calls[:2]] == [["git", "init"]] * 2
+    else:
+        assert len(calls) == 2
     assert f"{stage}: trying again in 0s (retry 1 of 3)" in result.stderr
 
 
@@ -556,3 +569,13 @@ def test_main_posts_the_success_from_the_write_back_and_never_fails(
     assert len(calls) == 1
     assert calls[0].startswith("fabrique status-report success --app ")
     assert calls[0].endswith(f" --digest sha256:{'d' * 64} --outcome changed --commit {'c' * 40}")
+
+
+def test_a_stage_s_own_set_e_holds_inside_its_retry(tmp_path: Path) -> None:
+    """The checkout's script ends at its first failing command (``set -e``): a ``git init``
+    that failed must not go on to fetch into another folder. A function called where its
+    status is tested (``run && …``) runs with ``set -e`` ignored, so the loop must not."""
+    result, calls = _run_stage(tmp_path, "checkout", (3,))
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert calls == ["git init -q " + str(tmp_path / "workspace" / "src")]
+    assert "fetching" not in result.stdout
