@@ -1,9 +1,10 @@
 """The commit statuses as the rendered fabrique-build template makes them.
 
-The report steps' commands are taken from the rendered template, their Argo variables
-substituted the way the controller would, and run for real against the Gitea double. An
-invariant walks every path through the template (each step succeeding or failing, the
-plan building or skipping) and counts the terminal status calls: exactly one each time.
+The containers' scripts are taken from the rendered template, their Argo variables
+substituted the way the controller would, and run for real: with the real ``fabrique``
+against the Gitea double, and, to walk every path through the pod (each container
+succeeding or failing, the plan building or skipping), with a fake that counts the
+terminal status calls: exactly one each time.
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +23,11 @@ import pytest
 
 from fabrique.validate import Schemas
 
-from .conftest import GITEA_TOKEN, ROOT, Repo, run_cli, write_values
+from .conftest import GITEA_TOKEN, ROOT, Repo, write_values
 from .doubles.gitea import GiteaDouble
+from .doubles.kube import argo_status, workflow_failures
 from .manifests import find
+from .test_step_scripts import _run_stage
 
 TREE = ROOT / "manifests"
 REPO = "atlas/atlas"
@@ -29,6 +35,7 @@ CONTEXT = "fabrique/citation"
 DIGEST = "sha256:" + "e" * 64
 TERMINAL = {"success", "skipped", "failure"}
 WHEN = re.compile(r"^(\{\{[a-z.-]+\}\}) (==|!=) ([A-Za-z]+)$")
+OUTCOME = "{{workflow.outputs.parameters.writeback-outcome}}"
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +45,11 @@ def template() -> dict[str, Any]:
 
 def _templates(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {t["name"]: t for t in template["spec"]["templates"]}
+
+
+def _containers(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The build pod's containers, in the order they are listed (and run)."""
+    return {c["name"]: c for c in _templates(template)["run"]["containerSet"]["containers"]}
 
 
 # ------------------------------------------------------------ the strict schema
@@ -61,18 +73,18 @@ def test_the_exit_handler_and_the_metrics_pass_the_strict_schema(
             }
         ]
     ]
-    # each counted on the Steps template around its retried step: once per run
-    assert [m["name"] for m in templates["build-once"]["metrics"]["prometheus"]] == [
+    # each counted once per run: the build's duration on main around the retried pod, the
+    # write-back's outcome by the exit handler
+    assert [m["name"] for m in templates["main"]["metrics"]["prometheus"]] == [
         "fabrique_build_duration_seconds"
     ]
-    for name in ("write-back-once", "report-success-once"):
-        assert [m["name"] for m in templates[name]["metrics"]["prometheus"]] == [
-            "fabrique_writeback_total"
-        ]
+    assert [m["name"] for m in templates["exit-handler"]["metrics"]["prometheus"]] == [
+        "fabrique_writeback_total"
+    ]
     assert not [t["name"] for t in templates.values() if "retryStrategy" in t and "metrics" in t]
     # the same check fails on a misspelled metric field: it is not a check that cannot fail
     broken = copy.deepcopy(template)
-    metric = next(t for t in broken["spec"]["templates"] if t["name"] == "build-once")["metrics"]
+    metric = next(t for t in broken["spec"]["templates"] if t["name"] == "main")["metrics"]
     metric["prometheus"][0]["histogram"]["bucket"] = [1.0]
     assert any("bucket" in e.message for e in validator.iter_errors(broken))
 
@@ -97,19 +109,47 @@ def test_metrics_follow_prometheus_rules(template: dict[str, Any]) -> None:
     build = by_name["fabrique_build_duration_seconds"][0]
     assert build["histogram"]["value"] == "{{duration}}"
     assert build["histogram"]["buckets"] == sorted(build["histogram"]["buckets"])
-    assert {"key": "app", "value": "{{workflow.parameters.app}}"} in build["labels"]
-    # a failed run has no outputs: no label of a metric that counts failures may need one
-    # (the controller resolves every label before the `when`, and a MetricsError follows)
-    outcomes = by_name["fabrique_writeback_total"]
-    assert [m.get("when") for m in outcomes] == ["{{status}} != Succeeded", None]
-    for metric in metrics:
-        assert "outputs." not in json.dumps(metric), metric["name"]
+    assert build["labels"] == [
+        {"key": "app", "value": "{{workflow.parameters.app}}"},
+        {"key": "status", "value": "{{status}}"},
+    ]
+    (outcomes,) = by_name["fabrique_writeback_total"]
+    assert outcomes["labels"] == [
+        {"key": "app", "value": "{{workflow.parameters.app}}"},
+        {"key": "outcome", "value": OUTCOME},
+    ]
+    # a run whose write-back never ran counts nothing
+    assert outcomes["when"] == f"{OUTCOME} != none"
 
 
-def test_every_container_step_reports_its_log_tail_on_error(template: dict[str, Any]) -> None:
-    for name, t in _templates(template).items():
-        if "container" in t:
-            assert t["container"]["terminationMessagePolicy"] == "FallbackToLogsOnError", name
+def test_the_metrics_read_only_what_argo_resolves(template: dict[str, Any]) -> None:
+    """The controller resolves every variable of a metric before its ``when``; one it
+    cannot resolve is a MetricsError and no metric. The duration's are the node's own
+    ({{status}}, {{duration}}); the outcome's is the Workflow's output, which the pod's
+    ``outcome`` sets whatever became of the write-back (its default when it did not run)."""
+    variables = {
+        t["name"]: set(re.findall(r"\{\{[^}]+\}\}", json.dumps(t["metrics"])))
+        for t in template["spec"]["templates"]
+        if "metrics" in t
+    }
+    assert variables == {
+        "main": {"{{workflow.parameters.app}}", "{{status}}", "{{duration}}"},
+        "exit-handler": {"{{workflow.parameters.app}}", OUTCOME},
+    }
+    (outcome,) = [
+        p for p in _templates(template)["run"]["outputs"]["parameters"] if p.get("globalName")
+    ]
+    assert outcome["globalName"] == "writeback-outcome"
+    assert outcome["valueFrom"]["default"] == "none"
+
+
+def test_every_container_reports_its_log_tail_on_error(template: dict[str, Any]) -> None:
+    containers = list(_containers(template).items()) + [
+        (name, t["container"]) for name, t in _templates(template).items() if "container" in t
+    ]
+    assert len(containers) == len(_containers(template)) + 1  # and report-failure
+    for name, container in containers:
+        assert container["terminationMessagePolicy"] == "FallbackToLogsOnError", name
 
 
 # --------------------------------------------------- every path, one terminal call
@@ -124,53 +164,44 @@ def _evaluate(when: str | None, values: dict[str, str]) -> bool:
     return (left == match[3]) == (match[2] == "==")
 
 
-def _kind(templates: dict[str, dict[str, Any]], step: dict[str, Any]) -> str | None:
-    called = templates[step["template"]]
-    if "steps" in called:  # a `<step>-once` around the step itself
-        [[inner]] = called["steps"]
-        return _kind(templates, inner)
-    args = called.get("container", {}).get("args", [])
-    return args[1] if args[:1] == ["status-report"] else None
-
-
 def _walk(
-    template: dict[str, Any], build: str, failing: str | None
+    template: dict[str, Any], tmp: Path, build: str, failing: str | None
 ) -> tuple[list[str], str, list[str]]:
-    """Run the template in the mind: (status calls, workflow status, steps that ran)."""
-    templates = _templates(template)
-    values = {"{{steps.plan.outputs.parameters.build}}": build}
+    """Run the pod's containers as Argo's executor does, each after the one it depends on
+    ended well, their command a fake that fails in ``failing`` alone; then the exit
+    handler: (status calls, workflow status, containers whose command ran)."""
+    exits: dict[str, int] = {}
     calls: list[str] = []
     ran: list[str] = []
-    status = "Succeeded"
-    for group in templates[template["spec"]["entrypoint"]]["steps"]:
-        failed_here = False
-        for step in group:
-            if not _evaluate(step.get("when"), values):
-                continue
-            ran.append(step["name"])
-            if kind := _kind(templates, step):
-                calls.append(kind)  # attempted, whether or not its pod then fails
-            if step["name"] == failing and "continueOn" not in step:
-                failed_here = True
-        if failed_here:
-            status = "Failed"
-            break
-    values["{{workflow.status}}"] = status
+    for name, container in _containers(template).items():
+        if any(exits[after] != 0 for after in container.get("dependencies") or []):
+            exits[name] = 64  # never run: Argo's executor ends it
+            continue
+        code = 3 if name == failing else 0
+        (tmp / name).mkdir(parents=True)
+        result, called = _run_stage(tmp / name, name, (code,), build=build)
+        exits[name] = result.returncode
+        ran += [name] if called else []
+        calls += [c.split()[2] for c in called if c.startswith("fabrique status-report ")]
+    status = "Failed" if any(exits.values()) else "Succeeded"
+    values = {"{{workflow.status}}": status}
+    templates = _templates(template)
     for group in templates[template["spec"]["onExit"]]["steps"]:
         for step in group:
-            if _evaluate(step.get("when"), values) and (kind := _kind(templates, step)):
-                calls.append(kind)
+            if _evaluate(step.get("when"), values):
+                args = templates[step["template"]]["container"]["args"]
+                calls += [args[1]] if args[0] == "status-report" else []
     return calls, status, ran
 
 
-def test_every_path_ends_with_exactly_one_terminal_status(template: dict[str, Any]) -> None:
-    templates = _templates(template)
-    steps = [s["name"] for group in templates["main"]["steps"] for s in group]
+def test_every_path_ends_with_exactly_one_terminal_status(
+    template: dict[str, Any], tmp_path: Path
+) -> None:
     paths = 0
-    for build, failing in itertools.product(("true", "false"), [None, *steps]):
-        calls, status, ran = _walk(template, build, failing)
+    for build, failing in itertools.product(("true", "false"), [None, *_containers(template)]):
+        calls, status, ran = _walk(template, tmp_path / f"{build}-{failing}", build, failing)
         if failing is not None and failing not in ran:
-            continue  # that step does not run on this path
+            continue  # that container's command does not run on this path
         paths += 1
         terminal = [c for c in calls if c in TERMINAL]
         assert len(terminal) == 1, (build, failing, calls)
@@ -181,42 +212,65 @@ def test_every_path_ends_with_exactly_one_terminal_status(template: dict[str, An
         # pending comes first, and only when something is built
         assert calls[:1] == (["pending"] if build == "true" and failing != "plan" else calls[:1])
         assert calls.count("pending") == (1 if build == "true" and failing != "plan" else 0)
-    # plan, each step of the build, each report step: every one was walked
-    assert paths >= len(steps) + 2
+    # the plan, each container of the build, each report: every one was walked
+    assert paths >= len(_containers(template)) + 2
 
 
-def test_a_failing_report_step_never_fails_the_build(template: dict[str, Any]) -> None:
-    for name in ("report-pending", "report-success"):
-        calls, status, _ = _walk(template, "true", name)
+def test_a_failing_report_never_fails_the_build(template: dict[str, Any], tmp_path: Path) -> None:
+    for name in ("report-pending", "main"):
+        calls, status, _ = _walk(template, tmp_path / name, "true", name)
         assert status == "Succeeded" and "failure" not in calls, name
 
 
-# ------------------------------------------- the steps' own commands, for real
+# ------------------------------------------- the containers' own commands, for real
 
 
-def _run_step(
+def _run(
     template: dict[str, Any],
     name: str,
     *,
     values: Path,
     tmp: Path,
     variables: dict[str, str],
-) -> Any:
-    """Run the container of template ``name`` as Argo would, in-process."""
-    container = _templates(template)[name]["container"]
-    assert container["command"] == ["fabrique"]
+) -> subprocess.CompletedProcess[str]:
+    """Run container ``name`` of the build pod, or the exit handler's report, as Argo
+    would: its command, with the real ``fabrique``, the pod's folders under ``tmp``."""
+    container = _containers(template).get(name) or _templates(template)[name]["container"]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert "FABRIQUE_GITEA_TOKEN" in env and env["FABRIQUE_GITEA_TOKEN"] is None, (
         "the token comes from the Secret, never from a value"
     )
-    args = []
-    for arg in container["args"]:
-        arg = arg.replace("/tmp/fabrique", str(tmp))
+
+    def filled(text: str) -> str:
+        text = text.replace("/fabrique/", f"{tmp}/fabrique/")
         for variable, value in variables.items():
-            arg = arg.replace(variable, value)
-        assert "{{" not in arg, f"{name}: {arg} left unsubstituted"
-        args.append(arg)
-    return run_cli("--values", str(values), *args, env={"FABRIQUE_GITEA_TOKEN": GITEA_TOKEN})
+            text = text.replace(variable, value)
+        assert "{{" not in text, f"{name}: {text} left unsubstituted"
+        return text
+
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    (bin_dir / "fabrique").write_text(f'#!/bin/sh\nexec {sys.executable} -m fabrique "$@"\n')
+    (bin_dir / "fabrique").chmod(0o755)
+    for folder in ("plan", "verified"):
+        (tmp / "fabrique" / folder).mkdir(parents=True, exist_ok=True)
+    command = container["command"][:3] + [filled(a) for a in container["command"][3:]]
+    return subprocess.run(
+        [*command, *(filled(a) for a in container.get("args", []))],
+        env={k: filled(v) for k, v in env.items() if v is not None}
+        | {k: v for k, v in os.environ.items() if k.startswith("FABRIQUE_")}
+        | {
+            "PATH": f"{bin_dir}:{os.environ['PATH']}",
+            "PYTHONPATH": str(ROOT),
+            "FABRIQUE_VALUES": str(values),
+            "FABRIQUE_GITEA_TOKEN": GITEA_TOKEN,
+            "BACKOFF_SECONDS": "0",
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def _globals(revision: str) -> dict[str, str]:
@@ -240,19 +294,20 @@ def _combined_state(gitea: GiteaDouble, revision: str) -> str:
     return gitea.combine([s["status"] for s in gitea.latest_statuses(REPO, revision)])
 
 
-def _success_path(template: dict[str, Any], values: Path, tmp: Path, revision: str) -> list[Any]:
-    """plan, report-pending, write-back and report-success, each as its step runs it."""
+def _success_path(
+    template: dict[str, Any], values: Path, tmp: Path, revision: str
+) -> list[subprocess.CompletedProcess[str]]:
+    """plan, report-pending, write-back and main, each as its container runs it; the
+    digest as verify-digest leaves it."""
     variables = _globals(revision)
-    plan = _run_step(template, "plan", values=values, tmp=tmp, variables=variables)
-    assert plan.exit_code == 0, plan.stderr
-    assert (tmp / "plan" / "build").read_text() == "true"
-    pending = _run_step(template, "report-pending", values=values, tmp=tmp, variables=variables)
-    variables["{{inputs.parameters.digest}}"] = DIGEST
-    written = _run_step(template, "write-back", values=values, tmp=tmp, variables=variables)
-    assert written.exit_code == 0, written.stderr
-    variables["{{inputs.parameters.outcome}}"] = (tmp / "writeback" / "outcome").read_text()
-    variables["{{inputs.parameters.commit}}"] = (tmp / "writeback" / "commit").read_text()
-    success = _run_step(template, "report-success", values=values, tmp=tmp, variables=variables)
+    plan = _run(template, "plan", values=values, tmp=tmp, variables=variables)
+    assert plan.returncode == 0, plan.stderr
+    assert (tmp / "fabrique" / "plan" / "build").read_text() == "true"
+    pending = _run(template, "report-pending", values=values, tmp=tmp, variables=variables)
+    (tmp / "fabrique" / "verified" / "digest").write_text(DIGEST)
+    written = _run(template, "write-back", values=values, tmp=tmp, variables=variables)
+    assert written.returncode == 0, written.stderr
+    success = _run(template, "main", values=values, tmp=tmp, variables=variables)
     return [plan, pending, written, success]
 
 
@@ -269,8 +324,10 @@ def test_pending_then_success_as_the_steps_run(
 ) -> None:
     revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
     results = _success_path(template, values, tmp_path, revision)
-    assert all(r.exit_code == 0 for r in results)
-    commit = (tmp_path / "writeback" / "commit").read_text()
+    assert all(r.returncode == 0 for r in results), [r.stderr for r in results]
+    writeback = tmp_path / "fabrique" / "verified" / "writeback"
+    assert (writeback / "outcome").read_text() == "changed"
+    commit = (writeback / "commit").read_text()
     assert commit == code_repo.head()
     url = f"https://argo.example.org/workflows/fabrique-build/fabrique-citation-{revision[:12]}"
     assert _history(gitea, revision) == [
@@ -289,18 +346,16 @@ def test_a_replayed_workflow_posts_no_confusing_duplicate(
     _success_path(template, values, tmp_path / "first", revision)
     first = _history(gitea, revision)
     # the replay (the Workflow deleted and submitted with force=true): the write-back
-    # finds the digest already there and says unchanged; its report step runs twice
-    (tmp_path / "replay").mkdir()
-    variables = _globals(revision) | {
-        "{{inputs.parameters.digest}}": DIGEST,
-        "{{inputs.parameters.outcome}}": "unchanged",
-        "{{inputs.parameters.commit}}": "",
-    }
-    for step in ("report-pending", "write-back", "report-success", "report-success"):
-        result = _run_step(
-            template, step, values=values, tmp=tmp_path / "replay", variables=variables
-        )
-        assert result.exit_code == 0, result.stderr
+    # finds the digest already there and says unchanged; main runs twice
+    replay = tmp_path / "replay"
+    (replay / "fabrique" / "plan").mkdir(parents=True)
+    (replay / "fabrique" / "plan" / "build").write_text("true")
+    (replay / "fabrique" / "verified").mkdir(parents=True)
+    (replay / "fabrique" / "verified" / "digest").write_text(DIGEST)
+    for name in ("report-pending", "write-back", "main", "main"):
+        result = _run(template, name, values=values, tmp=replay, variables=_globals(revision))
+        assert result.returncode == 0, result.stderr
+    assert (replay / "fabrique" / "verified" / "writeback" / "outcome").read_text() == "unchanged"
     history = _history(gitea, revision)
     assert history[: len(first)] == first
     assert [state for state, _, _ in history[len(first) :]] == ["pending", "success"]
@@ -308,29 +363,27 @@ def test_a_replayed_workflow_posts_no_confusing_duplicate(
     assert _combined_state(gitea, revision) == "success"
 
 
-def test_pending_then_failure_from_the_exit_handler_names_the_step(
+def test_pending_then_failure_from_the_exit_handler_names_the_container(
     template: dict[str, Any], values: Path, tmp_path: Path, gitea: GiteaDouble, code_repo: Repo
 ) -> None:
     revision = code_repo.commit({"dataops/citation-dagster/app.txt": "v2\n"})
     variables = _globals(revision)
-    _run_step(template, "report-pending", values=values, tmp=tmp_path, variables=variables)
+    (tmp_path / "fabrique" / "plan").mkdir(parents=True)
+    (tmp_path / "fabrique" / "plan" / "build").write_text("true")
+    _run(template, "report-pending", values=values, tmp=tmp_path, variables=variables)
     workflow = variables["{{workflow.name}}"]
-    nodes = [
-        {"displayName": workflow, "message": "child failed", "templateName": "main",
-         "phase": "Failed", "podName": workflow, "finishedAt": "2026-12-02T10:00:09Z"},
-        {"displayName": "verify-digest", "message": "No more retries left",
-         "templateName": "verify-digest", "phase": "Failed", "podName": "p",
-         "finishedAt": "2026-12-02T10:00:08Z"},
-        {"displayName": "verify-digest(0)", "templateName": "verify-digest", "phase": "Failed",
-         "message": "INFO fabrique: verify\nerror: citation-dagster:x: the build pushed "
-                    "sha256:a but the registry holds sha256:b",
-         "podName": "p0", "finishedAt": "2026-12-02T10:00:07Z"},
-    ]  # fmt: skip
+    status = argo_status(
+        {"metadata": {"name": workflow}},
+        "Failed",
+        failed_step="verify-digest",
+        message="INFO fabrique: verify\nerror: citation-dagster:x: the build pushed sha256:a"
+        " but the registry holds sha256:b",
+    )
     # {{workflow.failures}} as the controller substitutes it: strconv.Quote of the list
-    variables["{{workflow.failures}}"] = json.dumps(json.dumps(nodes))
+    variables["{{workflow.failures}}"] = json.dumps(json.dumps(workflow_failures(status)))
     variables["{{workflow.status}}"] = "Failed"
-    result = _run_step(template, "report-failure", values=values, tmp=tmp_path, variables=variables)
-    assert result.exit_code == 0, result.stderr
+    result = _run(template, "report-failure", values=values, tmp=tmp_path, variables=variables)
+    assert result.returncode == 0, result.stderr
     assert [(s, d) for s, d, _ in _history(gitea, revision)] == [
         ("pending", f"building citation-dagster:{revision[:12]}"),
         (
@@ -342,13 +395,20 @@ def test_pending_then_failure_from_the_exit_handler_names_the_step(
     assert _combined_state(gitea, revision) == "failure"
 
 
-def test_a_skipped_plan_reports_no_change_as_the_steps_run(
+def test_a_skipped_plan_reports_no_change_as_the_containers_run(
     template: dict[str, Any], values: Path, tmp_path: Path, gitea: GiteaDouble, code_repo: Repo
 ) -> None:
-    revision = code_repo.head()  # the step runs when the plan says build=false
+    revision = code_repo.head()
     variables = _globals(revision)
-    result = _run_step(template, "report-skipped", values=values, tmp=tmp_path, variables=variables)
-    assert result.exit_code == 0, result.stderr
+    plan = tmp_path / "fabrique" / "plan"
+    plan.mkdir(parents=True)
+    # as the plan leaves them when nothing under the context changed (tests/test_events.py)
+    (plan / "build").write_text("false")
+    (plan / "reason").write_text("nothing under dataops/citation-dagster changed")
+    for name in ("report-pending", "main"):
+        result = _run(template, name, values=values, tmp=tmp_path, variables=variables)
+        assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("main: nothing to do (")  # no success of its own
     assert [(s, d) for s, d, _ in _history(gitea, revision)] == [
         ("success", "no change under dataops/citation-dagster")
     ]
