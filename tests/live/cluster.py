@@ -329,8 +329,22 @@ class Cluster:
     ) -> Answer:
         """What the ``wait`` container's executor reports for a step: a
         WorkflowTaskResult named after the node, with the step's output parameters,
-        created with the executor's ServiceAccount (``as_user``)."""
+        created with the executor's ServiceAccount (``as_user``). As the executor, it
+        reports each output its template declares (the pod's ``ARGO_TEMPLATE``), with
+        its ``globalName``, its value from ``parameters`` or else its default
+        (``SaveParameters``); a pod that names no template reports ``parameters``."""
         meta = pod["metadata"]
+        declared = _declared_outputs(pod)
+        if declared:
+            reported = []
+            for declared_one in declared:
+                value = parameters.get(declared_one["name"])
+                if value is None:
+                    value = (declared_one.get("valueFrom") or {}).get("default")
+                if value is not None:
+                    reported.append(declared_one | {"value": value})
+        else:
+            reported = [{"name": k, "value": v} for k, v in parameters.items()]
         workflow = meta["labels"][WORKFLOW_LABEL]
         node_id = meta["annotations"][NODE_ID]
         owner = self.workflow(meta["namespace"], workflow)
@@ -352,11 +366,23 @@ class Cluster:
                     }
                 ],
             },
-            "outputs": {"parameters": [{"name": k, "value": v} for k, v in parameters.items()]},
+            "outputs": {"parameters": reported},
         }
         return self.create(
             f"{ARGO}/namespaces/{meta['namespace']}/workflowtaskresults", body, as_user=as_user
         )
+
+
+def _declared_outputs(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    """The output parameters the pod's template declares, from ``ARGO_TEMPLATE``, the
+    template the controller hands Argo's own containers."""
+    spec = pod["spec"]
+    for container in [*spec.get("initContainers", []), *spec.get("containers", [])]:
+        for variable in container.get("env") or []:
+            if variable.get("name") == "ARGO_TEMPLATE" and "value" in variable:
+                template = json.loads(variable["value"])
+                return list((template.get("outputs") or {}).get("parameters") or [])
+    return []
 
 
 def probe_resolved(workflow: dict[str, Any], template: str) -> bool | None:

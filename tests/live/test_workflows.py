@@ -282,7 +282,12 @@ def test_metrics_count_each_runs_outcome_once(cluster: Cluster, applied: Path) -
     writeback = "argo_workflows_fabrique_writeback_total"
     assert series.get(f'{build}{{app="{app[retried]}",status="Succeeded"}}') == 1
     assert series.get(f'{build}{{app="{app[retried]}",status="Error"}}') is None
-    assert series.get(f'{writeback}{{app="{app[retried]}",outcome="changed"}}') == 1
+    stored = cluster.workflow(BUILD_NS, retried)["status"]
+    assert series.get(f'{writeback}{{app="{app[retried]}",outcome="changed"}}') == 1, (
+        stored.get("outputs"),
+        stored.get("conditions"),
+        [(n["displayName"], n.get("type")) for n in stored["nodes"].values()],
+    )
     assert series.get(f'{writeback}{{app="{app[refused]}",outcome="failed"}}') == 1
     assert series.get(f'{build}{{app="{app[refused]}",status="Failed"}}') == 1
     assert series.get(f'{build}{{app="{app[skipped]}",status="Succeeded"}}') == 1
