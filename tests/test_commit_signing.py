@@ -129,14 +129,23 @@ def test_the_key_is_mounted_in_the_writing_steps_alone() -> None:
             spec = spec.get("workflowSpec", spec)
             for template in spec.get("templates") or []:
                 volumes = {v["name"]: v for v in template.get("volumes") or []}
-                if "writeback-signing-key" in volumes:
-                    env = {e["name"]: e.get("value") for e in template["container"]["env"]}
-                    assert volumes["writeback-signing-key"]["secret"] == {
-                        "secretName": "fabrique-writeback-signing",
-                        "items": [{"key": "ssh-key", "path": "key"}],
-                        "defaultMode": 0o400,
-                    }
-                    mounted[f"{path}:{template['name']}"] = env["FABRIQUE_WRITEBACK_SIGNING_KEY"]
+                if "writeback-signing-key" not in volumes:
+                    continue
+                assert volumes["writeback-signing-key"]["secret"] == {
+                    "secretName": "fabrique-writeback-signing",
+                    "items": [{"key": "ssh-key", "path": "key"}],
+                    "defaultMode": 0o400,
+                }
+                # the build pod's containers, or a template's own, named as its template
+                containers = (template.get("containerSet") or {}).get("containers") or [
+                    template["container"] | {"name": template["name"]}
+                ]
+                for container in containers:
+                    mounts = {m["name"] for m in container.get("volumeMounts") or []}
+                    if "writeback-signing-key" in mounts:
+                        env = {e["name"]: e.get("value") for e in container["env"]}
+                        key = env["FABRIQUE_WRITEBACK_SIGNING_KEY"]
+                        mounted[f"{path}:{container['name']}"] = key
     assert mounted == {
         "build/workflowtemplate.yaml:write-back": "/etc/fabrique/writeback-signing/key",
         "reconcile/cronworkflow-fabrique-reconcile.yaml:reconcile": (

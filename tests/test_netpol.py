@@ -79,14 +79,14 @@ def test_only_the_build_pod_may_leave_on_443_to_exactly_the_allowlist(tmp_path: 
             "ports": [{"protocol": "TCP", "port": 443}],
         }
     ]
-    # the label that opens the door is on the build step only
+    # the label that opens the door is on the build's pod only, not its exit handler's
     template = find(out, "WorkflowTemplate", "fabrique-build")
     stepped = [
         t["name"]
         for t in template["spec"]["templates"]
         if "fabrique.io/step" in (t.get("metadata") or {}).get("labels", {})
     ]
-    assert stepped == ["build"]
+    assert stepped == ["run"]
     # every other rule of the build namespace stays inside the cluster or on the API
     others = find(out, "NetworkPolicy", "fabrique-pods-egress")["spec"]["egress"]
     ports = sorted({p["port"] for rule in others for p in rule["ports"]})
