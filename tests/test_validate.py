@@ -47,27 +47,42 @@ def test_committed_tree_is_valid(specs: Path, with_kubectl: None) -> None:
 
 
 def test_misspelled_container_field_is_caught(tree: Path, specs: Path) -> None:
+    misspelled: list[int] = []
+
     def misspell(doc: dict) -> None:
-        template = doc["spec"]["templates"][0]
+        index, template = next(
+            (i, t) for i, t in enumerate(doc["spec"]["templates"]) if "container" in t
+        )
         template["containr"] = template.pop("container")
+        misspelled.append(index)
 
     _edit(tree / "build" / "workflowtemplate.yaml", 0, misspell)
     result = run_cli("validate", str(tree), "--specs", str(specs))
     assert result.exit_code == 6
     assert (
         "build/workflowtemplate.yaml: document 0 (WorkflowTemplate/fabrique-build): "
-        "spec.templates[0]: Additional properties are not allowed ('containr' was unexpected)"
+        f"spec.templates[{misspelled[0]}]: Additional properties are not allowed "
+        "('containr' was unexpected)"
     ) in result.stderr
 
 
 def test_misspelled_field_deep_in_a_container_is_caught(tree: Path, specs: Path) -> None:
+    where: list[str] = []
+
     def misspell(doc: dict) -> None:
-        doc["spec"]["templates"][2]["container"]["securityContext"]["runAsUsr"] = 1000
+        # the build container, in the containerSet of the build's pod
+        for index, template in enumerate(doc["spec"]["templates"]):
+            for number, container in enumerate(
+                (template.get("containerSet") or {}).get("containers", [])
+            ):
+                if container["name"] == "build":
+                    container["securityContext"]["runAsUsr"] = 1000
+                    where.append(f"spec.templates[{index}].containerSet.containers[{number}]")
 
     _edit(tree / "build" / "workflowtemplate.yaml", 0, misspell)
     problems = [str(p) for p in validate_tree(tree, specs)]
     assert len(problems) == 1
-    assert "spec.templates[2].container.securityContext" in problems[0]
+    assert f"{where[0]}.securityContext" in problems[0]
     assert "'runAsUsr' was unexpected" in problems[0]
 
 
