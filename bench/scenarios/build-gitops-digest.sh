@@ -115,11 +115,13 @@ built() {  # built REVISION: waits for its Workflow to succeed; prints the diges
   local workflow="fabrique-$app-${1:0:12}"
   wait_for "the event path to create Workflow $workflow" k -n "$build_ns" get workflow "$workflow"
   until phase_is "$workflow" Succeeded; do
+    # its words to stderr: stdout is the digest its caller reads
     if phase_is "$workflow" Failed || phase_is "$workflow" Error; then
-      echo "FAIL: Workflow $workflow: $(k -n "$build_ns" get workflow "$workflow" -o jsonpath='{.status.message}')"
+      echo "FAIL: Workflow $workflow: $(k -n "$build_ns" get workflow "$workflow" -o json | jq_py \
+        '"; ".join(v["displayName"] + ": " + v.get("message", "") for v in d["status"]["nodes"].values() if v.get("phase") in ("Failed", "Error")) or d["status"].get("message", "")')" >&2
       exit 1
     fi
-    [ "$SECONDS" -lt "$((started + timeout_s))" ] || { echo "FAIL: timed out waiting for Workflow $workflow to succeed"; exit 1; }
+    [ "$SECONDS" -lt "$((started + timeout_s))" ] || { echo "FAIL: timed out waiting for Workflow $workflow to succeed" >&2; exit 1; }
     sleep "$poll_s"
   done
   k -n "$build_ns" get workflow "$workflow" -o json | jq_py \
