@@ -542,7 +542,9 @@ def _run(site: Site) -> ContainerSet:
                 ("commit", "", None),
             )
         ]
-        + [Parameter(name=VERIFIED_OUTPUT, value_from=m.ValueFrom(path=DIGEST_FILE, default=""))],
+        + [Parameter(name=VERIFIED_OUTPUT, value_from=m.ValueFrom(path=DIGEST_FILE, default=""))]
+        # why the plan built or skipped, for `argo get` (a skip's only trace but its status)
+        + [Parameter(name="reason", value_from=m.ValueFrom(path=f"{PLAN_DIR}/reason", default=""))],
     ) as run:
         plan = _tool(
             site,

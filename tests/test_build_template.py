@@ -351,6 +351,8 @@ def test_digest_is_verified_by_the_tools_image_and_exposed(template: dict[str, A
             "name": VERIFIED_OUTPUT,
             "valueFrom": {"path": "/fabrique/verified/digest", "default": ""},
         },
+        # the plan's reason, for `argo get`: a skip leaves no other trace but its status
+        {"name": "reason", "valueFrom": {"path": "/fabrique/plan/reason", "default": ""}},
     ]
     assert "verified" in _mounts(_containers(template)["main"])
 
