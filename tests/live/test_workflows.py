@@ -191,7 +191,12 @@ def phase(cluster: Cluster, namespace: str, workflow: str) -> str:
 DIGEST = "sha256:" + "ab" * 32
 RUN = "run"  # the build's one pod
 # what the executor reports for it: the outputs of its ``main`` container
-RUN_OUTPUTS = {"outcome": "changed", "commit": "c0" * 20, "digest": DIGEST}
+RUN_OUTPUTS = {
+    "outcome": "changed",
+    "commit": "c0" * 20,
+    "digest": DIGEST,
+    "reason": "1 file(s) changed under dataops/citation-dagster: app.txt",
+}
 # its containers, in the order they run (report-pending beside the checkout)
 STAGES = [
     "plan",
