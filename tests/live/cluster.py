@@ -5,6 +5,7 @@ and the kubelet's and executor's parts that no program plays here.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import ssl
@@ -185,7 +186,9 @@ class Cluster:
         """kind/namespace/name -> what the apply itself last changed of every object of
         the tree: its generation and the time of the ``fabrique`` field manager's entry.
         A no-op apply moves neither; a controller filling a status or a token Secret's
-        data (Kubernetes' token controller) moves neither either."""
+        data (Kubernetes' token controller) moves neither either. But a CronWorkflow's
+        generation: its CRD has no status subresource, and Argo's cron controller patches
+        its status and metadata at each tick (``persistUpdate``): for it, its spec."""
         listed = json.loads(self.kubectl("get", "-k", str(tree), "-o", "json"))
         found = {}
         for item in listed["items"]:
@@ -197,6 +200,9 @@ class Cluster:
             ]
             key = "/".join((item["kind"], meta.get("namespace", ""), meta["name"]))
             found[key] = f"generation {meta.get('generation')}, applied {applied}"
+            if item["kind"] == "CronWorkflow":
+                spec = json.dumps(item.get("spec"), sort_keys=True).encode()
+                found[key] = f"spec {hashlib.sha256(spec).hexdigest()[:16]}, applied {applied}"
         return found
 
     # -- waiting --------------------------------------------------------------------------

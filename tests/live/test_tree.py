@@ -24,6 +24,23 @@ def test_the_whole_tree_applies_server_side_and_a_replay_changes_nothing(
     assert diff == ""
 
 
+def test_a_controllers_status_patch_is_no_change_of_the_tree(
+    cluster: Cluster, applied: Path
+) -> None:
+    """Argo's cron controller merge-patches a CronWorkflow's status at its ticks
+    (``persistUpdate``, workflow/cron/operator.go); the CRD has no status subresource, so
+    the object's generation moves. The tree was not applied: no change of it."""
+    before = cluster.versions(applied)
+    answer = cluster.request(
+        "PATCH",
+        f"{ARGO}/namespaces/fabrique/cronworkflows/fabrique-reconcile",
+        {"status": {"phase": "Active", "lastScheduledTime": "2026-12-06T07:00:00Z"}},
+        content_type="application/merge-patch+json",
+    )
+    assert answer.status == 200, answer.message
+    assert cluster.versions(applied) == before
+
+
 def test_the_admission_policy_compiles_against_argos_full_crds(
     cluster: Cluster, applied: Path
 ) -> None:
