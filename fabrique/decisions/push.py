@@ -33,7 +33,7 @@ from fabrique.clients.gitea import Commit
 from fabrique.clients.kube import CreateResult
 from fabrique.site.config import AppConfig, Site
 from fabrique.site.errors import FabriqueError, InputError, KubeError, RemoteError
-from fabrique.site.names import check_revision
+from fabrique.site.names import PUSH_SUBMITTER, check_revision
 
 from .changes import fabrique_paths
 from .workflow import build_workflow
@@ -42,7 +42,6 @@ log = logging.getLogger("fabrique.push")
 
 ZERO = re.compile(r"^0+$")  # a new branch's ``before`` (a deleted one's ``after``)
 MAX_PAGES = 20  # of 50 commits: a push of more than 1 000 commits builds every app
-SUBMITTED_BY = "push"  # the builds this step creates carry fabrique.io/submitted-by=push
 CREATORS = 8  # builds created at once: a push touching a shared folder asks for many
 
 
@@ -126,7 +125,7 @@ def ask_builds(
     Every app is tried whatever another's answer; the caller raises for the failures."""
 
     def one(app: str) -> Asked:
-        body = build_workflow(site, app, after, submitted_by=SUBMITTED_BY)
+        body = build_workflow(site, app, after, submitted_by=PUSH_SUBMITTER)
         try:
             result = kube.create_workflow(body)
         except FabriqueError as err:
