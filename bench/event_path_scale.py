@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.event_loss_real import BenchError, live_event_path
 from bench.event_loss_world import make_site
-from eventsources.sensor import sensors
+from eventsources.sensor import sensor
 from fabrique.site.config import Site
 from fabrique.site.names import LABEL_REVISION
 from tests.live import controlplane
@@ -122,7 +122,7 @@ class ScaleBench:
 
     def measure(self, apps: int) -> Size:
         site = make_site(apps, "http://gitea", "registry:80")
-        rendered = [len(json.dumps(s, separators=(",", ":"))) for s in sensors(site)]
+        rendered = [len(json.dumps(sensor(site), separators=(",", ":")))]
         work = self.work / f"apps-{apps}"
         work.mkdir()
         # the Argo controller runs: it makes each Workflow's first pod

@@ -103,8 +103,9 @@ def push_filters(site: Site) -> list[DataFilter]:
     ]
 
 
-def sensor(site: Site) -> dict[str, Any]:
-    """The site's one Sensor: one dependency, one trigger, whatever the apps."""
+def sensor(site: Site, name: str = SENSOR) -> dict[str, Any]:
+    """The site's one Sensor: one dependency, one trigger, whatever the apps (``name``:
+    another Sensor of the same, as a test deploys one beside the site's)."""
     dependency = dump(
         EventDependency(
             name=DEPENDENCY,
@@ -153,7 +154,7 @@ def sensor(site: Site) -> dict[str, Any]:
         "dependencies": [dependency],
         "triggers": [trigger],
     }
-    return document("Sensor", SENSOR, site.namespaces.control, spec)
+    return document("Sensor", name, site.namespaces.control, spec)
 
 
 def push_workflow(site: Site) -> dict[str, Any]:

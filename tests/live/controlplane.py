@@ -412,9 +412,10 @@ class ControlPlane:
             write_secret(self.folder / "netpol.token", engine + "\n")
             users += f"{engine},{NETPOL_USER},{NETPOL_USER}\n"
         write_secret(self.folder / "tokens.csv", users)
-        self._write_kubeconfig(self.kubeconfig, namespace="default")
+        self.write_kubeconfig(self.kubeconfig, namespace="default")
 
-    def _write_kubeconfig(self, path: Path, namespace: str) -> None:
+    def write_kubeconfig(self, path: Path, namespace: str, token: str | None = None) -> None:
+        """A kubeconfig of this plane: the admin's, or the holder of ``token``'s."""
         ca = base64.b64encode((self.folder / "ca.crt").read_bytes()).decode()
         write_secret(
             path,
@@ -431,7 +432,7 @@ class ControlPlane:
                             },
                         }
                     ],
-                    "users": [{"name": "admin", "user": {"token": self.token}}],
+                    "users": [{"name": "admin", "user": {"token": token or self.token}}],
                     "contexts": [
                         {
                             "name": "fabrique-live",
@@ -674,7 +675,7 @@ class ControlPlane:
             ),
         )
         argo_kubeconfig = self.folder / "argo.kubeconfig"
-        self._write_kubeconfig(argo_kubeconfig, namespace=ARGO_NAMESPACE)
+        self.write_kubeconfig(argo_kubeconfig, namespace=ARGO_NAMESPACE)
         self._spawn(
             "workflow-controller",
             [
