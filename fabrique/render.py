@@ -9,7 +9,7 @@
       build/                      WorkflowTemplate fabrique-build, its ServiceAccounts (the
                                   steps' mounts no token; the executor's reports steps), the
                                   buildkitd.toml and site ConfigMaps
-      control/                    the site ConfigMap and the executor's account of the
+      control/                    the site ConfigMaps and the executor's account of the
                                   control namespace, where everything but the build runs
       events/                     EventSource gitea, EventBus default (JetStream), Sensor
                                   fabrique-build and the Sensor's RBAC
