@@ -31,7 +31,7 @@ import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -174,8 +174,9 @@ def site_files(site: Site) -> list[SiteFile]:
     from pipelines.steps import SITE_CONFIGMAP
 
     values = site.to_values()
-    # an app as an item of a block list: the same text at the top level and under apps:
-    items = [dump_documents([[app]], header=False) for app in values.pop("apps")]
+    # an app as an item of a block list (a document that is a list, not a mapping): the
+    # same text at the top level and under apps:
+    items = [dump_documents([cast(Document, [app])], header=False) for app in values.pop("apps")]
     head = dump_documents([values], header=False) + "apps:\n"
 
     def weight(text: str) -> int:  # as the JSON of the ConfigMap carries it
