@@ -141,8 +141,19 @@ def site_configmap(site: Site, namespace: str) -> Document:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": object_meta(SITE_CONFIGMAP, namespace),
-        "data": {"site.yaml": dump_documents([site.to_values()], header=False)},
+        "data": {"site.yaml": _site_yaml(site)},
     }
+
+
+# the site last dumped and its text: both namespaces' ConfigMaps hold it, megabytes of
+# it at ten thousand apps (a Site is frozen: the same object, the same text)
+_dumped_site: list[tuple[Site, str]] = []
+
+
+def _site_yaml(site: Site) -> str:
+    if not _dumped_site or _dumped_site[0][0] is not site:
+        _dumped_site[:] = [(site, dump_documents([site.to_values()], header=False))]
+    return _dumped_site[0][1]
 
 
 def control_unit(site: Site) -> Tree:

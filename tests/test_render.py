@@ -176,3 +176,28 @@ def test_a_kept_trailing_newline_is_written_as_pyyaml_writes_it() -> None:
     slow = HEADER + render_module._dump(documents, render_module._Dumper)
     assert not slow.endswith("...\n")
     assert render_module.dump_documents(documents) == slow
+
+
+def test_the_site_is_dumped_once_a_render(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both namespaces' ConfigMaps hold the site, megabytes of it at ten thousand apps:
+    it is dumped once, and both hold the same text."""
+    from fabrique.site.config import Site
+
+    dumped: list[Site] = []
+    real = Site.to_values
+
+    def counting(site: Site) -> dict[str, object]:
+        dumped.append(site)
+        return real(site)
+
+    monkeypatch.setattr(Site, "to_values", counting)
+    site = load_site(env={})
+    tree = render_tree(site)
+    assert dumped == [site]
+    texts = {
+        doc["data"]["site.yaml"]
+        for path in ("build/configmaps.yaml", "control/configmaps.yaml")
+        for doc in tree[path]
+        if doc["metadata"]["name"] == "fabrique-site"
+    }
+    assert len(texts) == 1
