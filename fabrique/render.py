@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml.representer import SafeRepresenter
 
 from fabrique.site.config import Site
 from fabrique.site.errors import RenderError
@@ -343,7 +344,7 @@ class _Style:
         return True
 
 
-def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+def _str_representer(dumper: SafeRepresenter, value: str) -> yaml.ScalarNode:
     style = (
         "|"
         if "\n" in value and not any(line != line.rstrip() for line in value.splitlines())
@@ -360,10 +361,10 @@ _Dumper.add_representer(str, _str_representer)
 
 # libyaml's emitter, where PyYAML was built with it: the same bytes some eight times
 # faster (tests/test_render.py holds the two to the same tree)
-_FastDumper: type[yaml.SafeDumper] = _Dumper
+_FastDumper: type[SafeRepresenter] = _Dumper
 if hasattr(yaml, "CSafeDumper"):
 
-    class _LibyamlDumper(_Style, yaml.CSafeDumper):  # type: ignore[misc]
+    class _LibyamlDumper(_Style, yaml.CSafeDumper):
         """libyaml's emitter with the same representers."""
 
     _LibyamlDumper.add_representer(str, _str_representer)
@@ -381,7 +382,7 @@ def dump_documents(documents: list[Document], *, header: bool = True) -> str:
     return (HEADER if header else "") + body
 
 
-def _dump(documents: list[Document], dumper: type[yaml.SafeDumper]) -> str:
+def _dump(documents: list[Document], dumper: type[SafeRepresenter]) -> str:
     return yaml.dump_all(
         documents, Dumper=dumper, sort_keys=False, explicit_start=len(documents) > 1, width=100
     )
