@@ -62,7 +62,9 @@ class Checkout:
             return None, f"did not finish in {timeout:.0f} s"
         wall = time.perf_counter() - start
         said = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
-        last = said[-1] if said else ""
+        told = done.stdout.strip().splitlines()
+        # "rendered 29 files into TREE", "TREE: valid": the verdict without the folder
+        last = told[-1].rsplit(": ", 1)[-1] if told else ""
         if done.returncode:
             problems = sum(": document " in line for line in said)
             last = f"{problems} problems" if problems else (said[0] if said else "")
