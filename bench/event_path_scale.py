@@ -47,10 +47,12 @@ from fabrique.site.names import LABEL_REVISION
 from tests.live import controlplane
 from tests.live.cluster import ARGO, Cluster
 from tests.live.events import (
+    CONTROL,
     ArgoEvents,
     ServiceProxy,
 )
 from tests.live.forge import Forge
+from tests.live.planner import Planner
 from tests.waits import until
 
 WAIT_SECONDS = 120.0  # a replay's trigger tries for about a minute: settle within two
@@ -129,6 +131,10 @@ class ScaleBench:
         try:
             with live_event_path(work, self.proxy, self.bearer, apps, argo_controller=True) as path:
                 forged = path.forged
+                # the push Workflows' step, played as their pod would run it (kwok runs
+                # no container): what it creates is the builds the bench waits for
+                planner = Planner(path.cluster, CONTROL, forged.values, forged.env, work)
+                planner.start()
                 size = Size(apps, len(rendered), max(rendered), path.ready_seconds)
                 run = Runner(forged, path.cluster, path.events, path.site, self.proxy)
                 first = path.site.apps[0].name
@@ -153,6 +159,7 @@ class ScaleBench:
                 size.scenarios.append(
                     run.scenario("replay", lambda: run.replay(touched), of=touched)
                 )
+                planner.stop()
                 return size
         except (controlplane.ControlPlaneError, controlplane.peers.PeerError) as failed:
             raise BenchError(f"the live tier did not start: {failed}") from None

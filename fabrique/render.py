@@ -9,7 +9,7 @@
       build/                      WorkflowTemplate fabrique-build, its ServiceAccounts (the
                                   steps' mounts no token; the executor's reports steps), the
                                   buildkitd.toml and site ConfigMaps
-      control/                    the site ConfigMap and the executor's account of the
+      control/                    the site ConfigMaps and the executor's account of the
                                   control namespace, where everything but the build runs
       events/                     EventSource gitea, EventBus default (JetStream), Sensor
                                   fabrique-build and the Sensor's RBAC
@@ -31,13 +31,16 @@ import os
 import secrets
 import shutil
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
+from yaml.representer import SafeRepresenter
 
-from fabrique.site.config import Site
+from fabrique.site.config import APPS_FROM, Site, shard_digest
 from fabrique.site.errors import RenderError
+from fabrique.site.limits import ANNOTATIONS_LIMIT, go_json
 from fabrique.site.names import PLANNER_ACCOUNT, RECONCILE_MEMORY
 from fabrique.site.objects import (
     EXECUTOR_RULE,
@@ -98,7 +101,7 @@ def build_unit(site: Site) -> Tree:
             "metadata": object_meta(BUILDKITD_CONFIGMAP, ns),
             "data": {"buildkitd.toml": buildkitd_toml(site)},
         },
-        site_configmap(site, ns),
+        *site_configmaps(site, ns),
     ]
     return {
         "build/rbac.yaml": rbac,
@@ -135,23 +138,97 @@ def executor_account(namespace: str) -> list[Document]:
     return [*service_account(EXECUTOR_ACCOUNT, namespace, [EXECUTOR_RULE]), token]
 
 
-def site_configmap(site: Site, namespace: str) -> Document:
-    """The site as the tools image reads it (FABRIQUE_VALUES). It holds no token."""
+@dataclass(frozen=True)
+class SiteFile:
+    """One file of the site as the pods read it: the key of a ConfigMap of its own."""
+
+    configmap: str
+    key: str
+    text: str
+
+
+# Each site ConfigMap's data, as the JSON an API client sends it, stays under this: far
+# below the API server's 1 MiB, so that kubectl's client-side apply (and Argo CD's, by
+# default), which keeps a copy of the whole object in the
+# kubectl.kubernetes.io/last-applied-configuration annotation, stays under the 256 KiB
+# that all of an object's annotations may hold, with room for a deploy tool's own.
+SITE_DATA_TARGET = 3 * ANNOTATIONS_LIMIT // 4
+# what one appsFrom entry may take in site.yaml ("- file: site-NN.yaml", its sha256)
+_APPS_FROM_ENTRY = 128
+
+# the last sites split, by identity (each held, so that its id is not reused): a render
+# names one site's files in every pod spec and both namespaces, and pipelines' own
+# module-level objects split the site of FABRIQUE_VALUES on their first import
+_splits: dict[int, tuple[Site, list[SiteFile]]] = {}
+_SPLITS_KEPT = 4
+
+
+def site_files(site: Site) -> list[SiteFile]:
+    """The site as the tools image reads it (``FABRIQUE_VALUES``), in as few files as
+    keep each under ``SITE_DATA_TARGET``, one ConfigMap each. ``site.yaml`` (ConfigMap
+    ``fabrique-site``) holds every setting and the first apps; when they do not all fit,
+    its ``appsFrom`` names the files the apps go on in, in order, ``site-2.yaml``
+    (``fabrique-site-2``) and on, each with its sha256 (``fabrique.site.config``). Apps
+    are packed in the site's order: an app added at the end changes the last file and
+    ``site.yaml``; one added or grown before moves the later files' boundaries. It holds
+    no token."""
+    if id(site) in _splits:
+        return _splits[id(site)][1]
     from pipelines.steps import SITE_CONFIGMAP
 
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": object_meta(SITE_CONFIGMAP, namespace),
-        "data": {"site.yaml": dump_documents([site.to_values()], header=False)},
-    }
+    values = site.to_values()
+    # an app as an item of a block list (a document that is a list, not a mapping): the
+    # same text at the top level and under apps:
+    items = [dump_documents([cast(Document, [app])], header=False) for app in values.pop("apps")]
+    head = dump_documents([values], header=False) + "apps:\n"
+
+    def weight(text: str) -> int:  # as the JSON of the ConfigMap carries it
+        return len(go_json(text)) - 2
+
+    sizes = [weight(item) for item in items]
+    largest = max(sizes)
+    bound = sum(sizes) // max(SITE_DATA_TARGET - largest, 1) + 2  # files, at most
+    budget = SITE_DATA_TARGET - weight(head) - _APPS_FROM_ENTRY * bound
+    shards: list[list[str]] = [[]]
+    for item, size in zip(items, sizes, strict=True):
+        if shards[-1] and size > budget:
+            shards.append([])
+            budget = SITE_DATA_TARGET
+        shards[-1].append(item)
+        budget -= size
+    files = [
+        SiteFile(f"{SITE_CONFIGMAP}-{number}", f"site-{number}.yaml", "".join(shard))
+        for number, shard in enumerate(shards[1:], start=2)
+    ]
+    text = head + "".join(shards[0])
+    if files:
+        listed = [{"file": f.key, "sha256": shard_digest(f.text)} for f in files]
+        text += dump_documents([{APPS_FROM: listed}], header=False)
+    split = [SiteFile(SITE_CONFIGMAP, "site.yaml", text), *files]
+    while len(_splits) >= _SPLITS_KEPT:
+        del _splits[next(iter(_splits))]
+    _splits[id(site)] = (site, split)
+    return split
+
+
+def site_configmaps(site: Site, namespace: str) -> list[Document]:
+    """The site's files (``site_files``) as ConfigMaps of ``namespace``."""
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": object_meta(file.configmap, namespace),
+            "data": {file.key: file.text},
+        }
+        for file in site_files(site)
+    ]
 
 
 def control_unit(site: Site) -> Tree:
     """What the control namespace's CronWorkflows share: the site, the executor's account."""
     ns = site.namespaces.control
     return {
-        "control/configmaps.yaml": [site_configmap(site, ns)],
+        "control/configmaps.yaml": site_configmaps(site, ns),
         "control/rbac.yaml": executor_account(ns),
     }
 
@@ -345,7 +422,7 @@ def _kustomization(resources: Iterable[str]) -> Document:
     }
 
 
-class _Dumper(yaml.SafeDumper):
+class _Style:
     """Block style for multi-line strings (scripts, TOML), so the tree reads well; no
     anchors or aliases (&id001), which kubectl and people read badly."""
 
@@ -353,7 +430,7 @@ class _Dumper(yaml.SafeDumper):
         return True
 
 
-def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+def _str_representer(dumper: SafeRepresenter, value: str) -> yaml.ScalarNode:
     style = (
         "|"
         if "\n" in value and not any(line != line.rstrip() for line in value.splitlines())
@@ -362,14 +439,39 @@ def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 
+class _Dumper(_Style, yaml.SafeDumper):
+    """PyYAML's own emitter, in Python."""
+
+
 _Dumper.add_representer(str, _str_representer)
+
+# libyaml's emitter, where PyYAML was built with it: the same bytes some eight times
+# faster (tests/test_render.py holds the two to the same tree)
+_FastDumper: type[SafeRepresenter] = _Dumper
+if hasattr(yaml, "CSafeDumper"):
+
+    class _LibyamlDumper(_Style, yaml.CSafeDumper):
+        """libyaml's emitter with the same representers."""
+
+    _LibyamlDumper.add_representer(str, _str_representer)
+    _FastDumper = _LibyamlDumper
+
+# libyaml marks the end of a stream ("...") once a kept trailing newline (``|+``) was
+# written anywhere in its last document; PyYAML only when it is the last thing written
+_OPEN_END = "\n...\n"
 
 
 def dump_documents(documents: list[Document], *, header: bool = True) -> str:
-    body = yaml.dump_all(
-        documents, Dumper=_Dumper, sort_keys=False, explicit_start=len(documents) > 1, width=100
-    )
+    body = _dump(documents, _FastDumper)
+    if body.endswith(_OPEN_END) and _FastDumper is not _Dumper:
+        body = _dump(documents, _Dumper)
     return (HEADER if header else "") + body
+
+
+def _dump(documents: list[Document], dumper: type[SafeRepresenter]) -> str:
+    return yaml.dump_all(
+        documents, Dumper=dumper, sort_keys=False, explicit_start=len(documents) > 1, width=100
+    )
 
 
 def write_tree(tree: Tree, out: Path) -> list[str]:

@@ -101,6 +101,7 @@ from .steps import (
     resources,
     restricted,
     retry,
+    site_sources,
     token,
     tools_step,
     writes_git,
@@ -458,7 +459,7 @@ def _volumes(site: Site) -> list[Any]:
         m.Volume(name="build-tmp", empty_dir=m.EmptyDirVolumeSource()),
         m.Volume(
             name=SITE_CONFIGMAP,
-            config_map=m.ConfigMapVolumeSource(name=SITE_CONFIGMAP),
+            projected=m.ProjectedVolumeSource(sources=site_sources(site)),
         ),
         m.Volume(
             name=BUILDKITD_CONFIGMAP,

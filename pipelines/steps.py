@@ -11,11 +11,11 @@ import json
 from typing import Any
 
 from hera.workflows import (
-    ConfigMapVolume,
     Container,
     EmptyDirVolume,
     Env,
     Parameter,
+    ProjectedVolume,
     RetryStrategy,
     SecretEnv,
     SecretVolume,
@@ -167,6 +167,17 @@ def writes_git(site: Site) -> dict[str, Any]:
     }
 
 
+def site_sources(site: Site) -> list[m.VolumeProjection]:
+    """The site's ConfigMaps (``fabrique.render.site_files``), projected into one
+    folder, ``SITE_MOUNT``: ``site.yaml`` and the files its ``appsFrom`` names."""
+    from fabrique.render import site_files
+
+    return [
+        m.VolumeProjection(config_map=m.ConfigMapProjection(name=file.configmap))
+        for file in site_files(site)
+    ]
+
+
 def token(site: Site) -> SecretEnv:
     """The Gitea token, from the Secret the site names."""
     return SecretEnv(
@@ -197,7 +208,12 @@ def tools_step(
         env=[*env(FABRIQUE_VALUES=f"{SITE_MOUNT}/site.yaml"), *(extra_env or [])],
         volumes=[
             EmptyDirVolume(name="tmp", mount_path="/tmp"),
-            ConfigMapVolume(name=SITE_CONFIGMAP, mount_path=SITE_MOUNT, read_only=True),
+            ProjectedVolume(
+                name=SITE_CONFIGMAP,
+                mount_path=SITE_MOUNT,
+                read_only=True,
+                sources=site_sources(site),
+            ),
             *(extra_volumes or []),
         ],
         security_context=restricted(),

@@ -182,9 +182,12 @@ def test_what_the_stages_hand_on_the_build_cannot_write(template: dict[str, Any]
     assert verified == {"verify-digest", "write-back", "main"}
     assert "verified" not in _mounts(containers["build"])
     assert "verified" not in _mounts(containers["checkout"])
-    # the pod's volumes are all emptyDirs and configMaps: nothing of the node's, no token
+    # the pod's volumes are all emptyDirs and configMaps (the site's projected into one
+    # folder): nothing of the node's, no token
     for volume in _templates(template)[VERIFIED_BY]["volumes"]:
-        assert set(volume) - {"name"} <= {"emptyDir", "configMap", "secret"}, volume
+        assert set(volume) - {"name"} <= {"emptyDir", "configMap", "secret", "projected"}, volume
+        for source in (volume.get("projected") or {}).get("sources", []):
+            assert set(source) == {"configMap"}, volume
 
 
 def test_nothing_is_privileged_and_nothing_mounts_the_host() -> None:

@@ -283,8 +283,7 @@ def test_the_sensor_holds_no_right_in_the_build_namespace() -> None:
     bound = [
         (d["metadata"]["namespace"], d["roleRef"]["name"])
         for d in documents(TREE)
-        if d["kind"] == "RoleBinding"
-        and any(s["name"] == "fabrique-sensor" for s in d["subjects"])
+        if d["kind"] == "RoleBinding" and any(s["name"] == "fabrique-sensor" for s in d["subjects"])
     ]
     assert bound == [(CONTROL_NS, "fabrique-sensor-workflows")]
     planner = [

@@ -152,9 +152,7 @@ def test_a_forced_push_asks_for_what_it_dropped_and_what_it_brought(
     base = code_repo.head()
     dropped = code_repo.commit({"dataops/other-app/a": "1\n"})
     _reset(code_repo, base)
-    subprocess.run(
-        ["git", "-C", str(code_repo.work), "reset", "-q", "--hard", base], check=True
-    )
+    subprocess.run(["git", "-C", str(code_repo.work), "reset", "-q", "--hard", base], check=True)
     brought = code_repo.commit({"dataops/citation-dagster/app.txt": "2\n"})
     assert plan(env, dropped, brought)[0] == 0
     assert built(kube) == {"citation": "push", "other": "push"}

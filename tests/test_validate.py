@@ -269,3 +269,44 @@ def test_a_sensor_s_variable_is_counted_as_go_writes_its_json(character: str) ->
     escaped["spec"]["eventBusName"] = character * 300
     # 300 times 5 bytes more of JSON, 2 000 of base64
     assert pod_env_size(escaped) - pod_env_size(plain) == 2000
+
+
+def test_a_core_kinds_schema_is_read_once_a_run_not_once_a_document(
+    tmp_path: Path, specs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kubernetes-validate reads a kind's schema and its 1.4 MB of definitions for every
+    document it checks: a site of ten thousand apps has ten thousand NetworkPolicies.
+    validate reads each once, and still checks every document."""
+    import kubernetes_validate.utils
+
+    read: list[str] = []
+    real = kubernetes_validate.utils.schema_contents
+
+    def counting(filename: str, desired_version: str) -> object:
+        read.append(filename.rsplit("/", 1)[-1])
+        return real(filename, desired_version)
+
+    monkeypatch.setattr(kubernetes_validate.utils, "schema_contents", counting)
+    policy = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "spec": {"podSelector": {}, "policyTypes": ["Egress"]},
+    }
+    documents = [
+        {**copy.deepcopy(policy), "metadata": {"name": f"p{n}", "namespace": "a"}}
+        for n in range(30)
+    ]
+    documents[7]["spec"]["podSelectr"] = {}
+    (tmp_path / "policies.yaml").write_text(yaml.safe_dump_all(documents))
+    problems = [str(p) for p in validate_tree(tmp_path, specs)]
+    assert sorted(read) == ["_definitions.json", "networkpolicy-networking-v1.json"]
+    assert len(problems) == 1 and "document 7 (NetworkPolicy/p7)" in problems[0], problems
+    assert "'podSelectr' was unexpected" in problems[0]
+
+
+def test_a_file_that_is_no_yaml_is_named_with_its_line(tmp_path: Path, specs: Path) -> None:
+    """The tree is parsed by libyaml where PyYAML has it: a broken file is still named
+    with the line where it breaks."""
+    (tmp_path / "broken.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: [\n")
+    problems = [str(p) for p in validate_tree(tmp_path, specs)]
+    assert problems == ["broken.yaml: document 0 (?): line 4: not valid YAML"]

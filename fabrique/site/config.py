@@ -4,7 +4,9 @@ Three layers, each over the one before:
 
 1. the embedded default site (``site.default.yaml``: generic values only);
 2. a values file (``--values site.yaml`` or ``FABRIQUE_VALUES``), merged key by key,
-   lists replaced whole;
+   lists replaced whole; its apps may go on in files beside it that its ``appsFrom``
+   lists (``[{file: site-2.yaml, sha256: …}]``), as ``fabrique render`` writes a site
+   too large for one ConfigMap;
 3. ``FABRIQUE_<PATH>`` environment variables, the path in upper snake case with ``__``
    between levels and list indexes as numbers: ``FABRIQUE_REGISTRY__HOST=registry:5000``,
    ``FABRIQUE_APPS__0__CONTEXT=src/app``.
@@ -16,6 +18,7 @@ Tokens are never part of the config; it only names the Secrets that hold them.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import os
 import re
@@ -1253,27 +1256,95 @@ def parse_site(data: Any) -> Site:
 
 
 def read_values_file(path: Path) -> dict[str, Any]:
+    """A values file as a mapping, the apps of the files its ``appsFrom`` names added to
+    its own ``apps`` (``continued_apps``)."""
+    data = _read_yaml(path)
+    if data is None:
+        # an empty file is a mistake (a wrong path, a truncated copy), not "the defaults"
+        raise ConfigError(f"values file {path}: is empty; give at least one setting")
+    if not isinstance(data, dict):
+        raise ConfigError(f"values file {path}: must be a mapping at the top level")
+    if APPS_FROM in data:
+        data = dict(data)
+        data["apps"] = continued_apps(path, data.get("apps"), data.pop(APPS_FROM))
+    return data
+
+
+# A values file may go on in other files: ``appsFrom`` lists them, beside it, each a YAML
+# list of apps that continue its ``apps`` in order. ``fabrique render`` writes the site
+# so when it is too large for one ConfigMap (``fabrique.render.site_configmaps``), each
+# file with its sha256, so that a pod that reads files of two renders stops and says so.
+APPS_FROM = "appsFrom"
+
+
+def shard_digest(text: str) -> str:
+    """The sha256 a values file's ``appsFrom`` gives for one of its files."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def continued_apps(path: Path, apps: Any, listed: Any) -> list[Any]:
+    """``apps`` (the values file's own, if any) followed by the apps of every file that
+    ``listed`` (its ``appsFrom``) names, in order: ``[{file: NAME, sha256: HEX}, …]``,
+    each NAME relative to the values file's folder, sha256 optional."""
+    where = f"values file {path}: {APPS_FROM}"
+    if not isinstance(listed, list) or not all(
+        isinstance(entry, dict)
+        and isinstance(entry.get("file"), str)
+        and entry.keys() <= {"file", "sha256"}
+        for entry in listed
+    ):
+        raise ConfigError(
+            f"{where}: must be a list of {{file: NAME, sha256: HEX}}, NAME a file beside it"
+        )
+    if apps is not None and not isinstance(apps, list):
+        raise ConfigError(f"values file {path}: apps: must be a list with {APPS_FROM}")
+    found = list(apps or [])
+    for index, entry in enumerate(listed):
+        name = entry["file"]
+        if PurePosixPath(name).is_absolute() or ".." in PurePosixPath(name).parts:
+            raise ConfigError(f"{where}[{index}].file: {name!r} must be a file beside it")
+        shard = path.parent / name
+        text = _read_text(shard)
+        expected = entry.get("sha256")
+        if expected is not None and shard_digest(text) != expected:
+            raise ConfigError(
+                f"values file {shard}: not the file {path.name} names (its sha256 differs): "
+                "they come from two renders of the site; render again, or wait for the "
+                "site being applied and retry"
+            )
+        more = _parse_yaml(shard, text)
+        if not isinstance(more, list):
+            raise ConfigError(
+                f"values file {shard}: must be a list of apps, which continue "
+                f"{path.name}'s apps ({APPS_FROM}[{index}])"
+            )
+        found += more
+    return found
+
+
+def _read_text(path: Path) -> str:
     try:
-        text = path.read_text("utf-8")
+        return path.read_text("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"values file {path}: not found") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(
             f"values file {path}: cannot be read ({exc.__class__.__name__})"
         ) from None
+
+
+def _parse_yaml(path: Path, text: str) -> Any:
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no object tags
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no object tags
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or "invalid YAML"
         raise ConfigError(f"values file {path}:{where}: {problem}") from None
-    if data is None:
-        # an empty file is a mistake (a wrong path, a truncated copy), not "the defaults"
-        raise ConfigError(f"values file {path}: is empty; give at least one setting")
-    if not isinstance(data, dict):
-        raise ConfigError(f"values file {path}: must be a mapping at the top level")
-    return data
+
+
+def _read_yaml(path: Path) -> Any:
+    return _parse_yaml(path, _read_text(path))
 
 
 class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]

@@ -14,6 +14,12 @@ ETCD_REQUEST_LIMIT = 1536 * 1024
 # the API server's own limit on a ConfigMap's data and binaryData, or a Secret's data,
 # summed (core.MaxSecretSize, pkg/apis/core/validation: ValidateConfigMap, ValidateSecret)
 DATA_LIMIT = 1024 * 1024
+# the API server's limit on all of an object's annotations together
+# (TotalAnnotationSizeLimitB, apimachinery pkg/api/validation/objectmeta.go). kubectl's
+# client-side apply keeps the whole object it applied, as JSON, in the annotation
+# kubectl.kubernetes.io/last-applied-configuration: an object larger than this cannot be
+# applied that way (`metadata.annotations: Too long`), only server-side.
+ANNOTATIONS_LIMIT = 256 * 1024
 
 
 # Linux's limit on one environment variable ("NAME=value" and its NUL: MAX_ARG_STRLEN,

@@ -485,6 +485,9 @@ def named_objects(pod: dict[str, Any]) -> list[str]:
             found.append(f"/api/v1/namespaces/{ns}/secrets/{volume['secret']['secretName']}")
         if "configMap" in volume:
             found.append(f"/api/v1/namespaces/{ns}/configmaps/{volume['configMap']['name']}")
+        for source in (volume.get("projected") or {}).get("sources") or []:
+            if "configMap" in source and not source["configMap"].get("optional"):
+                found.append(f"/api/v1/namespaces/{ns}/configmaps/{source['configMap']['name']}")
         if "persistentVolumeClaim" in volume:
             found.append(
                 f"/api/v1/namespaces/{ns}/persistentvolumeclaims/"
