@@ -1157,14 +1157,16 @@ def _code_repository(
         f"#   git clone -c credential.helper={shlex.quote(helper)} {gitea.url}/{repo}.git",
         f"#   cd {name} && date >> {app.context}/app.txt && "
         f"git commit -qam 'change {app.name}' && git push -q",
-        f"# the Sensor then creates the Workflow fabrique-{app.name}-<the commit's first 12 "
-        f"hex digits>: kubectl get workflows -n {site.namespaces.build}",
+        f"# the Sensor then creates the push's Workflow (kubectl get workflows -n "
+        f"{site.namespaces.control}), whose step creates fabrique-{app.name}-<the commit's "
+        f"first 12 hex digits>: kubectl get workflows -n {site.namespaces.build}",
     ]
 
 
-# the seed commit's build on a fresh plane: the Sensor's Workflow, then its pods (the
-# tools and BuildKit images pulled once) and its write-back
-SEED_DELIVERED = 60  # seconds for the hook's delivery to become a Workflow
+# the seed commit's build on a fresh plane: the push's Workflow and its step's pod (the
+# tools image pulled once), the build's Workflow, then its pod (BuildKit's image pulled
+# once) and its write-back
+SEED_DELIVERED = 90  # seconds for the hook's delivery to become the build's Workflow
 SEED_BUILT = 420  # seconds for that Workflow to end
 
 
