@@ -28,10 +28,9 @@ from importlib import resources
 from itertools import combinations
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-import httpx
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
@@ -47,6 +46,9 @@ from .names import (
     redact_urls,
 )
 from .retry import RetryPolicy
+
+if TYPE_CHECKING:
+    import httpx
 
 ENV_PREFIX = "FABRIQUE_"
 # The FABRIQUE_* variables that are not config overrides, and what reads each: every one
@@ -435,6 +437,8 @@ class NetworkConfig(_Model):
         )
 
     def http_timeout(self) -> httpx.Timeout:
+        import httpx  # only a command that talks HTTP pays for the client
+
         return httpx.Timeout(self.timeout_seconds, connect=min(5.0, self.timeout_seconds))
 
 
@@ -1197,11 +1201,21 @@ class Site(_Model):
         return self
 
     def app(self, name: str) -> AppConfig:
-        for app in self.apps:
-            if app.name == name:
-                return app
+        found = self._apps_by_name().get(name)
+        if found is not None:
+            return found
         known = ", ".join(app.name for app in self.apps)
         raise InputError(f"app {name!r}: not in the site config (known apps: {known})")
+
+    def _apps_by_name(self) -> dict[str, AppConfig]:
+        """The apps by name, made once a Site: a pass looks up every app. Kept beside
+        the list it indexes (no field: out of equality and dumps), and made again for a
+        copy that has another list (``model_copy(update=...)`` copies it too)."""
+        indexed, index = self.__dict__.get("_apps_index", (None, {}))
+        if indexed is not self.apps:
+            index = {app.name: app for app in self.apps}
+            self.__dict__["_apps_index"] = (self.apps, index)
+        return index
 
     def branch_of(self, target: WriteBackTarget) -> str:
         """The branch ``target`` is written to: its own, else the site's."""
