@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -1335,6 +1336,10 @@ def _read_text(path: Path) -> str:
 
 def _parse_yaml(path: Path, text: str) -> Any:
     try:
+        return _parse_json(text)
+    except _NotPlainJson:
+        pass
+    try:
         return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no object tags
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -1345,6 +1350,61 @@ def _parse_yaml(path: Path, text: str) -> Any:
 
 def _read_yaml(path: Path) -> Any:
     return _parse_yaml(path, _read_text(path))
+
+
+class _NotPlainJson(Exception):
+    """Not JSON that means what the YAML it also is means: read it as YAML."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    mapping = dict(pairs)
+    if len(mapping) != len(pairs):
+        raise _NotPlainJson  # the YAML loader names the key and its line
+    return mapping
+
+
+# the floats YAML 1.1 reads as floats (PyYAML's resolver): 1e-05, which JSON writes, is
+# a string to it
+_YAML_FLOAT = re.compile(r"-?(?:0|[1-9][0-9]*)\.[0-9]*(?:[eE][-+][0-9]+)?")
+
+
+def _yaml_float(literal: str) -> float:
+    if not _YAML_FLOAT.fullmatch(literal):
+        raise _NotPlainJson
+    return float(literal)
+
+
+def _not_json(literal: str) -> Any:
+    raise _NotPlainJson  # NaN, Infinity: Python's, not JSON
+
+
+# what YAML takes for a line break (U+0085, U+2028, U+2029) or refuses raw (DEL, the C1
+# controls, non-characters, lone surrogates), and a byte-order mark: JSON escapes them
+# where a YAML reader reads it too
+_YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff\ud800-\udfff]")
+
+
+def json_line(value: Any) -> str:
+    """``value`` as one line of JSON, which the loader parses in C and a YAML reader
+    (a person's, kubectl's) reads as the same values."""
+    text = json.dumps(value, ensure_ascii=False)
+    return _YAML_UNSAFE.sub(lambda char: f"\\u{ord(char[0]):04x}", text)
+
+
+def _parse_json(text: str) -> Any:
+    """``text`` parsed as JSON, which is YAML too, in C (``fabrique render`` writes the
+    site's files so, ``fabrique.render.site_files``): 10 000 apps in 0.1 s, where the
+    YAML loader's Python half takes 3. _NotPlainJson for anything else, and for JSON the
+    YAML reading would give another meaning or an error (a key given twice)."""
+    try:
+        return json.loads(
+            text,
+            object_pairs_hook=_unique_keys,
+            parse_float=_yaml_float,
+            parse_constant=_not_json,
+        )
+    except json.JSONDecodeError:
+        raise _NotPlainJson from None
 
 
 class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]

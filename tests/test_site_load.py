@@ -1,0 +1,121 @@
+"""Loading the site as the pods do, at the size of the largest site: every push's plan
+and every build's containers load it. What render writes for them is JSON, one app a
+line, which the loader parses at C speed; anything else (a values file a person writes)
+is YAML. The checks count calls, never time: these machines are noisy."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from bench.render import values_with
+from fabrique.render import site_files
+from fabrique.site.config import Site, _UniqueKeyLoader, load_site, parse_site, read_values_file
+from fabrique.site.errors import ConfigError
+
+from .test_site_shards import unpack
+
+
+def as_yaml(text: str) -> Any:
+    """``text`` as the loader's YAML reads it (a person's yq, kubectl's reader)."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)
+
+
+@pytest.fixture(scope="module")
+def thousand() -> Site:
+    return parse_site(values_with(1_000))
+
+
+def test_the_rendered_files_are_json_one_app_a_line(thousand: Site) -> None:
+    files = site_files(thousand)
+    assert len(files) > 1
+    apps: list[Any] = []
+    for file in files:
+        data = json.loads(file.text)
+        # JSON, and the YAML it also is means the same: a person reads it as YAML
+        assert as_yaml(file.text) == data
+        lines = file.text.splitlines()
+        if file.key == "site.yaml":
+            assert lines[0] == "{" and lines[-1] == "}"
+            first = lines.index('"apps": [') + 1
+            ours = data["apps"]
+        else:
+            assert lines[0] == "[" and lines[-1] == "]"
+            first = 1
+            ours = data
+        # one app a line, as the model has it less what it would take by default
+        for line, app in zip(lines[first:], ours, strict=False):
+            assert json.loads(line.removesuffix(",")) == app
+        assert all(app.keys() >= {"name", "image", "context", "writeback"} for app in ours)
+        assert not any("sourceIndex" in app["writeback"] for app in ours)
+        apps += ours
+    assert [app["name"] for app in apps] == [app.name for app in thousand.apps]
+
+
+def test_a_rendered_site_loads_without_yaml_for_its_apps(
+    thousand: Site, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built: list[int] = []
+    construct = _UniqueKeyLoader.construct_mapping
+
+    def counting(self: Any, node: Any, deep: bool = False) -> Any:
+        built.append(1)
+        return construct(self, node, deep=deep)
+
+    monkeypatch.setattr(_UniqueKeyLoader, "construct_mapping", counting)
+    assert load_site(unpack(thousand, tmp_path), env={}) == thousand
+    assert built == []
+
+
+def test_the_files_read_back_the_same_whatever_their_characters(tmp_path: Path) -> None:
+    """Characters a YAML reader takes for a line break (U+0085, U+2028) or refuses raw
+    (DEL, C1 controls) are escaped; the rest are written as they are."""
+    values = values_with(600)
+    odd = "é ✓ 😀 \x85 \u2028 \u2029 \x7f \x9b \ufeff <&> \\ \" '"
+    values["apps"][-1]["buildArgs"] = {"NOTE": odd}
+    site = parse_site(values)
+    for file in site_files(site):
+        assert json.loads(file.text) == as_yaml(file.text)
+        assert not {"\x85", "\u2028", "\x7f", "\x9b", "\ufeff"} & set(file.text)
+    back = load_site(unpack(site, tmp_path), env={})
+    assert back.apps[-1].build_args == {"NOTE": odd}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            '[{"name": "a",\n  "name": "b"}]\n',
+            r"^values file \S+/more\.yaml: line 2: duplicate key 'name'$",
+        ),
+        (
+            '[{"name": "a", "name": "b"}]\n',
+            r"^values file \S+/more\.yaml: line 1: duplicate key 'name'$",
+        ),
+    ],
+    ids=["lines", "one-line"],
+)
+def test_a_key_given_twice_in_json_is_refused_by_its_line(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    (tmp_path / "more.yaml").write_text(text)
+    (tmp_path / "site.yaml").write_text('{"appsFrom": [{"file": "more.yaml"}]}\n')
+    with pytest.raises(ConfigError, match=expected):
+        load_site(tmp_path / "site.yaml", env={})
+
+
+def test_a_json_file_means_what_its_yaml_means(tmp_path: Path) -> None:
+    """JSON is read fast only where it means what the YAML it also is means: a number
+    YAML 1.1 reads as a string (1e-05), NaN (no JSON at all) go the YAML way."""
+    path = tmp_path / "site.yaml"
+    for text in (
+        '{"a": 1e-05, "b": 2.5, "c": 1.0e+3, "d": -7, "e": null, "f": true}\n',
+        '{"a": NaN, "b": Infinity, "c": "x\\/y"}\n',
+        "{a: 1, b: [x, y]}\n",
+    ):
+        path.write_text(text)
+        assert read_values_file(path) == as_yaml(text)
