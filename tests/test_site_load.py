@@ -6,7 +6,7 @@ is YAML. The checks count calls, never time: these machines are noisy."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
@@ -14,7 +14,15 @@ import yaml
 
 from bench.render import values_with
 from fabrique.render import site_files
-from fabrique.site.config import Site, _UniqueKeyLoader, load_site, parse_site, read_values_file
+from fabrique.site import config
+from fabrique.site.config import (
+    Site,
+    _relative_path,
+    _UniqueKeyLoader,
+    load_site,
+    parse_site,
+    read_values_file,
+)
 from fabrique.site.errors import ConfigError
 
 from .test_site_shards import unpack
@@ -119,3 +127,55 @@ def test_a_json_file_means_what_its_yaml_means(tmp_path: Path) -> None:
     ):
         path.write_text(text)
         assert read_values_file(path) == as_yaml(text)
+
+
+# ------------------------------------------------------------- validation, per app
+
+
+def _relative_path_by_pathlib(value: str) -> str:
+    """What a relative path is, as pathlib says it: the rule the validator keeps."""
+    path = PurePosixPath(value)
+    if (
+        not value
+        or "\\" in value
+        or path.is_absolute()
+        or ".." in path.parts
+        or str(path) in (".", "")
+        or str(path) != value.rstrip("/")
+    ):
+        raise ValueError(value)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["a", "a/", "a//", "a/b", "a/b/", "a//b", "a/./b", "./a", "a/.", ".", "./", "..",
+     "a/..", "../a", "a/../b", "/a", "//a", "a\\b", "", "/", "...", "a/.../b", ".a",
+     "a..b", " ", "a /b", "dataops/citation-dagster"],
+)  # fmt: skip
+def test_a_relative_path_is_checked_as_pathlib_would(value: str) -> None:
+    try:
+        expected: str | None = _relative_path_by_pathlib(value)
+    except ValueError:
+        expected = None
+    try:
+        got: str | None = _relative_path(value)
+    except ValueError:
+        got = None
+    assert got == expected
+
+
+def test_an_app_is_validated_without_a_path_object(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each app has four paths: made into pathlib objects, they cost 0.8 s of the 1.1 s
+    that validating 10 000 apps took."""
+    made: list[str] = []
+
+    class Counting(PurePosixPath):
+        def __new__(cls, *args: Any) -> Any:
+            made.append(str(args))
+            return PurePosixPath(*args)
+
+    monkeypatch.setattr(config, "PurePosixPath", Counting)
+    site = parse_site(values_with(100))
+    assert len(site.apps) == 100
+    assert made == []
