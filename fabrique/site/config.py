@@ -1032,6 +1032,10 @@ class AppConfig(_Model):
         return self.model_copy(update={"writeback": env.writeback})
 
 
+# the apps an error names, of a site that does not hold the one asked for: a line to read
+KNOWN_APPS_SHOWN = 10
+
+
 class Site(_Model):
     gitea: GiteaConfig
     argo_server: ArgoServerConfig = Field(default_factory=ArgoServerConfig)
@@ -1202,7 +1206,9 @@ class Site(_Model):
         for app in self.apps:
             if app.name == name:
                 return app
-        known = ", ".join(app.name for app in self.apps)
+        known = ", ".join(app.name for app in self.apps[:KNOWN_APPS_SHOWN])
+        if len(self.apps) > KNOWN_APPS_SHOWN:
+            known += f" and {len(self.apps) - KNOWN_APPS_SHOWN} more"
         raise InputError(f"app {name!r}: not in the site config (known apps: {known})")
 
     def branch_of(self, target: WriteBackTarget) -> str:
@@ -1222,8 +1228,8 @@ class Site(_Model):
 
 
 def default_values() -> dict[str, Any]:
-    text = resources.files(__package__).joinpath("site.default.yaml").read_text("utf-8")
-    data = yaml.safe_load(text)
+    resource = resources.files(__package__).joinpath("site.default.yaml")
+    data = _parse_yaml(Path(str(resource)), resource.read_text("utf-8"))
     assert isinstance(data, dict)
     return data
 
