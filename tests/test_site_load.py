@@ -26,6 +26,7 @@ from fabrique.site.config import (
 from fabrique.site.errors import ConfigError, InputError
 
 from .test_site_shards import unpack
+from .test_startup import _loaded
 
 
 def as_yaml(text: str) -> Any:
@@ -249,3 +250,36 @@ def test_the_defaults_are_read_by_libyaml(monkeypatch: pytest.MonkeyPatch) -> No
 
     monkeypatch.setattr(yaml, "safe_load", python_loader)
     assert load_site(env={}).apps
+
+
+# ------------------------------------------------------------- what a pod imports
+
+
+def test_help_imports_no_http_client() -> None:
+    """The site's config names its HTTP timeouts, and makes them only when a command
+    asks: httpx (and the rich and pygments its own command line pulls in) is a tenth of
+    a second that ``--help``, ``render`` and ``validate`` need not pay."""
+    code, modules = _loaded("--help")
+    assert code == 0
+    assert {m.split(".")[0] for m in modules} & {"httpx", "rich", "pygments"} == set()
+
+
+@pytest.mark.parametrize(
+    ("argv", "exit_code"),
+    [
+        (["plan", "--out", "out"], InputError.exit_code),
+        (["writeback", "--digest", "sha256:" + "0" * 64], InputError.exit_code),
+        (["status-report", "pending"], 0),  # a report never fails the build
+    ],
+    ids=["plan", "writeback", "status"],
+)
+def test_the_commands_a_pod_runs_import_no_hera_and_no_kubernetes_client(
+    thousand: Site, tmp_path: Path, argv: list[str], exit_code: int
+) -> None:
+    """Every push runs them, each in a pod of its own: they import what they use. The
+    app is unknown: each stops once its modules are imported and the site is loaded."""
+    values = unpack(thousand, tmp_path)
+    command = [*argv, "--app", "nope", "--revision", "a" * 40]
+    code, modules = _loaded("--values", str(values), *command)
+    assert code == exit_code
+    assert {m.split(".")[0] for m in modules} & {"hera", "kubernetes", "pipelines"} == set()

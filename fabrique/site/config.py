@@ -29,10 +29,9 @@ from importlib import resources
 from itertools import combinations
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-import httpx
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
@@ -48,6 +47,9 @@ from .names import (
     redact_urls,
 )
 from .retry import RetryPolicy
+
+if TYPE_CHECKING:
+    import httpx
 
 ENV_PREFIX = "FABRIQUE_"
 # The FABRIQUE_* variables that are not config overrides, and what reads each: every one
@@ -437,6 +439,8 @@ class NetworkConfig(_Model):
         )
 
     def http_timeout(self) -> httpx.Timeout:
+        import httpx  # a tenth of a second, which a command that asks no server skips
+
         return httpx.Timeout(self.timeout_seconds, connect=min(5.0, self.timeout_seconds))
 
 
