@@ -1,9 +1,13 @@
 """fabrique: an in-cluster image factory that deploys by frozen digest.
 
 The public surface: the site config, the error tree, and the names every caller shares.
+
+The site config is imported when first asked for: it is a pydantic model, and
+``fabrique validate`` (which reads no site) is quicker to start without it.
 """
 
-from fabrique.site.config import Site, load_site
+from typing import TYPE_CHECKING, Any
+
 from fabrique.site.errors import (
     ConfigError,
     DigestMismatch,
@@ -20,6 +24,9 @@ from fabrique.site.errors import (
     ValidationFailed,
 )
 from fabrique.site.names import workflow_name
+
+if TYPE_CHECKING:
+    from fabrique.site.config import Site, load_site
 
 __version__ = "0.1.0"
 
@@ -42,3 +49,11 @@ __all__ = [
     "load_site",
     "workflow_name",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Site", "load_site"):
+        from fabrique.site import config
+
+        return getattr(config, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from fabrique import __version__
-from fabrique.site.config import Environment, Site, load_site
 from fabrique.site.errors import (
     TRANSIENT_EXIT_CODE,
     TRANSIENT_SAID,
@@ -28,6 +27,7 @@ from fabrique.site.names import WRITEBACK_OUTCOMES
 
 if TYPE_CHECKING:
     from fabrique.decisions.reconcile import Reconciler
+    from fabrique.site.config import Environment, Site
 
 log = logging.getLogger("fabrique")
 
@@ -64,6 +64,9 @@ class _State:
     @property
     def site(self) -> Site:
         if self._site is None:
+            # the site's pydantic model only for a command that reads the site
+            from fabrique.site.config import load_site
+
             self._site = load_site(self.values)
         return self._site
 

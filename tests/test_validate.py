@@ -7,6 +7,7 @@ import copy
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -310,3 +311,193 @@ def test_a_file_that_is_no_yaml_is_named_with_its_line(tmp_path: Path, specs: Pa
     (tmp_path / "broken.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: [\n")
     problems = [str(p) for p in validate_tree(tmp_path, specs)]
     assert problems == ["broken.yaml: document 0 (?): line 4: not valid YAML"]
+
+
+# ------------------------------------------------------------------ the kustomize check
+
+# a kubectl that builds nothing: it keeps a copy of the tree it is given, in $SEEN/<n>
+_SEEING_KUBECTL = """#!{python}
+import os, shutil, sys
+from pathlib import Path
+seen = Path(os.environ["SEEN"])
+shutil.copytree(sys.argv[2], seen / str(len(list(seen.iterdir()))))
+(seen.parent / "given").write_text(sys.argv[2])
+"""
+
+
+@pytest.fixture()
+def seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where the copies of the trees a seeing kubectl (first on ``PATH``) was given go."""
+    folder, seen = tmp_path / "seeing-bin", tmp_path / "seeing" / "trees"
+    folder.mkdir()
+    seen.mkdir(parents=True)
+    kubectl = folder / "kubectl"
+    kubectl.write_text(_SEEING_KUBECTL.format(python=sys.executable))
+    kubectl.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setenv("SEEN", str(seen))
+    return seen
+
+
+def _objects(tree: Path) -> list[tuple[str, str]]:
+    """Each object of a tree by its file and kind, kustomization files aside."""
+    return sorted(
+        (str(path.relative_to(tree)), doc["kind"])
+        for path in tree.rglob("*.yaml")
+        if path.name != "kustomization.yaml"
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc
+    )
+
+
+def test_the_kustomize_check_builds_a_tree_that_does_not_grow_with_the_apps(
+    tmp_path: Path, seen: Path
+) -> None:
+    """kustomize checks each object it adds against every one before it, so a build of
+    the whole tree grows with the square of the apps (six minutes at ten thousand). The
+    check builds the tree's kustomization files as they are over each file's first object
+    of each kind: as many at forty apps as at three."""
+    from bench.render import values_with
+    from fabrique.render import render_tree, write_tree
+    from fabrique.site.config import parse_site
+    from fabrique.validate import kustomize_check
+
+    given: dict[int, list[tuple[str, str]]] = {}
+    for apps in (3, 40):
+        tree = tmp_path / f"tree-{apps}"
+        write_tree(render_tree(parse_site(values_with(apps))), tree)
+        assert kustomize_check(tree) is None
+        (built,) = sorted(seen.iterdir(), key=lambda p: int(p.name))[-1:]
+        given[apps] = _objects(built)
+        assert len(given[apps]) < len(_objects(tree))
+        assert {p.relative_to(built) for p in built.rglob("*")} == {
+            p.relative_to(tree) for p in tree.rglob("*")
+        }, "every file is there"
+        for kustomization in tree.rglob("kustomization.yaml"):
+            assert (built / kustomization.relative_to(tree)).read_text() == (
+                kustomization.read_text()
+            ), "the kustomization files as they are"
+        assert {kind for _, kind in given[apps]} == {kind for _, kind in _objects(tree)}
+    assert given[3] == given[40]
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        {"namespace": "elsewhere"},
+        {"patches": [{"path": "patch.yaml", "target": {"kind": "Role"}}]},
+        {"resources": ["configmaps.yaml", "rbac.yaml", "workflowtemplate.yaml", "../../outside"]},
+    ],
+    ids=["namespace", "patches", "outside"],
+)
+def test_a_kustomization_whose_build_needs_every_object_is_built_whole(
+    tree: Path, seen: Path, field: dict[str, object]
+) -> None:
+    """A patch, a replacement or a namespace acts on objects the cut tree lacks, and a
+    resource outside the tree is not in its copy: kustomize is then given the tree."""
+    from fabrique.validate import kustomize_check
+
+    unit = tree / "build" / "kustomization.yaml"
+    unit.write_text(yaml.safe_dump({**yaml.safe_load(unit.read_text()), **field}))
+    kustomize_check(tree)
+    assert (seen.parent / "given").read_text() == str(tree)
+
+
+def test_a_unit_listing_a_missing_file_is_refused(
+    tree: Path, specs: Path, with_kubectl: None
+) -> None:
+    unit = tree / "build" / "kustomization.yaml"
+    doc = yaml.safe_load(unit.read_text())
+    doc["resources"].append("secrets.yaml")
+    unit.write_text(yaml.safe_dump(doc))
+    result = run_cli("validate", str(tree), "--specs", str(specs))
+    assert result.exit_code == 6
+    assert "kubectl kustomize:" in result.stderr and "secrets.yaml" in result.stderr
+
+
+def test_a_kustomization_with_an_unknown_field_is_refused(
+    tree: Path, specs: Path, with_kubectl: None
+) -> None:
+    unit = tree / "build" / "kustomization.yaml"
+    unit.write_text(unit.read_text().replace("resources:", "resource:"))
+    result = run_cli("validate", str(tree), "--specs", str(specs))
+    assert result.exit_code == 6
+    assert "kubectl kustomize:" in result.stderr and "resource" in result.stderr
+
+
+def test_an_object_twice_in_the_tree_is_refused_naming_both_places(
+    tree: Path, specs: Path, with_kubectl: None
+) -> None:
+    """One object in two files: kustomize refuses the whole tree's build, and the cluster
+    would keep the last applied. Neither is the first object of its kind in its file, so
+    only validate's own check sees them both."""
+    build_rbac, control_rbac = tree / "build" / "rbac.yaml", tree / "control" / "rbac.yaml"
+    twice = list(yaml.safe_load_all(build_rbac.read_text()))[1]
+    assert (twice["kind"], twice["metadata"]["name"]) == ("ServiceAccount", "fabrique-executor")
+    docs = [d for d in yaml.safe_load_all(control_rbac.read_text()) if d]
+    control_rbac.write_text(yaml.safe_dump_all([*docs, twice], sort_keys=False))
+    result = run_cli("validate", str(tree), "--specs", str(specs))
+    assert result.exit_code == 6
+    assert (
+        f"control/rbac.yaml: document {len(docs)} (ServiceAccount/fabrique-executor): "
+        "metadata.name: ServiceAccount fabrique-executor in namespace fabrique-build is "
+        "also build/rbac.yaml document 1: the cluster keeps one of them; remove one"
+    ) in result.stderr.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "same"),
+    [
+        ({"namespace": "a"}, {"namespace": "a"}, True),
+        ({"namespace": "default"}, {}, True),  # kustomize's default namespace
+        ({"namespace": "a"}, {"namespace": "b"}, False),
+        ({"apiVersion": "rbac.authorization.k8s.io/v1beta1"}, {}, True),  # one object
+        ({"kind": "ClusterRole"}, {}, False),
+    ],
+)
+def test_an_object_is_one_by_its_group_kind_namespace_and_name(
+    tmp_path: Path, specs: Path, first: dict[str, str], second: dict[str, str], same: bool
+) -> None:
+    def role(changes: dict[str, str]) -> dict[str, object]:
+        meta = {
+            "name": "reader",
+            **({"namespace": changes["namespace"]} if "namespace" in changes else {}),
+        }
+        return {"apiVersion": changes.get("apiVersion", "rbac.authorization.k8s.io/v1"),
+                "kind": changes.get("kind", "Role"), "metadata": meta, "rules": []}  # fmt: skip
+
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump(role(first)))
+    (tmp_path / "b.yaml").write_text(yaml.safe_dump(role(second)))
+    twice = [str(p) for p in validate_tree(tmp_path, specs) if "is also" in str(p)]
+    assert len(twice) == same, twice
+
+
+def test_a_core_kinds_validator_looks_up_no_reference(specs: Path) -> None:
+    """jsonschema resolves a ``$ref`` each time it meets one: half of validate's time over
+    ten thousand NetworkPolicies. The core kinds' definitions are inlined once a run."""
+    from kubernetes_validate.utils import latest_version
+
+    from fabrique.validate import Schemas
+
+    schemas = Schemas(specs)
+    for api_version, kind in (("networking.k8s.io/v1", "NetworkPolicy"), ("v1", "ConfigMap")):
+        validator = schemas.core(latest_version(), api_version, kind)
+        assert "$ref" not in json.dumps(validator.schema), kind
+
+
+def test_a_definition_that_refers_to_itself_keeps_its_reference() -> None:
+    from fabrique.validate import inline_refs
+
+    definitions = {
+        "Props": {"type": "object", "properties": {"items": {"$ref": "/d.json#/$defs/Props"}}},
+        "Meta": {"type": "object"},
+    }
+    schema = {"properties": {"spec": {"$ref": "/d.json#/$defs/Props"},
+              "metadata": {"$ref": "/d.json#/$defs/Meta", "description": "kept"}}}  # fmt: skip
+    inlined = inline_refs(schema, definitions)
+    spec = inlined["properties"]["spec"]
+    assert spec["properties"]["items"] == {"$ref": "/d.json#/$defs/Props"}
+    assert inlined["properties"]["metadata"] == {
+        "allOf": [{"type": "object"}],
+        "description": "kept",
+    }

@@ -61,7 +61,8 @@ def needs_build(site: Site, transport: Transport, app_name: str, revision: str) 
     files = transport.files_changed(code_repo, branch, deployed_commit, revision, app.context)
     if files is None:
         return Decision(True, f"too many commits since {deployed_commit[:12]} to list")
-    changed = [f for f in files if f not in fabrique_paths(site)]
+    own = fabrique_paths(site)  # a walk of every app: once, not once a file
+    changed = [f for f in files if f not in own]
     if not changed:
         return Decision(
             False, f"nothing under {app.context} changed since deployed {deployed_commit[:12]}"
