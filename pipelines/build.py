@@ -80,6 +80,7 @@ from fabrique.site.names import (
     LABEL_PART_OF,
     LABEL_REVISION,
     SHORT_SHA_LEN,
+    SITE_CONFIGMAP,
     TEMPLATE_NAME,
     VERIFIED_BY,
     VERIFIED_OUTPUT,
@@ -90,7 +91,6 @@ from . import site_from_env
 from .steps import (
     LOG_TAIL_ON_ERROR,
     POD_LOST,
-    SITE_CONFIGMAP,
     SITE_MOUNT,
     WRITEBACK_SIGNING_MOUNT,
     backoff,

@@ -26,8 +26,8 @@ from fabrique.clients.git import SIGNING_KEY_ENV
 from fabrique.clients.gitea import TOKEN_ENV
 from fabrique.site.config import Site
 from fabrique.site.errors import TRANSIENT_EXIT_CODE
+from fabrique.site.names import SITE_CONFIGMAP
 
-SITE_CONFIGMAP = "fabrique-site"
 # A failed container's last log lines become its termination message, which Argo puts
 # on the node: the exit handler's report then says why (fabrique's `error: …` line).
 LOG_TAIL_ON_ERROR = "FallbackToLogsOnError"
@@ -168,9 +168,9 @@ def writes_git(site: Site) -> dict[str, Any]:
 
 
 def site_sources(site: Site) -> list[m.VolumeProjection]:
-    """The site's ConfigMaps (``fabrique.render.site_files``), projected into one
+    """The site's ConfigMaps (``fabrique.site.files.site_files``), projected into one
     folder, ``SITE_MOUNT``: ``site.yaml`` and the files its ``appsFrom`` names."""
-    from fabrique.render import site_files
+    from fabrique.site.files import site_files
 
     return [
         m.VolumeProjection(config_map=m.ConfigMapProjection(name=file.configmap))

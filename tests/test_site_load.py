@@ -13,7 +13,6 @@ import pytest
 import yaml
 
 from bench.render import values_with
-from fabrique.render import site_files
 from fabrique.site import config
 from fabrique.site.config import (
     Site,
@@ -24,6 +23,7 @@ from fabrique.site.config import (
     read_values_file,
 )
 from fabrique.site.errors import ConfigError, InputError
+from fabrique.site.files import site_files
 
 from .test_site_shards import unpack
 from .test_startup import _loaded

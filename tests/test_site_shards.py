@@ -11,16 +11,10 @@ import pytest
 import yaml
 
 from bench.render import values_with
-from fabrique.render import (
-    SITE_DATA_TARGET,
-    build_unit,
-    control_unit,
-    mirror_unit,
-    reconcile_unit,
-    site_files,
-)
+from fabrique.render import build_unit, control_unit, mirror_unit, reconcile_unit
 from fabrique.site.config import Site, load_site, parse_site, shard_digest
 from fabrique.site.errors import ConfigError
+from fabrique.site.files import SITE_DATA_TARGET, site_files
 from fabrique.site.limits import ANNOTATIONS_LIMIT, DATA_LIMIT, data_size, go_json
 from fabrique.validate import _check_data, _check_size
 

@@ -1414,7 +1414,7 @@ def json_line(value: Any) -> str:
 
 def _parse_json(text: str) -> Any:
     """``text`` parsed as JSON, which is YAML too, in C (``fabrique render`` writes the
-    site's files so, ``fabrique.render.site_files``): 10 000 apps in 0.1 s, where the
+    site's files so, ``fabrique.site.files.site_files``): 10 000 apps in 0.1 s, where the
     YAML loader's Python half takes 3. _NotPlainJson for anything else, and for JSON the
     YAML reading would give another meaning or an error (a key given twice)."""
     try:

@@ -151,6 +151,10 @@ SENSOR_ROLE_LABEL, SENSOR_ROLE = "fabrique.io/role", "sensor"
 SENSOR_SERVICE_ACCOUNT = "fabrique-sensor"
 STREAM = "default"  # Argo Events' JetStream stream, subjects default.<eventsource>.<event>
 
+# The site as the pods read it (``fabrique.site.files``): fabrique-site, then
+# fabrique-site-<n> for the apps that do not fit
+SITE_CONFIGMAP = "fabrique-site"
+
 # What a reconcile pass leaves for the next one, in the build namespace.
 RECONCILE_MEMORY = "fabrique-reconcile-memory"
 
