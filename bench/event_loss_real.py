@@ -503,11 +503,17 @@ class RealBench:
                 f.lost_eventbus += 1  # the EventSource had it, and lost it
             if push.fate != "sent" and per_push[push.sha] > 1:
                 f.gitea_retried += 1
-        # the Sensor's trigger patches: a creation and a redelivery's no-op are both
-        # "triggered"; the Workflows it created carry no submitter's label (none expired yet)
+        # the Sensor's trigger patches: a creation of a push's Workflow and a redelivery's
+        # no-op are both "triggered"; the builds the pushes' steps created carry the
+        # submitter push (none expired yet)
         triggered = int(events.sensor_metric("argo_events_action_triggered_total"))
+        pushed = [
+            w
+            for w in world.cluster.items(world.pushes)
+            if w["metadata"]["name"].startswith(PUSH_PREFIX)
+        ]
         f.workflows_created = len(world.cluster.items(world.path, PUSH_MADE))
-        f.workflows_existing = triggered - f.workflows_created
+        f.workflows_existing = triggered - len(pushed)
         f.workflows_refused_409 = int(events.sensor_metric("argo_events_action_failed_total"))
         f.redeliveries_given_up = int(
             events.sensor_metric("argo_events_action_retries_failed_total")
