@@ -48,6 +48,7 @@ import random
 import sys
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from contextlib import ExitStack, redirect_stdout
 from pathlib import Path
 from typing import Any, NoReturn
@@ -66,13 +67,15 @@ from bench.event_loss_world import (  # noqa: E402
     make_site,
     seed_files,
 )
-from eventsources.sensor import sensors  # noqa: E402
+from eventsources.sensor import sensor  # noqa: E402
 from fabrique.clients.gitea import GiteaClient, Identity  # noqa: E402
 from fabrique.clients.kube import KubeClient  # noqa: E402
 from fabrique.clients.registry import RegistryClient  # noqa: E402
+from fabrique.decisions.push import touched  # noqa: E402
 from fabrique.decisions.reconcile import Reconciler  # noqa: E402
+from fabrique.decisions.workflow import build_workflow  # noqa: E402
 from fabrique.decisions.writeback import GiteaTransport  # noqa: E402
-from fabrique.site.names import workflow_name  # noqa: E402
+from fabrique.site.names import PUSH_SUBMITTER, workflow_name  # noqa: E402
 from fabrique.validate import GITEA_SWAGGER, find_specs  # noqa: E402
 from tests import payloads, servers  # noqa: E402
 from tests.doubles.gitea import GiteaDouble  # noqa: E402
@@ -132,7 +135,7 @@ class Bench:
                         self.figures,
                         args.crash,
                     )
-                    await self.play(world, bus)
+                    await self.play(world, bus, client)
                     self.figures.drifted_before = world.drifted()
                     reconciler = Reconciler(site, transport, reg, api)
                     await self.converge(world, reconciler, gitea, kube, counting)
@@ -151,16 +154,19 @@ class Bench:
                 kube.stop()
         return self.figures
 
-    async def play(self, world: World, bus: servers.Nats) -> None:
+    async def play(self, world: World, bus: servers.Nats, gitea: GiteaClient) -> None:
         """Pushes, webhook drops, a NATS restart halfway, the Sensor consuming in batches."""
         args, f = self.args, self.figures
-        triggers = [
-            pair
-            for rendered in sensors(world.site)
-            for pair in zip(
-                rendered["spec"]["dependencies"], rendered["spec"]["triggers"], strict=True
-            )
-        ]
+        rendered = sensor(world.site)["spec"]
+        (dependency,), (trigger,) = rendered["dependencies"], rendered["triggers"]
+
+        def push_workflow(event: dict[str, Any]) -> None:
+            """The push's Workflow the trigger makes, and its step: the builds it asks."""
+            parameters = fire(trigger, event)["spec"]["arguments"]["parameters"]
+            before, after = (p["value"] for p in parameters)
+            for app in touched(world.site, gitea, before, after).apps:
+                world.create(build_workflow(world.site, app, after, submitted_by=PUSH_SUBMITTER))
+
         nc, psub = await connect(bus)
         try:
             for push in range(args.pushes):
@@ -169,6 +175,7 @@ class Bench:
                     bus.restart()  # memory storage: whatever was not consumed is gone
                     nc, psub = await connect(bus)
                 app = world.site.apps[self.rng.randrange(args.apps)].name
+                before = world.repo.head()
                 revision = world.repo.commit(
                     {f"apps/{app}/src.txt": f"push {push}\n"}, f"push {push}"
                 )
@@ -179,13 +186,15 @@ class Bench:
                     fate = "dropped"
                 else:
                     fate = "sent"
-                    event = payloads.push(after=revision, files=[f"apps/{app}/src.txt"])
+                    event = payloads.push(
+                        after=revision, before=before, files=[f"apps/{app}/src.txt"]
+                    )
                     await nc.jetstream().publish(SUBJECT, json.dumps(event).encode())
                 self.pushes.append((push, app, revision, fate))
                 if (push + 1) % args.batch == 0:
-                    await self.consume(world, psub, triggers)
+                    await self.consume(psub, dependency, push_workflow)
                     world.run_controller()
-            await self.consume(world, psub, triggers)
+            await self.consume(psub, dependency, push_workflow)
         finally:
             await nc.close()
         world.run_controller()
@@ -216,7 +225,7 @@ class Bench:
                 f.lost_eventbus += 1  # published, and gone with the bus's restart
 
     async def consume(
-        self, world: World, psub: Any, triggers: list[tuple[dict[str, Any], dict[str, Any]]]
+        self, psub: Any, dependency: dict[str, Any], planned: Callable[[dict[str, Any]], None]
     ) -> None:
         while True:
             try:
@@ -226,9 +235,8 @@ class Bench:
             for message in messages:
                 event = json.loads(message.data)
                 self.taken[event["body"]["after"]] += 1
-                for dependency, trigger in triggers:
-                    if dependency_passes(event, dependency):
-                        world.create(fire(trigger, event))
+                if dependency_passes(event, dependency):
+                    planned(event)
                 if self.rng.random() < self.args.redeliver:
                     # the Sensor died between the create and the ack: JetStream delivers again
                     self.figures.redelivered += 1

@@ -11,8 +11,10 @@ What is real (``tests/live/``):
   controllers, scheduler, kwok), the bench's site rendered and applied, the Argo Events
   controller, and the containers of the pods it makes run as local processes: the
   EventBus's nats-server (JetStream on the folder standing in for its claim), the
-  EventSource and the Sensor, which creates the Workflows in the live API server as
-  ``fabrique-sensor``;
+  EventSource and the Sensor, which creates each push's Workflow in the live API server
+  as ``fabrique-sensor``; that Workflow's step (``fabrique plan-push``: the commits
+  Gitea lists of the push, the builds of the apps they touch) is played by the bench
+  as the planner's own account;
 - the registry, and the reconciler's Gitea, registry and Kubernetes clients.
 
 The faults:
@@ -25,9 +27,9 @@ The faults:
   started again once the Sensor has done all it had: the write-backs of those builds are
   pushes that meet the outage too, so only the reconciler can heal the last pushes;
 - Gitea's "Test Delivery" redelivers one push of the second half that the EventSource
-  took (the first the ``--redeliver`` share picks). Gitea's test delivery lists the
-  commit without its files: it passes no app's dependency, so it makes no Workflow and
-  no trigger meets 409 (a push makes Workflows only for the apps it touches);
+  took (the first the ``--redeliver`` share picks). Gitea's test delivery posts the
+  head as the push's before and after: the Sensor passes no such push, so it makes no
+  Workflow and no trigger meets 409;
 - a share of the builds crash between the push and the write-back.
 
 **What plays the Argo controller: the bench**, on the live API server. The plane's
@@ -36,8 +38,8 @@ Workflows. The bench runs each Workflow without a status as in the simulation (t
 step's change check, a real image pushed, the write-back through fabrique's Gitea client
 to the real Gitea, a share crashing before it) and writes the status the controller
 would (``argo_status``) onto the Workflow. Every write-back is a push to Gitea too, as
-on a cluster: it is delivered, and the Sensor makes no Workflow of it (it touches only
-a file fabrique writes).
+on a cluster: it is delivered, and its push's step makes no build of it (it touches
+only a file fabrique writes).
 
 Once the Sensor has taken and acked every event, each push is reported as it went
 (``pushes``): what the bench did to its delivery, every answer Gitea's deliveries of it
@@ -76,11 +78,12 @@ from bench.event_loss_world import (
 from fabrique.clients.gitea import GiteaClient, Identity
 from fabrique.clients.kube import KubeClient
 from fabrique.clients.registry import RegistryClient
+from fabrique.decisions.push import ask_builds, raise_for_failures, touched
 from fabrique.decisions.reconcile import Reconciler
 from fabrique.decisions.writeback import GiteaTransport
 from fabrique.render import render_tree, write_tree
 from fabrique.site.config import Site
-from fabrique.site.names import SENSOR_MADE, workflow_name
+from fabrique.site.names import PLANNER_ACCOUNT, PUSH_MADE, PUSH_PREFIX, workflow_name
 from tests import servers
 from tests.gitrepo import BareRepo
 from tests.live import controlplane
@@ -200,15 +203,44 @@ class LiveWorld(World):
     """The Workflows in the live API server, their status written as the controller
     writes it (the Workflow CRD has no status subresource)."""
 
-    def __init__(self, cluster: Cluster, *args: Any) -> None:
+    def __init__(self, cluster: Cluster, gitea: GiteaClient, *args: Any) -> None:
         super().__init__(*args)
         self.cluster = cluster
+        self.gitea = gitea
         self.path = f"{ARGO}/namespaces/{self.site.namespaces.build}/workflows"
+        self.pushes = f"{ARGO}/namespaces/{self.site.namespaces.control}/workflows"
+        # the push step's own account: RBAC and admission judge the builds it creates
+        kubeconfig = Path(cluster.plane.folder) / "planner.kubeconfig"
+        control = self.site.namespaces.control
+        cluster.plane.write_kubeconfig(
+            kubeconfig, control, token=cluster.token(control, PLANNER_ACCOUNT)
+        )
+        self.planner = KubeClient(k8s_config.new_client_from_config(config_file=str(kubeconfig)))
 
     def _all(self) -> list[dict[str, Any]]:
         return self.cluster.items(self.path)
 
+    def plan_pushes(self) -> None:
+        """Each push Workflow not run yet, run as its pod would (``fabrique plan-push``:
+        what the push touched, its builds), then marked Succeeded."""
+        for push in self.cluster.items(self.pushes):
+            name = push["metadata"]["name"]
+            if not name.startswith(PUSH_PREFIX) or (push.get("status") or {}).get("phase"):
+                continue
+            before, after = (p["value"] for p in push["spec"]["arguments"]["parameters"])
+            found = touched(self.site, self.gitea, before, after)
+            raise_for_failures(ask_builds(self.site, self.planner, found.apps, after))
+            answer = self.cluster.request(
+                "PATCH",
+                f"{self.pushes}/{name}",
+                {"status": {"phase": "Succeeded"}},
+                content_type="application/merge-patch+json",
+            )
+            if answer.status != 200:
+                raise BenchError(f"the status of Workflow {name}: {answer.message}")
+
     def pending(self) -> list[tuple[str, dict[str, Any]]]:
+        self.plan_pushes()
         return [
             (w["metadata"]["name"], w)
             for w in self._all()
@@ -298,6 +330,7 @@ class RealBench:
                     )
                     world = LiveWorld(
                         cluster,
+                        client,
                         site,
                         BareRepo(forged.bare),
                         registry,
@@ -470,11 +503,17 @@ class RealBench:
                 f.lost_eventbus += 1  # the EventSource had it, and lost it
             if push.fate != "sent" and per_push[push.sha] > 1:
                 f.gitea_retried += 1
-        # the Sensor's trigger patches: a creation and a redelivery's no-op are both
-        # "triggered"; the Workflows it created carry no submitter's label (none expired yet)
+        # the Sensor's trigger patches: a creation of a push's Workflow and a redelivery's
+        # no-op are both "triggered"; the builds the pushes' steps created carry the
+        # submitter push (none expired yet)
         triggered = int(events.sensor_metric("argo_events_action_triggered_total"))
-        f.workflows_created = len(world.cluster.items(world.path, SENSOR_MADE))
-        f.workflows_existing = triggered - f.workflows_created
+        pushed = [
+            w
+            for w in world.cluster.items(world.pushes)
+            if w["metadata"]["name"].startswith(PUSH_PREFIX)
+        ]
+        f.workflows_created = len(world.cluster.items(world.path, PUSH_MADE))
+        f.workflows_existing = triggered - len(pushed)
         f.workflows_refused_409 = int(events.sensor_metric("argo_events_action_failed_total"))
         f.redeliveries_given_up = int(
             events.sensor_metric("argo_events_action_retries_failed_total")

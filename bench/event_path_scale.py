@@ -41,16 +41,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.event_loss_real import BenchError, live_event_path
 from bench.event_loss_world import make_site
-from eventsources.sensor import sensors
+from eventsources.sensor import sensor
 from fabrique.site.config import Site
 from fabrique.site.names import LABEL_REVISION
 from tests.live import controlplane
 from tests.live.cluster import ARGO, Cluster
 from tests.live.events import (
+    CONTROL,
     ArgoEvents,
     ServiceProxy,
 )
 from tests.live.forge import Forge
+from tests.live.planner import Planner
 from tests.waits import until
 
 WAIT_SECONDS = 120.0  # a replay's trigger tries for about a minute: settle within two
@@ -122,13 +124,17 @@ class ScaleBench:
 
     def measure(self, apps: int) -> Size:
         site = make_site(apps, "http://gitea", "registry:80")
-        rendered = [len(json.dumps(s, separators=(",", ":"))) for s in sensors(site)]
+        rendered = [len(json.dumps(sensor(site), separators=(",", ":")))]
         work = self.work / f"apps-{apps}"
         work.mkdir()
         # the Argo controller runs: it makes each Workflow's first pod
         try:
             with live_event_path(work, self.proxy, self.bearer, apps, argo_controller=True) as path:
                 forged = path.forged
+                # the push Workflows' step, played as their pod would run it (kwok runs
+                # no container): what it creates is the builds the bench waits for
+                planner = Planner(path.cluster, CONTROL, forged.values, forged.env, work)
+                planner.start()
                 size = Size(apps, len(rendered), max(rendered), path.ready_seconds)
                 run = Runner(forged, path.cluster, path.events, path.site, self.proxy)
                 first = path.site.apps[0].name
@@ -153,6 +159,7 @@ class ScaleBench:
                 size.scenarios.append(
                     run.scenario("replay", lambda: run.replay(touched), of=touched)
                 )
+                planner.stop()
                 return size
         except (controlplane.ControlPlaneError, controlplane.peers.PeerError) as failed:
             raise BenchError(f"the live tier did not start: {failed}") from None

@@ -325,6 +325,42 @@ def submit(
     click.echo(f"{state_word}: workflow {result.namespace}/{result.name}")
 
 
+@cli.command("plan-push")
+@click.option("--before", required=True, help="The branch's commit before the push (zeros: new).")
+@click.option("--after", required=True, help="The pushed commit: the branch's head after it.")
+@click.option("--dry-run", is_flag=True, help="Say which builds it would ask for; create none.")
+@kube_context_option
+@pass_state
+def plan_push(
+    state: _State, before: str, after: str, dry_run: bool, kube_context: str | None
+) -> None:
+    """Create the build of every app a push of the site's branch may have changed.
+
+    The step of the push's Workflow (the Sensor makes one per push): it lists the
+    commits the push brought and dropped, and asks for fabrique-<app>-<sha12> of each
+    app a changed file lies under; one that exists already is success. One line per
+    app, then why. Exits 75 when the API server did not answer (the step is retried).
+    """
+    from fabrique.clients.gitea import GiteaClient, token_from_env
+    from fabrique.clients.kube import KubeClient
+    from fabrique.decisions.push import ask_builds, check_push, raise_for_failures, touched
+
+    check_push(before, after)
+    site = state.site
+    with GiteaClient.for_site(site, token_from_env()) as gitea:
+        found = touched(site, gitea, before, after)
+    if dry_run:
+        for app in found.apps:
+            click.echo(f"would ask: {app}")
+    else:
+        asked = ask_builds(site, KubeClient.for_site(site, kube_context), found.apps, after)
+        for one in asked:
+            word = "failed" if one.error else "created" if one.created else "already exists"
+            click.echo(f"{one.app}: {word}: workflow {site.namespaces.build}/{one.name}")
+        raise_for_failures(asked)
+    click.echo(f"{len(found.apps)} of {len(site.apps)} app(s): {found.reason}")
+
+
 @cli.command()
 @click.option("--app", required=True, help="App name from the site config.")
 @click.option(

@@ -13,6 +13,8 @@
                                   control namespace, where everything but the build runs
       events/                     EventSource gitea, EventBus default (JetStream), Sensor
                                   fabrique-build and the Sensor's RBAC
+      push/                       WorkflowTemplate fabrique-push (control namespace): one
+                                  Workflow per push, asking for its builds; its RBAC
       reconcile/                  CronWorkflow fabrique-reconcile (control namespace) and its
                                   RBAC: it creates Workflows in the build namespace
       mirror/                     CronWorkflow gitea-mirror-sync (control namespace) and its
@@ -38,7 +40,7 @@ from yaml.representer import SafeRepresenter
 from fabrique.site.config import Site
 from fabrique.site.errors import RenderError
 from fabrique.site.files import site_files
-from fabrique.site.names import RECONCILE_MEMORY
+from fabrique.site.names import PLANNER_ACCOUNT, RECONCILE_MEMORY
 from fabrique.site.objects import (
     EXECUTOR_RULE,
     RENDERED_LABEL,
@@ -201,13 +203,31 @@ def jetstream_version(site: Site, vendor: Path | None = None) -> str:
 def events_unit(site: Site) -> Tree:
     from eventsources.eventbus import event_bus
     from eventsources.gitea import event_source
-    from eventsources.sensor import sensor_rbac, sensors
+    from eventsources.sensor import sensor, sensor_rbac
 
     return {
         "events/eventbus.yaml": [event_bus(site, jetstream_version(site))],
         "events/eventsource.yaml": [event_source(site)],
-        "events/sensor.yaml": sensors(site),
+        "events/sensor.yaml": [sensor(site)],
         "events/rbac.yaml": sensor_rbac(site),
+    }
+
+
+def push_unit(site: Site) -> Tree:
+    from pipelines.push import push_template
+
+    # it runs in the control namespace and creates builds in the build namespace, and
+    # nothing else there (admission admits only references to fabrique-build)
+    rules = [{"apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": ["create"]}]
+    return {
+        "push/rbac.yaml": service_account(
+            PLANNER_ACCOUNT,
+            site.namespaces.control,
+            rules,
+            role=f"{PLANNER_ACCOUNT}-create-workflows",
+            role_namespace=site.namespaces.build,
+        ),
+        "push/workflowtemplate.yaml": [push_template(site).to_dict()],
     }
 
 
@@ -296,6 +316,7 @@ UNITS = (
     build_unit,
     control_unit,
     events_unit,
+    push_unit,
     reconcile_unit,
     mirror_unit,
     netpol_unit,

@@ -34,6 +34,7 @@ ARGO_EVENTS_METRICS = 7777
 FABRIQUE_PODS = {"matchLabels": {LABEL_PART_OF: "fabrique"}}
 # the control namespace's Workflow pods: the safety net and the mirror sync
 RECONCILER_POD = {"matchLabels": {"fabrique.io/role": "reconciler"}}
+PLANNER_POD = {"matchLabels": {"fabrique.io/role": "planner"}}
 MIRROR_SYNC_POD = {"matchLabels": {"fabrique.io/role": "mirror-sync"}}
 BUILD_POD = {"matchLabels": {STEP_LABEL: "build"}}
 EVENTSOURCE_POD = {"matchLabels": {"eventsource-name": EVENT_SOURCE}}
@@ -237,6 +238,14 @@ def control_namespace(site: Site) -> list[dict[str, Any]]:
             RECONCILER_POD,
             ingress=[],
             egress=[_dns(site), _peer(site.netpol.gitea), _peer(site.netpol.registry), _api(site)],
+        ),
+        # a push's plan lists its commits in Gitea and creates builds through the API
+        _policy(
+            "planner",
+            ns,
+            PLANNER_POD,
+            ingress=[],
+            egress=[_dns(site), _peer(site.netpol.gitea), _api(site)],
         ),
         # the mirror sync only calls Gitea's API (and its executor reports to the API)
         _policy(

@@ -1,26 +1,28 @@
-"""The build namespace admits one kind of Workflow: a reference to ``fabrique-build``.
+"""What may be created where fabrique's Workflows run: admission policies.
 
-The Sensor's and the reconciler's accounts may create Workflows in the build namespace,
-the only privileged one. Without a check, either could create a Workflow with inline
-templates (any image, any command, Unconfined) or one that references the template but
-overrides its pod fields (``podSpecPatch``, ``serviceAccountName``, ``templates``: a
-referencing Workflow's spec is merged over the template's).
+The build namespace admits one kind of Workflow: a reference to ``fabrique-build``. The
+push planner's and the reconciler's accounts may create Workflows in the build
+namespace, the only privileged one. Without a check, either could create a Workflow
+with inline templates (any image, any command, Unconfined) or one that references the
+template but overrides its pod fields (``podSpecPatch``, ``serviceAccountName``,
+``templates``: a referencing Workflow's spec is merged over the template's).
 
 A ``ValidatingAdmissionPolicy`` bound to the build namespace refuses, at CREATE, every
 Workflow whose spec is anything but ``workflowTemplateRef: {name: fabrique-build}`` and
 ``arguments.parameters`` among ``app``, ``revision``, ``force``, or whose name is not
 ``fabrique-<app>-<sha12>`` of its own parameters (the name is what makes a second
-Workflow of one commit a 409): exactly what the Sensor, the reconciler and ``fabrique
-submit`` create (``fabrique.decisions.workflow``).
+Workflow of one commit a 409): exactly what the push planner, the reconciler and
+``fabrique submit`` create (``fabrique.decisions.workflow``).
 
-The Sensor's trigger is a ``patch``: Argo Events gets the Workflow of the pushed commit,
-creates it if there is none, and otherwise merge-patches it with the same body, which is
-how a redelivered push is settled at once instead of a minute of 409s. So the Sensor's
-account may get and patch Workflows; a second policy (``SENSOR_POLICY``) lets its UPDATE
-through only when it changes nothing: the same spec, labels and annotations. A
-redelivery passes whoever made the Workflow (the Sensor's body leaves out the one label
-that differs by caller, eventsources/sensor.py); any edit by that account is refused,
-and so is a redelivery that would drop a ``--force`` submission's ``force``.
+The Sensor creates one Workflow per push in the control namespace, from
+``fabrique-push``. A second policy (``SENSOR_CREATES``) holds what its account creates
+there to that: ``workflowTemplateRef: {name: fabrique-push}``, the parameters ``before``
+and ``after``, the name ``fabrique-push-<after12>-<before12>``. Its trigger is a
+``patch``: Argo Events gets the Workflow of the push, creates it if there is none, and
+otherwise merge-patches it with the same body, which is how a redelivered push is
+settled at once instead of a minute of 409s. So the Sensor's account may get and patch
+Workflows there; a third policy (``SENSOR_POLICY``) lets its UPDATE through only when
+it changes nothing: the same spec, labels and annotations.
 
 Argo's own ``workflowRestrictions.templateReferencing: Strict`` was not chosen: it is a
 setting of the whole controller (every team's Workflows, every namespace), it lets a
@@ -34,6 +36,10 @@ from typing import Any
 
 from fabrique.site.config import Site
 from fabrique.site.names import (
+    PUSH_PARAMETERS,
+    PUSH_PREFIX,
+    PUSH_TEMPLATE,
+    REVISION_RE,
     SENSOR_SERVICE_ACCOUNT,
     SHORT_SHA_LEN,
     TEMPLATE_NAME,
@@ -42,6 +48,7 @@ from fabrique.site.names import (
 from fabrique.site.objects import object_meta
 
 POLICY = "fabrique-build-workflows"
+SENSOR_CREATES = "fabrique-sensor-creates-pushes"
 SENSOR_POLICY = "fabrique-sensor-changes-nothing"
 # what the Sensor's UPDATE must leave as it found it
 SENSOR_RULE = (
@@ -56,26 +63,34 @@ SENSOR_RULE = (
 )
 PARAMETERS = ("app", "revision", "force")
 
-# One expression per rule, so that a refusal names the rule it broke.
+
+def _references(template: str, parameters: tuple[str, ...]) -> list[tuple[str, str]]:
+    """A Workflow that references ``template`` and passes only ``parameters``; one
+    expression per rule, so that a refusal names the rule it broke."""
+    return [
+        (
+            "object.spec.all(k, k in ['workflowTemplateRef', 'arguments'])",
+            "a Workflow here may hold only spec.workflowTemplateRef and spec.arguments",
+        ),
+        (
+            "has(object.spec.workflowTemplateRef) "
+            "&& object.spec.workflowTemplateRef.all(k, k == 'name') "
+            f"&& object.spec.workflowTemplateRef.name == '{template}'",
+            f"a Workflow here must reference the WorkflowTemplate {template} by name",
+        ),
+        (
+            "!has(object.spec.arguments) "
+            "|| (object.spec.arguments.all(k, k == 'parameters') "
+            "&& (!has(object.spec.arguments.parameters) "
+            "|| object.spec.arguments.parameters.all(p, p.all(k, k in ['name', 'value']) "
+            f"&& p.name in {list(parameters)!r})))",
+            f"a Workflow here may pass only the parameters {', '.join(parameters)}",
+        ),
+    ]
+
+
 RULES = (
-    (
-        "object.spec.all(k, k in ['workflowTemplateRef', 'arguments'])",
-        "a Workflow here may hold only spec.workflowTemplateRef and spec.arguments",
-    ),
-    (
-        "has(object.spec.workflowTemplateRef) "
-        "&& object.spec.workflowTemplateRef.all(k, k == 'name') "
-        f"&& object.spec.workflowTemplateRef.name == '{TEMPLATE_NAME}'",
-        f"a Workflow here must reference the WorkflowTemplate {TEMPLATE_NAME} by name",
-    ),
-    (
-        "!has(object.spec.arguments) "
-        "|| (object.spec.arguments.all(k, k == 'parameters') "
-        "&& (!has(object.spec.arguments.parameters) "
-        "|| object.spec.arguments.parameters.all(p, p.all(k, k in ['name', 'value']) "
-        f"&& p.name in {list(PARAMETERS)!r})))",
-        f"a Workflow here may pass only the parameters {', '.join(PARAMETERS)}",
-    ),
+    *_references(TEMPLATE_NAME, PARAMETERS),
     (
         # the name is what makes a second Workflow of one commit a 409: it must be the
         # one of its app and revision, fabrique-<app>-<sha12> (standard CEL only)
@@ -91,7 +106,27 @@ RULES = (
 )
 
 
-def _binding(site: Site, name: str) -> dict[str, Any]:
+PUSH_RULES = (
+    *_references(PUSH_TEMPLATE, PUSH_PARAMETERS),
+    (
+        # standard CEL only: each commit once, a full id (zeros too: a new branch's
+        # before), and a name of the push's shape; the name is no build's key (each
+        # build's own name is), so it is not tied to the values here
+        "has(object.spec.arguments) && has(object.spec.arguments.parameters) && "
+        + " && ".join(
+            f"object.spec.arguments.parameters.exists_one(p, p.name == '{name}' "
+            f"&& p.value.matches('{REVISION_RE.pattern}'))"
+            for name in PUSH_PARAMETERS
+        )
+        + f" && object.metadata.name.matches('^{PUSH_PREFIX}[0-9a-f]{{{SHORT_SHA_LEN}}}"
+        f"-[0-9a-f]{{{SHORT_SHA_LEN}}}$')",
+        "a push's Workflow must pass before and after once each, full commit ids, and be "
+        f"named {PUSH_PREFIX}<after's first {SHORT_SHA_LEN} characters>-<before's>",
+    ),
+)
+
+
+def _binding(name: str, namespace: str) -> dict[str, Any]:
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicyBinding",
@@ -101,7 +136,7 @@ def _binding(site: Site, name: str) -> dict[str, Any]:
             "validationActions": ["Deny"],
             "matchResources": {
                 "namespaceSelector": {
-                    "matchLabels": {"kubernetes.io/metadata.name": site.namespaces.build}
+                    "matchLabels": {"kubernetes.io/metadata.name": namespace}
                 }
             },
         },
@@ -121,33 +156,37 @@ def _workflows(operation: str) -> dict[str, Any]:
     }
 
 
+def _policy(
+    name: str, operation: str, rules: tuple[tuple[str, str], ...], user: str | None = None
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "failurePolicy": "Fail",
+        "matchConstraints": _workflows(operation),
+    }
+    if user is not None:
+        spec["matchConditions"] = [
+            {"name": "the-sensor", "expression": f"request.userInfo.username == '{user}'"}
+        ]
+    spec["validations"] = [{"expression": expr, "message": message} for expr, message in rules]
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": object_meta(name),
+        "spec": spec,
+    }
+
+
 def workflow_admission(site: Site) -> list[dict[str, Any]]:
-    """The policies and their bindings to the build namespace."""
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": object_meta(POLICY),
-        "spec": {
-            "failurePolicy": "Fail",
-            # only CREATE: the controller updates Workflows as they run
-            "matchConstraints": _workflows("CREATE"),
-            "validations": [
-                {"expression": expression, "message": message} for expression, message in RULES
-            ],
-        },
-    }
+    """The policies and their bindings: the build namespace's builds, whoever creates
+    them (only CREATE: the controller updates Workflows as they run); the control
+    namespace's pushes, as the Sensor creates and finds them."""
     sensor = f"system:serviceaccount:{site.namespaces.control}:{SENSOR_SERVICE_ACCOUNT}"
-    sensor_policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": object_meta(SENSOR_POLICY),
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": _workflows("UPDATE"),
-            "matchConditions": [
-                {"name": "the-sensor", "expression": f"request.userInfo.username == '{sensor}'"}
-            ],
-            "validations": [{"expression": SENSOR_RULE[0], "message": SENSOR_RULE[1]}],
-        },
-    }
-    return [policy, _binding(site, POLICY), sensor_policy, _binding(site, SENSOR_POLICY)]
+    control, build = site.namespaces.control, site.namespaces.build
+    return [
+        _policy(POLICY, "CREATE", RULES),
+        _binding(POLICY, build),
+        _policy(SENSOR_CREATES, "CREATE", PUSH_RULES, sensor),
+        _binding(SENSOR_CREATES, control),
+        _policy(SENSOR_POLICY, "UPDATE", (SENSOR_RULE,), sensor),
+        _binding(SENSOR_POLICY, control),
+    ]

@@ -12,14 +12,11 @@ import pytest
 import yaml
 
 from eventsources.eventbus import event_bus
-from eventsources.sensor import SENSOR_ENV_TARGET, sensor, sensors
-from fabrique.decisions.workflow import build_workflow
-from fabrique.site.config import load_site
+from eventsources.sensor import sensor
+from fabrique.site.config import load_site, parse_site
 from fabrique.site.errors import RenderError
 from fabrique.site.limits import POD_ENV_LIMIT, pod_env_size
-from fabrique.site.names import LABEL_SUBMITTED_BY, SENSOR_ROLE, SENSOR_ROLE_LABEL
 from fabrique.validate import validate_tree
-from netpol.policies import SENSOR_POD
 
 from . import payloads, sensor_cases
 from .conftest import GITEA_TOKEN, KUSTOMIZATION, ROOT, Repo, run_cli, write_values
@@ -133,7 +130,6 @@ def test_a_jetstream_version_the_vendored_argo_events_does_not_list_fails_render
     tmp_path: Path,
 ) -> None:
     from fabrique.render import jetstream_version
-    from fabrique.site.errors import RenderError
 
     old = load_site(env={"FABRIQUE_EVENTS__JETSTREAM__VERSION": "2.10.10"})
     with pytest.raises(RenderError, match=r"^events\.jetstream\.version: 2\.10\.10 is not listed"):
@@ -155,7 +151,6 @@ def test_a_version_the_controller_would_run_by_tag_fails_render(
     the lock's. Any other would run NATS by a mutable tag, from outside the air-gap
     (`latest` the config itself refuses)."""
     from fabrique.render import jetstream_version
-    from fabrique.site.errors import RenderError
 
     vendored = _events_vendor(
         tmp_path / "v", ["latest", "2.9.16", "2.9.16-alpine", "2.10.29"], pinned=("2.10.29",)
@@ -197,10 +192,11 @@ def test_every_string_filter_is_anchored(rendered_sensor: dict[str, Any]) -> Non
         "body.repository.full_name",
         "body.after",
         "body.after",
+        "body.before",
     ]
 
 
-def test_trigger_creates_the_raw_workflow_once(rendered_sensor: dict[str, Any]) -> None:
+def test_trigger_creates_the_push_workflow_once(rendered_sensor: dict[str, Any]) -> None:
     (trigger,) = rendered_sensor["spec"]["triggers"]
     assert trigger["atLeastOnce"] is True
     assert trigger["retryStrategy"]["steps"] > 1
@@ -212,8 +208,8 @@ def test_trigger_creates_the_raw_workflow_once(rendered_sensor: dict[str, Any]) 
     resource = k8s["source"]["resource"]
     assert isinstance(resource, dict) and "value" not in resource, "raw object, not base64"
     assert resource["kind"] == "Workflow"
-    assert resource["spec"]["workflowTemplateRef"] == {"name": "fabrique-build"}
-    assert resource["metadata"]["namespace"] == "fabrique-build"
+    assert resource["spec"]["workflowTemplateRef"] == {"name": "fabrique-push"}
+    assert resource["metadata"]["namespace"] == "fabrique"
 
 
 def _waits(backoff: dict[str, Any], jitter: bool) -> list[float]:
@@ -238,26 +234,43 @@ def test_the_trigger_rides_out_a_minute_without_the_api(rendered_sensor: dict[st
     assert sum(_waits(backoff, jitter=True)) < 5 * 60
 
 
-def test_sensor_names_the_workflow_as_submit_does(rendered_sensor: dict[str, Any]) -> None:
-    """Same commit, same name, same object: a redelivery finds it as it is (the
-    trigger patches it with this very body, which changes nothing). Less the label of
-    who submitted it, which only the other callers write (``SENSOR_MADE`` finds the
-    Sensor's)."""
-    revision = "4e1d9c0b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e2d"
-    event = payloads.push(after=revision, files=["dataops/citation-dagster/app.txt"])
+def test_a_push_becomes_one_push_workflow_of_its_two_commits(
+    rendered_sensor: dict[str, Any],
+) -> None:
+    """Same push, same name, same object: a redelivery finds it as it is (the trigger
+    patches it with this very body, which changes nothing)."""
+    after, before = "4e1d9c0b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e2d", "9" * 40
+    event = payloads.push(after=after, before=before, files=["dataops/citation-dagster/a"])
     created = fire(rendered_sensor["spec"]["triggers"][0], event)
-    expected = build_workflow(SITE, "citation", revision, submitted_by="cli")
-    del expected["metadata"]["labels"][LABEL_SUBMITTED_BY]
-    assert created == expected
-    assert LABEL_SUBMITTED_BY not in created["metadata"]["labels"]
+    assert created == {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {
+            "name": f"fabrique-push-{after[:12]}-{before[:12]}",
+            "namespace": "fabrique",
+            "labels": {
+                "app.kubernetes.io/part-of": "fabrique",
+                "app.kubernetes.io/managed-by": "fabrique",
+            },
+        },
+        "spec": {
+            "workflowTemplateRef": {"name": "fabrique-push"},
+            "arguments": {
+                "parameters": [
+                    {"name": "before", "value": before},
+                    {"name": "after", "value": after},
+                ]
+            },
+        },
+    }
 
 
-def test_the_name_and_the_revision_come_from_the_same_field(
+def test_the_name_and_the_commits_come_from_the_same_fields(
     rendered_sensor: dict[str, Any],
 ) -> None:
     """A body with `after` twice: gjson (a dataKey, the filters) reads the first, the Go
-    template over the decoded body the last. The Workflow must build the commit it is
-    named after, whichever the Sensor reads."""
+    template over the decoded body the last. The push's Workflow must plan the commit it
+    is named after, whichever the Sensor reads."""
 
     named, other = "4e1d9c0b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e2d", "9" * 40
     event = payloads.push(after=named, files=["dataops/citation-dagster/app.txt"])
@@ -275,19 +288,17 @@ def test_the_name_and_the_revision_come_from_the_same_field(
     first = {**event, "body": json.loads(raw, object_pairs_hook=first_wins)}
     assert (first["body"]["after"], last["body"]["after"]) == (other, named)
     created = fire(rendered_sensor["spec"]["triggers"][0], last, first=first)
-    revision = created["spec"]["arguments"]["parameters"][1]["value"]
-    assert created["metadata"]["name"] == f"fabrique-citation-{revision[:12]}"
-    assert created["metadata"]["labels"]["fabrique.io/revision"] == revision[:12]
-    assert created["metadata"]["annotations"]["fabrique.io/revision"] == revision
+    after = created["spec"]["arguments"]["parameters"][1]["value"]
+    assert created["metadata"]["name"].startswith(f"fabrique-push-{after[:12]}-")
     for parameter in rendered_sensor["spec"]["triggers"][0]["template"]["k8s"]["parameters"]:
         assert "dataKey" not in parameter["src"], parameter["dest"]
 
 
 def test_sensor_rbac_allows_creating_getting_and_patching_workflows_only() -> None:
-    """Get and patch for the trigger's patch operation; what the patch may do, the build
-    namespace's admission says (nothing: tests/test_least_privilege.py)."""
+    """Get and patch for the trigger's patch operation, in the control namespace; what
+    the patch may do, admission says (nothing: tests/test_least_privilege.py)."""
     role = find(TREE, "Role", "fabrique-sensor-workflows")
-    assert role["metadata"]["namespace"] == "fabrique-build"
+    assert role["metadata"]["namespace"] == "fabrique"
     assert role["rules"] == [
         {
             "apiGroups": ["argoproj.io"],
@@ -319,106 +330,20 @@ def test_control_namespace_pods_are_restricted() -> None:
         assert bus[key]["securityContext"]["allowPrivilegeEscalation"] is False, key
 
 
-def test_one_dependency_and_trigger_per_app() -> None:
-    from fabrique.site.config import default_values, merge, parse_site
-
-    two = merge(
-        default_values(),
-        {
-            "apps": [
-                {
-                    "name": n,
-                    "image": n,
-                    "context": f"apps/{n}",
-                    "writeback": {"repo": "atlas/atlas", "path": f"apps/{n}/k.yaml"},
-                }
-                for n in ("alpha", "beta")
-            ]
-        },
-    )
-    spec = sensor(parse_site(two))["spec"]
-    assert [d["name"] for d in spec["dependencies"]] == ["push-alpha", "push-beta"]
-    assert [t["template"]["conditions"] for t in spec["triggers"]] == ["push-alpha", "push-beta"]
-
-
 def _apps_site(count: int) -> Any:
     from bench.render import values_with
-    from fabrique.site.config import parse_site
 
     return parse_site(values_with(count))
 
 
-def test_a_large_site_is_split_into_sensors_each_its_pod_can_be_handed() -> None:
-    """1 000 apps: Sensors fabrique-build-<n>, every app in exactly one with its
-    dependency and its trigger, each Sensor's pod variable under render's target (so
-    under Linux's limit with room), as few Sensors as that takes; the netpol and the
-    pods' label hold every one."""
-    site = _apps_site(1000)
-    rendered = sensors(site)
-    names = [s["metadata"]["name"] for s in rendered]
-    assert names == [f"fabrique-build-{n}" for n in range(len(names))]
-    placed = []
-    for one in rendered:
-        spec = one["spec"]
-        deps = [d["name"].removeprefix("push-") for d in spec["dependencies"]]
-        assert [t["template"]["conditions"] for t in spec["triggers"]] == [
-            f"push-{a}" for a in deps
-        ]
-        placed += deps
-        assert pod_env_size(one) <= SENSOR_ENV_TARGET < POD_ENV_LIMIT
-        assert spec["template"]["metadata"]["labels"] == {SENSOR_ROLE_LABEL: SENSOR_ROLE}
-    assert sorted(placed) == sorted(a.name for a in site.apps)
-    whole = pod_env_size(sensor(site))
-    # the CRC-32 spreads apps unevenly: some Sensors more than the bytes alone need
-    assert len(rendered) < 1.5 * whole / SENSOR_ENV_TARGET
-    assert SENSOR_POD == {"matchLabels": {SENSOR_ROLE_LABEL: SENSOR_ROLE}}
-
-
-def test_adding_an_app_changes_one_sensor_only() -> None:
-    """An app's Sensor is picked by its name, not its rank: a new app leaves the other
-    Sensors (and their pods) as they were."""
-    site = _apps_site(300)
-    before = {s["metadata"]["name"]: s for s in sensors(site)}
-    extra = site.apps[0].model_copy(update={"name": "zz-new", "image": "zz-new"})
-    grown = site.model_copy(update={"apps": [*site.apps, extra]})
-    after = {s["metadata"]["name"]: s for s in sensors(grown)}
-    assert set(after) == set(before)
-    changed = [name for name in after if after[name] != before[name]]
-    assert len(changed) == 1
-    assert "push-zz-new" in {d["name"] for d in after[changed[0]]["spec"]["dependencies"]}
-
-
-def test_a_small_site_keeps_the_one_sensor_fabrique_build() -> None:
-    assert [s["metadata"]["name"] for s in sensors(_apps_site(30))] == ["fabrique-build"]
-    assert len(sensors(_apps_site(40))) > 1
-
-
-def _umbrella_site(apps: int) -> Any:
-    """``apps`` apps, and one more, ``umbrella``, whose context holds every other's
-    write-back target: its dependency leaves out each of them (``touched_path``)."""
-    from bench.render import values_with
-    from fabrique.site.config import parse_site
-
-    values = values_with(apps)
-    for app in values["apps"]:
-        app["writeback"]["path"] = f"{app['context']}/{'overlay/' * 20}kustomization.yaml"
-    umbrella = {**values["apps"][0], "name": "umbrella", "image": "umbrella", "context": "apps"}
-    umbrella["writeback"] = {**umbrella["writeback"], "path": "deploy/umbrella.yaml"}
-    values["apps"].append(umbrella)
-    return parse_site(values)
-
-
-def test_an_app_whose_sensor_alone_is_over_the_target_fails_render_with_the_reason() -> None:
-    """No split can hold an app whose own dependency and trigger outweigh a Sensor's
-    target: render says which app, what it weighs and why, instead of trying more
-    Sensors for ever."""
-    site = _umbrella_site(400)
-    with pytest.raises(RenderError) as raised:
-        sensors(site)
-    message = str(raised.value)
-    assert message.startswith("apps[400].context: 'apps' holds 400 files fabrique writes")
-    assert f"over the {SENSOR_ENV_TARGET} bytes" in message
-    assert "\n" not in message
+def test_the_sensor_is_the_same_whatever_the_apps() -> None:
+    """One dependency, one trigger, one consumer and one NATS connection on the bus,
+    and the same bytes in its pod's variable, at one app or ten thousand."""
+    one, many = sensor(_apps_site(1)), sensor(_apps_site(10_000))
+    assert one == many
+    assert [d["name"] for d in many["spec"]["dependencies"]] == ["push"]
+    assert [t["template"]["name"] for t in many["spec"]["triggers"]] == ["plan-push"]
+    assert pod_env_size(many) < POD_ENV_LIMIT // 20
 
 
 # ------------------------------------------------------------ what a push does
@@ -464,8 +389,8 @@ def test_sensor_filters_on_realistic_payloads(
 ) -> None:
     for definition, value in payloads.parts(event):
         gitea_swagger.check_definition(definition, value)
-    filters = rendered_sensor["spec"]["dependencies"][0]["filters"]["data"]
-    assert filters_pass(event, filters) is passes
+    (dependency,) = rendered_sensor["spec"]["dependencies"]
+    assert dependency_passes(event, dependency) is passes
 
 
 def _plan(values: Path, revision: str, tmp_path: Path) -> dict[str, str]:
@@ -566,18 +491,15 @@ def test_no_wide_nets_or_literal_secrets_in_the_event_unit() -> None:
                 ), path
 
 
-# ------------------------------------------------------- which apps a push builds
+# ------------------------------------------------------- which pushes are planned
 
 
 @pytest.mark.parametrize("case", sensor_cases.CASES, ids=[c.name for c in sensor_cases.CASES])
-def test_a_push_passes_the_dependencies_of_the_apps_it_may_have_changed(
-    case: sensor_cases.Case,
+def test_a_delivery_passes_the_dependency_as_the_contract_table_says(
+    case: sensor_cases.Case, gitea_swagger: Swagger
 ) -> None:
     """The contract table the real Sensor is held to (tests/live/test_events.py)."""
-    rendered = sensor(sensor_cases.site(), sensor_cases.SENSOR)
-    passed = {
-        d["name"].removeprefix("push-")
-        for d in rendered["spec"]["dependencies"]
-        if dependency_passes(case.event, d)
-    }
-    assert passed == case.apps
+    for definition, value in payloads.parts(case.event):
+        gitea_swagger.check_definition(definition, value)
+    (dependency,) = sensor(sensor_cases.site())["spec"]["dependencies"]
+    assert dependency_passes(case.event, dependency) is case.passes

@@ -104,13 +104,14 @@ def admission() -> Admission:
 
 
 def _sensor_workflow() -> dict[str, Any]:
+    """The push Workflow the Sensor creates for a push."""
     trigger = find(TREE, "Sensor", "fabrique-build")["spec"]["triggers"][0]
     return fire(trigger, payloads.push(after=REVISION, files=["dataops/citation-dagster/x"]))
 
 
 def test_what_the_three_callers_create_is_admitted(admission: Admission) -> None:
     callers = {
-        "sensor": _sensor_workflow(),
+        "push": build_workflow(SITE, "citation", REVISION, submitted_by="push"),
         "reconciler": build_workflow(SITE, "citation", REVISION, submitted_by="reconciler"),
         "submit": build_workflow(SITE, "citation", REVISION, submitted_by="cli", force=True),
     }
@@ -146,7 +147,7 @@ def _inline(spec: dict[str, Any]) -> None:
     ],
 )
 def test_anything_else_is_refused(admission: Admission, edit: Any, broken: str) -> None:
-    workflow = copy.deepcopy(_sensor_workflow())
+    workflow = build_workflow(SITE, "citation", REVISION, submitted_by="push")
     edit(workflow["spec"])
     refusals = admission.refusals(workflow)
     assert any(broken in message for message in refusals), refusals
@@ -165,7 +166,7 @@ def test_anything_else_is_refused(admission: Admission, edit: Any, broken: str) 
 def test_a_workflow_named_for_another_build_is_refused(admission: Admission, name: str) -> None:
     """The name makes a second Workflow of one commit a 409: a caller that names it
     otherwise could build one commit twice, or hide a build under another's name."""
-    workflow = copy.deepcopy(_sensor_workflow())
+    workflow = build_workflow(SITE, "citation", REVISION, submitted_by="push")
     assert admission.refusals(workflow) == []
     workflow["metadata"]["name"] = name
     assert admission.refusals(workflow) == [
@@ -180,12 +181,55 @@ def test_a_sha256_revision_names_its_workflow_by_its_sha12(admission: Admission)
     assert admission.refusals(workflow) == []
 
 
-# ------------------------------------------- the Sensor's patch: a redelivery, nothing more
+# ------------------------------------------- the Sensor: its pushes, and nothing else
+
+
+def test_the_sensor_creates_push_workflows_and_nothing_else() -> None:
+    """The Sensor's account creates, in the control namespace, the push Workflow of a
+    push: a reference to fabrique-push with its two commits. Anything else it might
+    create there (inline templates, another account, another template) is refused."""
+    policy = find(TREE, "ValidatingAdmissionPolicy", "fabrique-sensor-creates-pushes")
+    assert policy["spec"]["matchConstraints"]["resourceRules"][0]["operations"] == ["CREATE"]
+    assert policy["spec"]["matchConditions"][0]["expression"] == (
+        "request.userInfo.username == 'system:serviceaccount:fabrique:fabrique-sensor'"
+    )
+    creates = Admission(TREE, "fabrique-sensor-creates-pushes")
+    assert creates.namespace == CONTROL_NS
+    push = _sensor_workflow()
+    assert push["metadata"]["namespace"] == CONTROL_NS
+    assert push["metadata"]["name"] == f"fabrique-push-{REVISION[:12]}-{'1' * 12}"
+    assert creates.refusals(push) == []
+    edits = {
+        "only spec.workflowTemplateRef and spec.arguments": [
+            _inline,
+            lambda s: s.update(serviceAccountName="fabrique-planner"),
+            lambda s: s.update(podSpecPatch='{"hostPID": true}'),
+        ],
+        "must reference the WorkflowTemplate fabrique-push": [
+            lambda s: s.update(workflowTemplateRef={"name": "fabrique-build"}),
+        ],
+        "only the parameters before, after": [
+            lambda s: s["arguments"]["parameters"].append({"name": "app", "value": "x"}),
+        ],
+        "must pass before and after once each": [
+            lambda s: s["arguments"]["parameters"][1].update(value="main"),
+            lambda s: s["arguments"]["parameters"].pop(),
+        ],
+    }
+    for broken, changes in edits.items():
+        for edit in changes:
+            workflow = copy.deepcopy(push)
+            edit(workflow["spec"])
+            refusals = creates.refusals(workflow)
+            assert any(broken in message for message in refusals), (broken, refusals)
+    renamed = copy.deepcopy(push)
+    renamed["metadata"]["name"] = "fabrique-citation-" + REVISION[:12]
+    assert any("be named fabrique-push-" in m for m in creates.refusals(renamed))
 
 
 def test_the_sensor_s_update_is_admitted_only_when_it_changes_nothing() -> None:
-    """The trigger patches the Workflow of a redelivered push with the body it would
-    have created: admitted, since it changes nothing. Any change by the Sensor's
+    """The trigger patches the push Workflow of a redelivered push with the body it
+    would have created: admitted, since it changes nothing. Any change by the Sensor's
     account (a parameter, a label, an annotation, the template) is refused."""
     policy = find(TREE, "ValidatingAdmissionPolicy", "fabrique-sensor-changes-nothing")
     assert policy["spec"]["matchConstraints"]["resourceRules"][0]["operations"] == ["UPDATE"]
@@ -197,18 +241,15 @@ def test_the_sensor_s_update_is_admitted_only_when_it_changes_nothing() -> None:
         }
     ]
     sensor = Admission(TREE, "fabrique-sensor-changes-nothing")
-    assert sensor.namespace == BUILD_NS
-    running = copy.deepcopy(_sensor_workflow())
-    # what the Argo controller adds as it runs, and the patch leaves alone
-    running["metadata"]["labels"]["workflows.argoproj.io/phase"] = "Running"
+    assert sensor.namespace == CONTROL_NS
+    running = _running(_sensor_workflow())
     assert sensor.refusals(copy.deepcopy(running), old=running) == []
     message = "the Sensor may find a Workflow here as it is (a redelivered push), never change it"
     edits = [
-        lambda w: w["spec"]["arguments"]["parameters"].append({"name": "force", "value": "true"}),
+        lambda w: w["spec"]["arguments"]["parameters"][0].update(value="0" * 40),
         lambda w: w["spec"].update(podSpecPatch='{"hostPID": true}'),
         lambda w: w["metadata"]["labels"].update({"fabrique.io/submitted-by": "sensor-2"}),
-        lambda w: w["metadata"]["annotations"].update({"fabrique.io/revision": "0" * 40}),
-        lambda w: w["metadata"].pop("annotations"),
+        lambda w: w["metadata"].update(annotations={"x": "y"}),
     ]
     for edit in edits:
         changed = copy.deepcopy(running)
@@ -223,19 +264,12 @@ def _running(workflow: dict[str, Any]) -> dict[str, Any]:
     return running
 
 
-@pytest.mark.parametrize("caller", ["sensor", "reconciler", "cli"])
-def test_a_redelivered_push_finds_any_caller_s_workflow_as_it_is(caller: str) -> None:
-    """Whoever made the Workflow of a commit (the Sensor, the safety net, ``fabrique
-    submit``), the trigger's merge patch of a redelivered push changes nothing in it, and
-    the Sensor's policy admits it: the redelivery is settled at once, not a minute of
-    refused tries and a failure counted."""
+def test_a_redelivered_push_finds_its_push_workflow_as_it_is() -> None:
+    """The trigger's merge patch of a redelivered push changes nothing in the push
+    Workflow it made, and the Sensor's policy admits it: the redelivery is settled at
+    once, not a minute of refused tries and a failure counted."""
     trigger = find(TREE, "Sensor", "fabrique-build")["spec"]["triggers"][0]
-    made = {
-        "sensor": _sensor_workflow(),
-        "reconciler": build_workflow(SITE, "citation", REVISION, submitted_by="reconciler"),
-        "cli": build_workflow(SITE, "citation", REVISION, submitted_by="cli"),
-    }
-    found = _running(made[caller])
+    found = _running(_sensor_workflow())
     patch = fire(trigger, payloads.push(after=REVISION, files=["dataops/citation-dagster/x"]))
     patched = merge_patch(found, patch)
     assert patched == found
@@ -243,17 +277,26 @@ def test_a_redelivered_push_finds_any_caller_s_workflow_as_it_is(caller: str) ->
     assert sensor.refusals(patched, old=found) == []
 
 
-def test_a_redelivery_never_drops_a_forced_build_s_force() -> None:
-    """A merge patch replaces a list whole: the Sensor's parameters would take ``force``
-    out of a Workflow a person submitted with ``--force``. The policy refuses it (the
-    Sensor changes nothing it did not create); that redelivery is the safety net's
-    (docs/DESIGN.md, the event path)."""
-    trigger = find(TREE, "Sensor", "fabrique-build")["spec"]["triggers"][0]
-    forced = _running(build_workflow(SITE, "citation", REVISION, submitted_by="cli", force=True))
-    patch = fire(trigger, payloads.push(after=REVISION, files=["dataops/citation-dagster/x"]))
-    patched = merge_patch(forced, patch)
-    assert patched["spec"] != forced["spec"]
-    sensor = Admission(TREE, "fabrique-sensor-changes-nothing")
-    assert sensor.refusals(patched, old=forced) == [
-        "the Sensor may find a Workflow here as it is (a redelivered push), never change it"
+def test_the_sensor_holds_no_right_in_the_build_namespace() -> None:
+    """Builds are the push planner's, the safety net's and a person's to create: the
+    Sensor's account cannot touch one (a redelivery can no longer meet a build at all)."""
+    bound = [
+        (d["metadata"]["namespace"], d["roleRef"]["name"])
+        for d in documents(TREE)
+        if d["kind"] == "RoleBinding" and any(s["name"] == "fabrique-sensor" for s in d["subjects"])
     ]
+    assert bound == [(CONTROL_NS, "fabrique-sensor-workflows")]
+    planner = [
+        (d["metadata"]["namespace"], d["roleRef"]["name"])
+        for d in documents(TREE)
+        if d["kind"] == "RoleBinding"
+        and any(s["name"] == "fabrique-planner" for s in d["subjects"])
+    ]
+    assert planner == [(BUILD_NS, "fabrique-planner-create-workflows")]
+    role = find(TREE, "Role", "fabrique-planner-create-workflows", BUILD_NS)
+    assert role["rules"] == [
+        {"apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": ["create"]}
+    ]
+    policy = find(TREE, "NetworkPolicy", "planner", CONTROL_NS)
+    reached = [rule["ports"][0]["port"] for rule in policy["spec"]["egress"]]
+    assert reached == [53, 3000, 443], "DNS, Gitea, the API"

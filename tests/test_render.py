@@ -129,7 +129,7 @@ def test_every_file_carries_the_generated_header() -> None:
 def test_hera_generate_yaml_renders_the_same_template(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`hera generate yaml pipelines/` finds the WorkflowTemplate and agrees with render."""
+    """`hera generate yaml pipelines/` finds the WorkflowTemplates and agrees with render."""
     monkeypatch.delenv("FABRIQUE_NETWORK__BACKOFF_SECONDS")
     hera = Path(sys.executable).parent / "hera"
     result = subprocess.run(
@@ -149,6 +149,7 @@ def test_hera_generate_yaml_renders_the_same_template(
     assert sorted(d["kind"] for d in generated) == [
         "CronWorkflow",
         "CronWorkflow",
+        "WorkflowTemplate",
         "WorkflowTemplate",
     ]
     for doc in generated:

@@ -242,7 +242,8 @@ def test_a_sensor_its_pod_could_not_be_handed_is_refused_by_name_and_size(
     from fabrique.site.limits import POD_ENV_LIMIT, pod_env_size
 
     small = sensor(parse_site(values_with(3)))
-    large = sensor(parse_site(values_with(60)), "fabrique-build-large")
+    large = sensor(parse_site(values_with(3)), "fabrique-build-large")
+    large["spec"]["dependencies"][0]["filters"]["data"][1]["value"] = ["^" + "a" * 100_000 + "$"]
     assert pod_env_size(small) < POD_ENV_LIMIT < pod_env_size(large)
     (tmp_path / "sensors.yaml").write_text(yaml.safe_dump_all([small, large]))
     problems = [str(p) for p in validate_tree(tmp_path, specs) if "variable" in str(p)]
@@ -257,8 +258,7 @@ def test_a_sensor_its_pod_could_not_be_handed_is_refused_by_name_and_size(
 def test_a_sensor_s_variable_is_counted_as_go_writes_its_json(character: str) -> None:
     """Go's encoding/json writes ``<``, ``>`` and ``&`` as ``\\u003c``, ``\\u003e``,
     ``\\u0026`` (and U+2028, U+2029 escaped too): six bytes each of the JSON that the
-    controller base64-encodes into the variable, not one. Every app's expression holds a
-    ``>`` (``touched > 0``)."""
+    controller base64-encodes into the variable, not one."""
     from bench.render import values_with
     from eventsources.sensor import sensor
     from fabrique.site.config import parse_site

@@ -35,7 +35,10 @@ LABEL_PART_OF = "app.kubernetes.io/part-of"
 # who made a build's Workflow (cli, reconciler); the Sensor's carry none, so that its
 # patch of a redelivered push changes no other caller's (eventsources/sensor.py)
 LABEL_SUBMITTED_BY = "fabrique.io/submitted-by"
-SENSOR_MADE = f"{LABEL_PART_OF}=fabrique,!{LABEL_SUBMITTED_BY}"  # a label selector
+# who asked for the builds a push's plan asked for (``fabrique plan-push``), and the
+# label selector of those builds
+PUSH_SUBMITTER = "push"
+PUSH_MADE = f"{LABEL_PART_OF}=fabrique,{LABEL_SUBMITTED_BY}={PUSH_SUBMITTER}"
 
 TEMPLATE_NAME = "fabrique-build"
 # The container of fabrique-build that checks the pushed digest against the registry; the
@@ -136,7 +139,13 @@ EVENT_SOURCE = "gitea"
 EVENT_NAME = "push"
 WEBHOOK_PORT = 12000
 WEBHOOK_ENDPOINT = "/push"
-SENSOR = "fabrique-build"  # and fabrique-build-<n> where render splits it
+SENSOR = "fabrique-build"  # the site's one Sensor
+# Each push the Sensor takes becomes one Workflow of this template, in the control
+# namespace: fabrique-push-<after12>-<before12>, whose step asks for the push's builds.
+PUSH_TEMPLATE = "fabrique-push"
+PUSH_PREFIX = "fabrique-push-"
+PLANNER_ACCOUNT = "fabrique-planner"
+PUSH_PARAMETERS = ("before", "after")  # what the Sensor passes it: the push's two commits
 # the label every Sensor pod of the site carries (its template's), which its policy selects
 SENSOR_ROLE_LABEL, SENSOR_ROLE = "fabrique.io/role", "sensor"
 SENSOR_SERVICE_ACCOUNT = "fabrique-sensor"

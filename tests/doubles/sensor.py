@@ -150,6 +150,9 @@ def evaluate(expression: str, fields: dict[str, Any]) -> bool:
             held = bool(re.search(_go(right), str(left)))
         elif operator == ">":
             held = float(left) > float(right)
+        elif isinstance(left, str) and isinstance(right, str):
+            # govaluate's == and != are reflect.DeepEqual: two strings as strings
+            held = (left == right) == (operator == "==")
         else:
             held = (float(left) == float(right)) == (operator == "==")
         if held:

@@ -412,9 +412,10 @@ class ControlPlane:
             write_secret(self.folder / "netpol.token", engine + "\n")
             users += f"{engine},{NETPOL_USER},{NETPOL_USER}\n"
         write_secret(self.folder / "tokens.csv", users)
-        self._write_kubeconfig(self.kubeconfig, namespace="default")
+        self.write_kubeconfig(self.kubeconfig, namespace="default")
 
-    def _write_kubeconfig(self, path: Path, namespace: str) -> None:
+    def write_kubeconfig(self, path: Path, namespace: str, token: str | None = None) -> None:
+        """A kubeconfig of this plane: the admin's, or the holder of ``token``'s."""
         ca = base64.b64encode((self.folder / "ca.crt").read_bytes()).decode()
         write_secret(
             path,
@@ -431,7 +432,7 @@ class ControlPlane:
                             },
                         }
                     ],
-                    "users": [{"name": "admin", "user": {"token": self.token}}],
+                    "users": [{"name": "admin", "user": {"token": token or self.token}}],
                     "contexts": [
                         {
                             "name": "fabrique-live",
@@ -674,7 +675,7 @@ class ControlPlane:
             ),
         )
         argo_kubeconfig = self.folder / "argo.kubeconfig"
-        self._write_kubeconfig(argo_kubeconfig, namespace=ARGO_NAMESPACE)
+        self.write_kubeconfig(argo_kubeconfig, namespace=ARGO_NAMESPACE)
         self._spawn(
             "workflow-controller",
             [
@@ -1156,14 +1157,16 @@ def _code_repository(
         f"#   git clone -c credential.helper={shlex.quote(helper)} {gitea.url}/{repo}.git",
         f"#   cd {name} && date >> {app.context}/app.txt && "
         f"git commit -qam 'change {app.name}' && git push -q",
-        f"# the Sensor then creates the Workflow fabrique-{app.name}-<the commit's first 12 "
-        f"hex digits>: kubectl get workflows -n {site.namespaces.build}",
+        f"# the Sensor then creates the push's Workflow (kubectl get workflows -n "
+        f"{site.namespaces.control}), whose step creates fabrique-{app.name}-<the commit's "
+        f"first 12 hex digits>: kubectl get workflows -n {site.namespaces.build}",
     ]
 
 
-# the seed commit's build on a fresh plane: the Sensor's Workflow, then its pods (the
-# tools and BuildKit images pulled once) and its write-back
-SEED_DELIVERED = 60  # seconds for the hook's delivery to become a Workflow
+# the seed commit's build on a fresh plane: the push's Workflow and its step's pod (the
+# tools image pulled once), the build's Workflow, then its pod (BuildKit's image pulled
+# once) and its write-back
+SEED_DELIVERED = 90  # seconds for the hook's delivery to become the build's Workflow
 SEED_BUILT = 420  # seconds for that Workflow to end
 
 

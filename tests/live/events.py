@@ -49,7 +49,6 @@ from nats.aio.client import Client as NATS
 from nats.js.errors import NotFoundError
 from nats.js.manager import JetStreamManager
 
-from eventsources.sensor import sensor_names
 from fabrique.gestures.doctor import consumers_of, quiet_tls_eof
 from fabrique.site.config import Site
 
@@ -168,10 +167,8 @@ def start_event_path(cluster: Cluster, events: ArgoEvents, site: Site, bearer: s
     """The bus, the EventSource and the Sensor running, once the controller has deployed
     each; the webhook's Secret holding ``bearer``, a token of the kind a site's secret
     tooling makes, which the EventSource reads from the Secret's volume."""
-    names = sensor_names(site)
     for role in OBJECTS:
-        for name in names if role == "sensor" else [None]:
-            deployed(cluster, role, name)
+        deployed(cluster, role)
     secret = site.events.webhook_secret
     answer = cluster.request(
         "PATCH",
@@ -183,8 +180,7 @@ def start_event_path(cluster: Cluster, events: ArgoEvents, site: Site, bearer: s
         raise ControlPlaneError(f"the webhook's Secret {secret.name}: {answer.message}")
     events.start_bus()
     events.start_eventsource()
-    for name in names:
-        events.start_sensor(name)
+    events.start_sensor()
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """The event path, live (``events.py``): the Argo Events controller of the pinned
 version judges the rendered EventBus, EventSource and Sensor and deploys them; the
 programs it deploys run from its pods: nats-server with JetStream, the EventSource and
-the Sensor, which creates Workflows in the live API server as its own ServiceAccount."""
+the Sensor, which creates each push's Workflow in the live API server as its own
+ServiceAccount. The push Workflow's step, ``fabrique plan-push``, is played here as its
+pod would run it, as the planner's own account (``planner.py``)."""
 
 from __future__ import annotations
 
@@ -18,16 +20,15 @@ import pytest
 import yaml
 
 from eventsources.sensor import sensor, sensor_rbac
-from fabrique.decisions.workflow import build_workflow
 from fabrique.gestures.doctor import SENSOR_SUBJECT
 from fabrique.site.config import load_site
 from fabrique.site.limits import GO_ZERO_FIELDS, pod_env_size
-from fabrique.site.names import LABEL_SUBMITTED_BY, SENSOR_MADE, webhook_service_url
+from fabrique.site.names import LABEL_SUBMITTED_BY, PUSH_MADE, webhook_service_url
 
 from .. import payloads, sensor_cases
 from ..conftest import KUSTOMIZATION, SEED_KUSTOMIZATION
 from ..sensor_cases import NAMESPACE
-from .cluster import ARGO, NODE_ID, Cluster
+from .cluster import ARGO, Cluster
 from .controlplane import ControlPlaneError
 from .events import (
     BUS,
@@ -45,8 +46,9 @@ from .events import (
 )
 from .forge import Forge
 from .forge import forge as open_forge
+from .planner import Planner
 from .pods import running_pod
-from .test_workflows import BUILD_NS, RUN, create_workflow, ended, step_pod, walk
+from .test_workflows import BUILD_NS, RUN, ended, phase, step_pod, walk
 
 SITE = load_site(env={})
 # the webhook's bearer token: the value the event path's fixture gives the Secret
@@ -135,12 +137,18 @@ def event_path(cluster: Cluster, argo_events: ArgoEvents) -> Iterator[ArgoEvents
     except ControlPlaneError as failed:
         pytest.fail(str(failed), pytrace=False)
     yield argo_events
-    for workflow in cluster.items(f"{ARGO}/namespaces/{BUILD_NS}/workflows", SENSOR_MADE):
+    for workflow in cluster.items(f"{ARGO}/namespaces/{BUILD_NS}/workflows", PUSH_MADE):
         delete_workflow(cluster, workflow["metadata"]["name"])
+    for workflow in cluster.items(f"{ARGO}/namespaces/{CONTROL}/workflows"):
+        if workflow["metadata"]["name"].startswith(PUSH):
+            delete_workflow(cluster, workflow["metadata"]["name"], CONTROL)
 
 
-def delete_workflow(cluster: Cluster, name: str) -> None:
-    answer = cluster.request("DELETE", f"{ARGO}/namespaces/{BUILD_NS}/workflows/{name}")
+PUSH = "fabrique-push-"
+
+
+def delete_workflow(cluster: Cluster, name: str, namespace: str = BUILD_NS) -> None:
+    answer = cluster.request("DELETE", f"{ARGO}/namespaces/{namespace}/workflows/{name}")
     assert answer.status in (200, 202, 404), answer.message
 
 
@@ -151,9 +159,11 @@ def fail(cluster: Cluster, workflow: str) -> None:
     ended(cluster, workflow, "Failed")
 
 
-def post(events: ArgoEvents, body: dict[str, Any], bearer: str | None = BEARER) -> httpx.Response:
+def post(
+    events: ArgoEvents, body: dict[str, Any], bearer: str | None = BEARER, event: str = "push"
+) -> httpx.Response:
     """A delivery as Gitea makes it: JSON, its event header, the bearer token."""
-    headers = {"Content-Type": "application/json", "X-Gitea-Event": "push"}
+    headers = {"Content-Type": "application/json", "X-Gitea-Event": event}
     if bearer is not None:
         headers["Authorization"] = f"Bearer {bearer}"
     return httpx.post(
@@ -161,44 +171,65 @@ def post(events: ArgoEvents, body: dict[str, Any], bearer: str | None = BEARER) 
     )
 
 
-def sensor_workflow(cluster: Cluster, sha: str, timeout: float = 60) -> dict[str, Any]:
+def push_workflow(cluster: Cluster, after: str, timeout: float = 60) -> dict[str, Any]:
+    """The push Workflow the Sensor made of the push of ``after`` (whatever its before)."""
+    path = f"{ARGO}/namespaces/{CONTROL}/workflows"
+
+    def made() -> dict[str, Any] | None:
+        found = [
+            w
+            for w in cluster.items(path)
+            if w["metadata"]["name"].startswith(f"{PUSH}{after[:12]}-")
+        ]
+        return found[0] if found else None
+
+    return cluster.wait(f"the push Workflow of {after[:12]}", made, timeout=timeout)
+
+
+def build_workflow_of(cluster: Cluster, sha: str, timeout: float = 60) -> dict[str, Any]:
     path = f"{ARGO}/namespaces/{BUILD_NS}/workflows/fabrique-citation-{sha[:12]}"
     return cluster.wait(
-        f"the Workflow of {sha[:12]}",
+        f"the build Workflow of {sha[:12]}",
         lambda: cluster.get(path) if cluster.exists(path) else None,
         timeout=timeout,
     )
 
 
-def test_a_push_posted_to_the_eventsource_becomes_the_workflow_of_its_commit(
+def test_a_push_posted_to_the_eventsource_becomes_its_push_workflow(
     cluster: Cluster, event_path: ArgoEvents
 ) -> None:
-    sha = payloads.revision()
-    event = payloads.push(after=sha, files=[APP_FILE])
+    after, before = payloads.revision(), payloads.revision()
+    event = payloads.push(after=after, before=before, files=[APP_FILE])
     answer = post(event_path, event["body"])
     assert answer.status_code == 200, answer.text
-    workflow = sensor_workflow(cluster, sha)
+    workflow = push_workflow(cluster, after)
     meta = workflow["metadata"]
-    assert LABEL_SUBMITTED_BY not in meta["labels"]  # the Sensor's carry none
-    assert meta["annotations"]["fabrique.io/revision"] == sha
-    assert workflow["spec"]["arguments"]["parameters"][1] == {"name": "revision", "value": sha}
+    assert meta["name"] == f"{PUSH}{after[:12]}-{before[:12]}"
+    assert workflow["spec"] == {
+        "workflowTemplateRef": {"name": "fabrique-push"},
+        "arguments": {
+            "parameters": [{"name": "before", "value": before}, {"name": "after", "value": after}]
+        },
+    }
     # the trigger's patch found none and created it: the Sensor says so
     assert event_path.said("sensor", "object not found, creating the object") >= 1
-    # admitted, and run: the controller makes the first step's pod
-    fail(cluster, meta["name"])  # it holds citation's mutex: end it
+    # admitted, and run: the controller makes its pod, Pod Security restricted admits it
+    pod = step_pod(cluster, meta["name"], "plan-push", namespace=CONTROL, phase="Running")
+    assert pod["spec"]["serviceAccountName"] == "fabrique-planner"
+    delete_workflow(cluster, meta["name"], CONTROL)
 
 
 def test_a_redelivered_push_finds_its_workflow_as_it_is_and_is_settled_at_once(
     cluster: Cluster, event_path: ArgoEvents
 ) -> None:
     """Gitea's "Replay" sends a delivery again as it was: the trigger's patch finds the
-    Workflow and changes nothing, the Sensor acks the event within seconds (a create
-    would meet 409 for a minute of tries), and no action counts as failed. An edit by
-    the Sensor's account is refused by the build namespace's admission."""
+    push's Workflow and changes nothing, the Sensor acks the event within seconds (a
+    create would meet 409 for a minute of tries), and no action counts as failed. An
+    edit by the Sensor's account is refused by the control namespace's admission."""
     sha = payloads.revision()
     body = payloads.push(after=sha, files=[APP_FILE])["body"]
     assert post(event_path, body).status_code == 200
-    first = sensor_workflow(cluster, sha)
+    first = push_workflow(cluster, sha)
     cluster.wait("the Sensor to take and ack the push", event_path.settled)
     patched = event_path.said("sensor", "patching the object")
     failed = event_path.sensor_metric("argo_events_action_failed_total")
@@ -209,12 +240,12 @@ def test_a_redelivered_push_finds_its_workflow_as_it_is_and_is_settled_at_once(
         lambda: event_path.stream_last() > last and event_path.settled(),
         timeout=10,
     )
-    again = cluster.workflow(BUILD_NS, first["metadata"]["name"])
+    again = cluster.workflow(CONTROL, first["metadata"]["name"])
     assert again["metadata"]["uid"] == first["metadata"]["uid"]
     assert again["spec"] == first["spec"]
     assert event_path.said("sensor", "patching the object") == patched + 1
     assert event_path.sensor_metric("argo_events_action_failed_total") == failed
-    path = f"{ARGO}/namespaces/{BUILD_NS}/workflows/{first['metadata']['name']}"
+    path = f"{ARGO}/namespaces/{CONTROL}/workflows/{first['metadata']['name']}"
     edit = {"metadata": {"labels": {"fabrique.io/submitted-by": "someone"}}}
     answer = cluster.request(
         "PATCH", path, edit, as_user=SENSOR_ACCOUNT, content_type="application/merge-patch+json"
@@ -223,50 +254,25 @@ def test_a_redelivered_push_finds_its_workflow_as_it_is_and_is_settled_at_once(
     assert answer.message.endswith(
         "the Sensor may find a Workflow here as it is (a redelivered push), never change it"
     ), answer.message
-    fail(cluster, first["metadata"]["name"])  # it holds citation's mutex: end it
-
-
-@pytest.mark.parametrize("caller", ["reconciler", "cli"])
-def test_a_push_whose_workflow_another_caller_made_is_settled_at_once(
-    cluster: Cluster, event_path: ArgoEvents, caller: str
-) -> None:
-    """The safety net or a person made the commit's Workflow before its push (late, or
-    replayed) reached the Sensor: the trigger's patch finds it, the API server's admission
-    lets it through since it changes nothing, and no action counts as failed."""
-    sha = payloads.revision()
-    made = create_workflow(cluster, build_workflow(SITE, "citation", sha, submitted_by=caller))
-    assert made.status == 201, made.message
-    first = sensor_workflow(cluster, sha)
-    patched = event_path.said("sensor", "patching the object")
-    failed = event_path.sensor_metric("argo_events_action_failed_total")
-    last = event_path.stream_last()
-    assert post(event_path, payloads.push(after=sha, files=[APP_FILE])["body"]).status_code == 200
-    cluster.wait(
-        "the Sensor to take and ack the push",
-        lambda: event_path.stream_last() > last and event_path.settled(),
-        timeout=10,
-    )
-    again = cluster.workflow(BUILD_NS, first["metadata"]["name"])
-    assert again["metadata"]["labels"][LABEL_SUBMITTED_BY] == caller
-    assert again["spec"] == first["spec"]
-    assert event_path.said("sensor", "patching the object") == patched + 1
-    assert event_path.sensor_metric("argo_events_action_failed_total") == failed
-    fail(cluster, first["metadata"]["name"])  # it holds citation's mutex: end it
-    delete_workflow(cluster, first["metadata"]["name"])
+    delete_workflow(cluster, first["metadata"]["name"], CONTROL)
 
 
 @pytest.fixture(scope="module")
 def contract_sensor(cluster: Cluster, event_path: ArgoEvents) -> Iterator[str]:
     """The Sensor of the contract table's site (tests/sensor_cases.py) beside the site's,
-    deployed by the controller and run as the site's is, its Workflows created in a
+    deployed by the controller and run as the site's is, its push Workflows created in a
     namespace of its own where no WorkflowTemplate runs them. All of it, its durable
     consumers too, deleted at the end."""
     site = sensor_cases.site()
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
     rendered = sensor(site, sensor_cases.SENSOR)
+    k8s = rendered["spec"]["triggers"][0]["template"]["k8s"]
+    k8s["source"]["resource"]["metadata"]["namespace"] = NAMESPACE
     if cluster.plane.node:
         rendered["spec"]["template"].update(PLACEMENT)
     rbac = [d for d in sensor_rbac(site) if d["kind"] != "ServiceAccount"]  # the site's own
+    for document in rbac:
+        document["metadata"]["namespace"] = NAMESPACE
     cluster.kubectl(
         "apply",
         "--server-side",
@@ -294,21 +300,19 @@ def contract_sensor(cluster: Cluster, event_path: ArgoEvents) -> Iterator[str]:
 def test_the_real_sensor_passes_the_pushes_the_contract_table_says(
     cluster: Cluster, event_path: ArgoEvents, contract_sensor: str
 ) -> None:
-    """Each push of the table posted to the real EventSource; once every consumer has
-    taken and acked them all (the trigger's create is done before the ack), the
-    Workflows in the contract's namespace are exactly the table's: one per app a push
-    may have changed, none for the others."""
+    """Each delivery of the table posted to the real EventSource; once every consumer has
+    taken and acked them all (the trigger's create is done before the ack), the push
+    Workflows in the contract's namespace are exactly the table's: one per delivery
+    that passes, none for the others."""
     for case in sensor_cases.CASES:
-        answer = post(event_path, case.event["body"])
+        (event,) = case.event["header"]["X-Gitea-Event"]
+        answer = post(event_path, case.event["body"], event=event)
         assert answer.status_code == 200, (case.name, answer.text)
     cluster.wait("every Sensor to take and ack every push", event_path.settled, timeout=60)
     made = {
-        w["metadata"]["name"]
-        for w in cluster.items(f"{ARGO}/namespaces/{NAMESPACE}/workflows", SENSOR_MADE)
+        w["metadata"]["name"] for w in cluster.items(f"{ARGO}/namespaces/{NAMESPACE}/workflows")
     }
-    wanted = {
-        f"fabrique-{app}-{case.after[:12]}" for case in sensor_cases.CASES for app in case.apps
-    }
+    wanted = {case.workflow for case in sensor_cases.CASES if case.passes}
     assert made == wanted, (sorted(made - wanted), sorted(wanted - made))
 
 
@@ -380,6 +384,21 @@ def forge(
         proxy.stop()
 
 
+@pytest.fixture(scope="module")
+def planner(cluster: Cluster, forge: Forge, tmp_path_factory: pytest.TempPathFactory) -> Planner:
+    """The push Workflows' step, played as their pod would run it (``planner.py``)."""
+    return Planner(cluster, CONTROL, forge.values, forge.env, tmp_path_factory.mktemp("planner"))
+
+
+def planned(cluster: Cluster, planner: Planner, sha: str) -> str:
+    """The push of ``sha``: its Workflow, made by the Sensor; its step played; its
+    Workflow ended Succeeded. What the step printed."""
+    name = push_workflow(cluster, sha)["metadata"]["name"]
+    said = planner.plan(name)
+    cluster.wait(f"{name} Succeeded", lambda: phase(cluster, CONTROL, name) == "Succeeded" or None)
+    return said
+
+
 def plan(cluster: Cluster, forge: Forge, workflow: str, tmp_path: Path) -> dict[str, str]:
     """What the build pod's ``plan`` stage decides: its command (``fabrique plan`` with
     the Workflow's own arguments) run against the real Gitea, once the pod runs."""
@@ -395,25 +414,8 @@ def plan(cluster: Cluster, forge: Forge, workflow: str, tmp_path: Path) -> dict[
     return outputs
 
 
-def skipped(cluster: Cluster, forge: Forge, sha: str, tmp_path: Path) -> str:
-    """The Workflow of ``sha``: its plan skips, its one pod ends with no write-back, it
-    succeeds, nothing else ran. The plan's reason."""
-    workflow = sensor_workflow(cluster, sha)["metadata"]["name"]
-    outputs = plan(cluster, forge, workflow, tmp_path)
-    assert outputs["build"] == "false", outputs["reason"]
-    walk(cluster, workflow, [(RUN, 0)], {"outcome": "none", "commit": "", "digest": ""})
-    ended(cluster, workflow, "Succeeded")
-    nodes = cluster.nodes_of(BUILD_NS, workflow)
-    ran = sorted(  # a retried template's pod is its attempt's: run(0)
-        nodes[p["metadata"]["annotations"][NODE_ID]]["displayName"].removesuffix("(0)")
-        for p in cluster.workflow_pods(BUILD_NS, workflow)
-    )
-    assert ran == [RUN], ran
-    return outputs["reason"]
-
-
-def test_a_git_push_to_the_apps_context_becomes_its_workflow_and_runs(
-    cluster: Cluster, forge: Forge, tmp_path: Path
+def test_a_git_push_to_the_apps_context_becomes_its_build_and_runs(
+    cluster: Cluster, forge: Forge, planner: Planner, tmp_path: Path
 ) -> None:
     sha = forge.push(
         {
@@ -424,10 +426,11 @@ def test_a_git_push_to_the_apps_context_becomes_its_workflow_and_runs(
         },
         "the app",
     )
-    workflow = sensor_workflow(cluster, sha)
+    said = planned(cluster, planner, sha)
+    assert f"citation: created: workflow {BUILD_NS}/fabrique-citation-{sha[:12]}" in said, said
+    workflow = build_workflow_of(cluster, sha)
     name = workflow["metadata"]["name"]
-    assert name == f"fabrique-citation-{sha[:12]}"
-    assert LABEL_SUBMITTED_BY not in workflow["metadata"]["labels"]
+    assert workflow["metadata"]["labels"][LABEL_SUBMITTED_BY] == "push"
     outputs = plan(cluster, forge, name, tmp_path)
     assert outputs["build"] == "true", outputs["reason"]
     # admitted and going on: its pod is made, on a worker
@@ -436,48 +439,41 @@ def test_a_git_push_to_the_apps_context_becomes_its_workflow_and_runs(
     fail(cluster, name)
 
 
-def no_workflow(cluster: Cluster, forge: Forge, event_path: ArgoEvents, sha: str) -> None:
-    """Gitea delivered the push of ``sha`` and the Sensor took and acked it (its
-    trigger would have created the Workflow before the ack): no Workflow of it."""
-    cluster.wait(
-        f"Gitea's delivery of {sha[:12]}",
-        lambda: any(d.after == sha and d.status == 200 for d in forge.proxy.requests),
-    )
-    cluster.wait("the Sensor to take and ack it", event_path.settled)
+def no_build(cluster: Cluster, planner: Planner, sha: str) -> None:
+    """The push of ``sha`` went through the Sensor; its step asked for no build."""
+    said = planned(cluster, planner, sha)
+    assert said.startswith("0 of 1 app(s)"), said
     assert not cluster.items(
         f"{ARGO}/namespaces/{BUILD_NS}/workflows", f"fabrique.io/revision={sha[:12]}"
     )
 
 
-def test_the_write_back_and_a_push_beside_the_app_make_no_workflow(
-    cluster: Cluster, forge: Forge, event_path: ArgoEvents, tmp_path: Path
+def test_the_write_back_and_a_push_beside_the_app_make_no_build(
+    cluster: Cluster, forge: Forge, planner: Planner
 ) -> None:
     """fabrique's own write-back commit, then a push that changes nothing under the
-    app's context: Gitea delivers each, the Sensor passes neither. A push beside the app
-    whose list Gitea cut (six commits, five listed) cannot say what it changed: it gets
-    its Workflow, whose plan skips it."""
+    app's context, then one of six commits beside the app (Gitea's payload lists five:
+    the step's listing reads them all): each is planned, none makes a build."""
     built = forge.git("rev-parse", "HEAD").strip()
     written = forge.cli(
         "writeback", "--app", "citation", "--revision", built, "--digest", "sha256:" + "ab" * 32
     )
     assert written.startswith("changed:"), written
     forge.git("pull", "-q", "--ff-only", "origin", "main")
-    no_workflow(cluster, forge, event_path, forge.git("rev-parse", "HEAD").strip())
-    no_workflow(cluster, forge, event_path, forge.push({"docs/notes.md": "more\n"}, "docs"))
+    no_build(cluster, planner, forge.git("rev-parse", "HEAD").strip())
+    no_build(cluster, planner, forge.push({"docs/notes.md": "more\n"}, "docs"))
     for n in range(6):
         forge.commit({"docs/notes.md": f"notes {n}\n"}, f"docs {n}")
-    cut = forge.push()
-    reason = skipped(cluster, forge, cut, tmp_path)
-    assert reason == f"nothing under dataops/citation-dagster changed since deployed {built[:12]}"
+    no_build(cluster, planner, forge.push())
 
 
 def test_a_push_while_the_eventsource_is_down_is_lost_and_the_next_one_builds_it(
-    cluster: Cluster, forge: Forge, event_path: ArgoEvents, tmp_path: Path
+    cluster: Cluster, forge: Forge, event_path: ArgoEvents, planner: Planner, tmp_path: Path
 ) -> None:
     """Gitea does not retry a failed delivery: a push while the EventSource is down
     gets no Workflow, even once it is back. The next push to the app's context gets its
-    Workflow, whose plan looks at everything since the deployed revision, so it builds
-    the lost change too. (A next push beside the app would make no Workflow: the safety
+    build, whose plan looks at everything since the deployed revision, so it builds
+    the lost change too. (A next push beside the app would make no build: the safety
     net's pass builds the lost change then.)"""
     event_path.stop_container("eventsource")
     tried = len(forge.proxy.requests)
@@ -488,7 +484,8 @@ def test_a_push_while_the_eventsource_is_down_is_lost_and_the_next_one_builds_it
     event_path.start_container("eventsource")
     more = "dataops/citation-dagster/more.txt"
     after = forge.push({more: "back\n"}, "once it is back")
-    name = sensor_workflow(cluster, after)["metadata"]["name"]
+    planned(cluster, planner, after)
+    name = build_workflow_of(cluster, after)["metadata"]["name"]
     outputs = plan(cluster, forge, name, tmp_path)
     assert (outputs["build"], outputs["reason"]) == (
         "true",
@@ -501,19 +498,26 @@ def test_a_push_while_the_eventsource_is_down_is_lost_and_the_next_one_builds_it
     assert [d.id for d in forge.proxy.requests].count(delivery.id) == 1, "Gitea delivered it again"
 
 
-def test_gitea_s_test_delivery_of_the_same_commit_makes_no_second_workflow(
+def test_gitea_s_test_delivery_makes_nothing(
     cluster: Cluster, forge: Forge, event_path: ArgoEvents
 ) -> None:
+    """Gitea's "Test Delivery" posts the branch head as the push's before and after: the
+    Sensor takes it off the bus and makes no Workflow of it, neither a push's nor a
+    build's."""
     head = forge.git("rev-parse", "HEAD").strip()
-    name = f"fabrique-citation-{head[:12]}"
-    before = cluster.workflow(BUILD_NS, name)["metadata"]["uid"]
+    pushes = {
+        w["metadata"]["name"] for w in cluster.items(f"{ARGO}/namespaces/{CONTROL}/workflows")
+    }
+    builds = {
+        w["metadata"]["uid"] for w in cluster.items(f"{ARGO}/namespaces/{BUILD_NS}/workflows")
+    }
     published = event_path.stream_messages()
     assert forge.test_delivery(forge.hook_id()) == 204
     # through the EventSource onto the bus, then taken by the Sensor
     cluster.wait("the test delivery on the bus", lambda: event_path.stream_messages() > published)
-    cluster.wait("the Sensor to take it", lambda: event_path.delivered() > published)
-    assert cluster.workflow(BUILD_NS, name)["metadata"]["uid"] == before
-    same = cluster.items(
-        f"{ARGO}/namespaces/{BUILD_NS}/workflows", f"fabrique.io/revision={head[:12]}"
-    )
-    assert [w["metadata"]["name"] for w in same] == [name]
+    cluster.wait("the Sensor to take and ack it", event_path.settled)
+    now = {w["metadata"]["name"] for w in cluster.items(f"{ARGO}/namespaces/{CONTROL}/workflows")}
+    assert not {n for n in now - pushes if n.startswith(f"{PUSH}{head[:12]}-")}
+    assert {
+        w["metadata"]["uid"] for w in cluster.items(f"{ARGO}/namespaces/{BUILD_NS}/workflows")
+    } == builds

@@ -31,6 +31,7 @@ EXECUTOR_CONTROL = sa(CONTROL, "fabrique-executor")
 BUILDER = sa(BUILD, "fabrique-build")
 SENSOR = sa(CONTROL, "fabrique-sensor")
 RECONCILER = sa(CONTROL, "fabrique-reconciler")
+PLANNER = sa(CONTROL, "fabrique-planner")
 MIRROR = sa(CONTROL, "fabrique-mirror-sync")
 
 ALLOWED = [
@@ -38,11 +39,13 @@ ALLOWED = [
     (EXECUTOR_BUILD, "create", "workflowtaskresults", BUILD, G),
     (EXECUTOR_BUILD, "patch", "workflowtaskresults", BUILD, G),
     (EXECUTOR_CONTROL, "create", "workflowtaskresults", CONTROL, G),
-    # the Sensor creates build Workflows, and finds a redelivered push's (get, a patch
+    # the Sensor creates push Workflows, and finds a redelivered push's (get, a patch
     # that admission lets through only when it changes nothing)
-    (SENSOR, "create", "workflows", BUILD, G),
-    (SENSOR, "get", "workflows", BUILD, G),
-    (SENSOR, "patch", "workflows", BUILD, G),
+    (SENSOR, "create", "workflows", CONTROL, G),
+    (SENSOR, "get", "workflows", CONTROL, G),
+    (SENSOR, "patch", "workflows", CONTROL, G),
+    # a push's step creates its builds
+    (PLANNER, "create", "workflows", BUILD, G),
     # the reconciler reads and creates build Workflows, and keeps its memory
     (RECONCILER, "create", "workflows", BUILD, G),
     (RECONCILER, "get", "workflows", BUILD, G),
@@ -60,14 +63,21 @@ DENIED = [
     # the build pods' own account has no right at all
     (BUILDER, "get", "secrets", BUILD, ""),
     (BUILDER, "create", "workflows", BUILD, G),
-    # the Sensor creates, and only in the build namespace
+    # the Sensor creates pushes, and only in the control namespace: no build
     (SENSOR, "get", "secrets", CONTROL, ""),
     (SENSOR, "get", "secrets", BUILD, ""),
-    (SENSOR, "delete", "workflows", BUILD, G),
-    (SENSOR, "update", "workflows", BUILD, G),
-    (SENSOR, "list", "workflows", BUILD, G),
-    (SENSOR, "create", "workflows", CONTROL, G),
-    (SENSOR, "patch", "workflows", CONTROL, G),
+    (SENSOR, "delete", "workflows", CONTROL, G),
+    (SENSOR, "update", "workflows", CONTROL, G),
+    (SENSOR, "list", "workflows", CONTROL, G),
+    (SENSOR, "create", "workflows", BUILD, G),
+    (SENSOR, "patch", "workflows", BUILD, G),
+    # the planner creates builds and nothing else: it reads, changes and deletes none
+    (PLANNER, "get", "workflows", BUILD, G),
+    (PLANNER, "patch", "workflows", BUILD, G),
+    (PLANNER, "delete", "workflows", BUILD, G),
+    (PLANNER, "create", "workflows", CONTROL, G),
+    (PLANNER, "get", "secrets", CONTROL, ""),
+    (PLANNER, "get", "secrets", BUILD, ""),
     # the reconciler deletes nothing and reads no secret
     *[
         (RECONCILER, "delete", resource, namespace, group)
@@ -120,17 +130,17 @@ def test_the_reconcilers_memory_is_the_one_configmap_it_may_change(
     assert not cluster.can(RECONCILER, "list", "configmaps", CONTROL)
 
 
-def test_the_sensor_creates_a_build_workflow_with_its_own_token(
+def test_the_sensor_creates_a_push_workflow_with_its_own_token(
     cluster: Cluster, applied: Path
 ) -> None:
     """Impersonation aside: a real token of the account, through the real authenticator.
-    The Workflow of its trigger (the committed Sensor's, rendered as the Sensor double
-    renders it) is created (201), and read back (its trigger's patch gets it first); with
-    the same token it can neither list nor delete it, create one in the control
-    namespace, or read a Secret."""
+    The push Workflow of its trigger (the committed Sensor's, rendered as the Sensor
+    double renders it) is created (201), and read back (its trigger's patch gets it
+    first); with the same token it can neither list nor delete it, create one in the
+    build namespace, or read a Secret."""
     token = cluster.token(CONTROL, "fabrique-sensor")
     body = sensor_workflow(applied, payloads.revision())
-    workflows = f"{ARGO}/namespaces/{BUILD}/workflows"
+    workflows = f"{ARGO}/namespaces/{CONTROL}/workflows"
     name = body["metadata"]["name"]
     created = cluster.create(workflows, body, token=token)
     try:
@@ -140,7 +150,7 @@ def test_the_sensor_creates_a_build_workflow_with_its_own_token(
         for method, path, sent in [
             ("GET", workflows, None),
             ("DELETE", f"{workflows}/{name}", None),
-            ("POST", f"{ARGO}/namespaces/{CONTROL}/workflows", in_control(body)),
+            ("POST", f"{ARGO}/namespaces/{BUILD}/workflows", in_build(body)),
             ("GET", f"/api/v1/namespaces/{CONTROL}/secrets", None),
             ("GET", f"/api/v1/namespaces/{BUILD}/secrets", None),
         ]:
@@ -149,13 +159,12 @@ def test_the_sensor_creates_a_build_workflow_with_its_own_token(
             assert "system:serviceaccount:fabrique:fabrique-sensor" in answer.message
         assert cluster.exists(f"{workflows}/{name}"), "the Sensor's DELETE changed nothing"
     finally:
-        # it holds its app's mutex: the tests after this one build that app too
         cluster.request("DELETE", f"{workflows}/{name}")
 
 
-def in_control(body: dict[str, Any]) -> dict[str, Any]:
+def in_build(body: dict[str, Any]) -> dict[str, Any]:
     moved = copy.deepcopy(body)
-    moved["metadata"]["namespace"] = CONTROL
+    moved["metadata"]["namespace"] = BUILD
     return moved
 
 

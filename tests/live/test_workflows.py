@@ -36,8 +36,9 @@ def create_workflow(cluster: Cluster, body: dict[str, Any], token: str | None = 
 
 
 def sensor_workflow(tree: Path, sha: str) -> dict[str, Any]:
-    """The Workflow the committed Sensor's trigger makes of a push, as the Sensor double
-    renders it (``tests/live/test_events.py`` has the real Sensor make its own)."""
+    """The push Workflow the committed Sensor's trigger makes of a push of ``sha``, as
+    the Sensor double renders it (``tests/live/test_events.py`` has the real Sensor make
+    its own)."""
     sensor = find(tree, "Sensor", "fabrique-build")
     event = payloads.push(after=sha, files=["dataops/citation-dagster/app.txt"])
     return fire(sensor["spec"]["triggers"][0], event)
@@ -46,19 +47,47 @@ def sensor_workflow(tree: Path, sha: str) -> dict[str, Any]:
 # -- b. admission ---------------------------------------------------------------------------
 
 
-def test_the_sensor_triggers_workflow_from_its_token_is_admitted_and_a_redelivery_meets_409(
+def test_the_sensor_s_push_workflow_from_its_token_is_admitted_and_a_redelivery_meets_409(
     cluster: Cluster, applied: Path
 ) -> None:
-    """The trigger's Workflow (``sensor_workflow``) created with a real token of the
-    Sensor's ServiceAccount, as the Sensor creates it: admitted; the same again, 409."""
+    """The trigger's push Workflow (``sensor_workflow``) created with a real token of the
+    Sensor's ServiceAccount, as the Sensor creates it, in the control namespace:
+    admitted; the same again, 409."""
     token = cluster.token(CONTROL_NS, "fabrique-sensor")
     body = sensor_workflow(applied, payloads.revision())
     answer = create_workflow(cluster, body, token=token)
     assert answer.status == 201, answer.message
-    assert "fabrique.io/submitted-by" not in answer.body["metadata"]["labels"]
     again = create_workflow(cluster, copy.deepcopy(body), token=token)
     assert again.status == 409
     assert again.body["reason"] == "AlreadyExists"
+    name = body["metadata"]["name"]
+    cluster.request("DELETE", f"{ARGO}/namespaces/{CONTROL_NS}/workflows/{name}")
+
+
+def test_the_sensor_may_create_nothing_but_a_push_workflow(cluster: Cluster, applied: Path) -> None:
+    """Its account's other Workflows in the control namespace are refused by admission:
+    another template, or inline templates running as another account."""
+    token = cluster.token(CONTROL_NS, "fabrique-sensor")
+    body = sensor_workflow(applied, payloads.revision())
+    body["spec"]["workflowTemplateRef"] = {"name": "fabrique-build"}
+    answer = create_workflow(cluster, body, token=token)
+    assert answer.status == 422, answer.message
+    assert "fabrique-sensor-creates-pushes" in answer.message
+    assert "must reference the WorkflowTemplate fabrique-push" in answer.message
+
+
+def test_a_push_s_build_from_the_planner_s_token_is_admitted_and_again_meets_409(
+    cluster: Cluster, applied: Path
+) -> None:
+    """What ``fabrique plan-push`` creates, with a real token of the planner's account:
+    admitted in the build namespace; asked again, 409, which it takes as success."""
+    token = cluster.token(CONTROL_NS, "fabrique-planner")
+    body = build_workflow(SITE, "citation", payloads.revision(), submitted_by="push")
+    answer = create_workflow(cluster, body, token=token)
+    assert answer.status == 201, answer.message
+    again = create_workflow(cluster, copy.deepcopy(body), token=token)
+    assert (again.status, again.body["reason"]) == (409, "AlreadyExists")
+    cluster.request("DELETE", f"{ARGO}/namespaces/{BUILD_NS}/workflows/{body['metadata']['name']}")
 
 
 def test_the_reconcilers_workflow_is_admitted(cluster: Cluster, applied: Path) -> None:
@@ -126,8 +155,9 @@ def test_a_sha256_revision_is_admitted_labelled_by_its_sha12_and_run(
     stored = cluster.workflow(BUILD_NS, name)
     assert stored["metadata"]["labels"]["fabrique.io/revision"] == sha[:12]
     assert stored["metadata"]["annotations"]["fabrique.io/revision"] == sha
-    sensor = sensor_workflow(applied, (uuid.uuid4().hex * 2)[:64])
-    assert create_workflow(cluster, sensor).status == 201
+    other = (uuid.uuid4().hex * 2)[:64]
+    pushed = build_workflow(SITE, "citation", other, submitted_by="push")
+    assert create_workflow(cluster, pushed).status == 201
     # the controller takes one (labelsFrom) and labels its pods with the sha12
     running = start(cluster, sha)
     pod = step_pod(cluster, running, RUN)
