@@ -207,3 +207,23 @@ def test_an_api_server_away_is_worth_a_retry(
     assert code == 75, err
     assert "citation: failed" in out
     assert "transient, worth retrying" in err
+
+
+@pytest.mark.parametrize("caller", ["reconciler", "cli"])
+def test_a_push_whose_build_another_caller_made_finds_it_as_it_is(
+    env: dict[str, str], code_repo: CodeRepo, kube: KubeApiDouble, caller: str
+) -> None:
+    """The safety net or a person (``submit --force`` too) made the commit's build before
+    its push was planned (a late delivery, a replay): the step finds it, changes
+    nothing in it (its ``force`` stays), and succeeds at once."""
+    from fabrique.decisions.workflow import build_workflow
+    from fabrique.site.config import load_site
+
+    before = code_repo.head()
+    after = code_repo.commit({"dataops/citation-dagster/app.txt": "new\n"})
+    made = build_workflow(load_site(env={}), "citation", after, submitted_by=caller, force=True)
+    kube.objects[(NS, made["metadata"]["name"])] = made
+    code, out, err = plan(env, before, after)
+    assert code == 0, err
+    assert f"citation: already exists: workflow {NS}/fabrique-citation-{after[:12]}" in out
+    assert kube.objects[(NS, made["metadata"]["name"])] == made
