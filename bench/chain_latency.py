@@ -20,7 +20,9 @@ push's own time left out), from the objects' own timestamps (whole seconds: each
 figure is within a second) and from the containers' own start and finish, read from the
 build's pod while it runs (Argo deletes a pod that succeeded):
 
-- ``workflow``: the Workflow's ``creationTimestamp``;
+- ``push workflow``: the push's Workflow's ``creationTimestamp`` (the Sensor's, in the
+  control namespace);
+- ``workflow``: the build's Workflow's ``creationTimestamp`` (its push's step made it);
 - ``build started``: the build container's ``startedAt`` (its script's start, held by
   Argo's executor until the stages before it ended, is the container's own
   ``startedAt`` in a containerSet only when nothing held it: the later of that and the
@@ -55,6 +57,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from fabrique.site.config import Site, load_site  # noqa: E402
+from fabrique.site.names import PUSH_PREFIX  # noqa: E402
 from pipelines.build import STEP_LABEL  # noqa: E402
 from tests.live.argocd import ArgoCD  # noqa: E402
 from tests.live.buildkit import builder  # noqa: E402
@@ -67,7 +70,15 @@ from tests.live.controlplane import (  # noqa: E402
 from tests.live.gitea import USER, Gitea  # noqa: E402
 from tests.waits import until  # noqa: E402
 
-STAGES = ("workflow", "build started", "image pushed", "digest in Git", "synced", "pod Ready")
+STAGES = (
+    "push workflow",
+    "workflow",
+    "build started",
+    "image pushed",
+    "digest in Git",
+    "synced",
+    "pod Ready",
+)
 PUSH_BOUND = 300.0  # seconds a push may take to reach its pod, or the bench fails
 
 
@@ -164,6 +175,11 @@ def _follow(plane: Plane, sha: str, pushed_at: float) -> dict[str, float]:
     seen: dict[str, str] = {}
 
     def built() -> str | None:
+        if "push workflow" not in seen:
+            pushes = plane.kubectl_json("get", "workflows", "-n", site.namespaces.control)
+            for push in pushes.get("items", []):
+                if push["metadata"]["name"].startswith(f"{PUSH_PREFIX}{sha[:12]}-"):
+                    seen["push workflow"] = push["metadata"]["creationTimestamp"]
         workflow = plane.kubectl_json("get", "workflow", name, "-n", build_ns)
         if not workflow:
             return None
