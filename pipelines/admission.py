@@ -135,9 +135,7 @@ def _binding(name: str, namespace: str) -> dict[str, Any]:
             "policyName": name,
             "validationActions": ["Deny"],
             "matchResources": {
-                "namespaceSelector": {
-                    "matchLabels": {"kubernetes.io/metadata.name": namespace}
-                }
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
             },
         },
     }
