@@ -153,8 +153,25 @@ IN_ALL, BEFORE_FILTERS = "time in all", "real, before the triggers filtered"
 # section (the start of its title) -> the column of its tables that quotes the others
 QUOTING = {"Targets": "result", SCENARIO: "what takes the time"}
 
+FLAT = "The event path, flat"
+
+
+def _flat(column: str, apps: str, code: str = "after", push: str | None = None) -> Cell:
+    return Cell(FLAT, column, {"apps": apps, "code": code, **({"push": push} if push else {})})
+
+
 # section (the start of its title) -> its figures in the order quoted, each tied
 TIES: dict[str, list[tuple[str, Tie]]] = {
+    FLAT: [
+        ("60 s", SETTING),  # the idle run
+        ("61.6 s", _flat("ready (s)", "1 000", "before d4dfd22")),
+        ("6.7 s", _flat("ready (s)", "10 000")),
+        ("3.64 s", _flat("push → build p50 (s)", "10 000")),
+        ("1.52 s", _flat("push → build p50 (s)", "1 000")),
+        ("1.75 s", _flat("push → build p50 (s)", "10")),
+        ("0.96 s", _flat("push → build (s)", "10", "before d4dfd22", "one app")),
+        ("1.40 s", _flat("push → build (s)", "1 000", "before d4dfd22", "one app")),
+    ],
     # the controller's requeue time, as fabrique installs it
     "The chain at the speed of its build": [("2 s", SETTING)],
     "": [
