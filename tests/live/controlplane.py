@@ -1424,8 +1424,10 @@ def _up(folder: Path) -> list[str]:
     else:
         if argocd is not None:
             argocd.stop()
-        # the tools image the Workflow's steps run, built by the real BuildKit
+        # the tools image the Workflow's steps run, built by the real BuildKit; the node's
+        # store may hold an earlier checkout's under the same tag
         images.push_node_images(running.registry)
+        running.real_node.forget_image(running, images.TOOLS)
         serve_site(site, running, gitea)
         argocd = ArgoCD(folder / "argocd", running, hosts=names).start()
         argocd.repository(site.gitea.url, USER, gitea.token)

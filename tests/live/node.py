@@ -389,6 +389,19 @@ class Node:
         )
         plane._wait("containerd", lambda: self._answers(plane), 30)
 
+    def forget_image(self, plane: ControlPlane, ref: str) -> None:
+        """Drop ``ref`` from the node's image store, so that its next pod pulls it again:
+        ``make up``'s node keeps its store from one plane to the next, and an image pushed
+        again under the same tag (the tools image of a changed checkout) would otherwise
+        be run as it was (the pods pull if not present)."""
+        ctr = [plane.bins["ctr"], "--address", CONTAINERD_SOCKET, "-n", "k8s.io"]
+        subprocess.run(
+            self.in_node([*ctr, "images", "rm", ref]),
+            capture_output=True,
+            check=False,
+            timeout=30,
+        )
+
     def _answers(self, plane: ControlPlane) -> bool:
         done = subprocess.run(
             self.in_node([plane.bins["ctr"], "--address", CONTAINERD_SOCKET, "version"]),
