@@ -309,18 +309,22 @@ class KubeApiDouble:
         return 201, stored
 
 
-# The build's pod as Argo's executor runs it: each container after the one it depends on
-# (pipelines/build.py; tests/test_build_template.py holds the two alike). The default
-# site signs nothing: no ``sign``.
-BUILD_POD = {
-    "plan": None,
-    "report-pending": "plan",
-    "checkout": "plan",
-    "build": "checkout",
-    "verify-digest": "build",
-    "write-back": "verify-digest",
-    "main": "write-back",
-}
+def _build_pod(tree: Path) -> dict[str, str | None]:
+    """The build's pod as Argo's executor runs it: each container after the one it
+    depends on, read from the rendered ``fabrique-build`` (the default site signs
+    nothing: no ``sign``)."""
+    from fabrique.site.names import VERIFIED_BY
+
+    from ..manifests import find
+
+    template = find(tree, "WorkflowTemplate", "fabrique-build")
+    (run,) = [t for t in template["spec"]["templates"] if t["name"] == VERIFIED_BY]
+    return {
+        c["name"]: (c.get("dependencies") or [None])[0] for c in run["containerSet"]["containers"]
+    }
+
+
+BUILD_POD = _build_pod(TREE)
 # what Argo's executor (cmd/argoexec/commands/emissary.go) ends a container with when the
 # one it waits for failed: exit 64, its error the last line of the container's log
 NOT_RUN_EXIT = 64
