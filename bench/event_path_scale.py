@@ -404,9 +404,28 @@ class Runner:
 
     def idle(self, seconds: float) -> Idle:
         """The event path left alone for ``seconds``: what it spent, what it holds."""
-        before = usage(self.events)
-        time.sleep(seconds)
-        after = usage(self.events)
+        events, last = self.events, self.events.stream_last()
+        before = usage(events)
+        end = time.monotonic() + seconds
+
+        def alive() -> None:
+            for role, pod in events.pods.items():
+                if (died := pod.died()) is not None:
+                    raise BenchError(f"idle: the {role} process ended ({died})")
+
+        # the window is the measurement: awaited on the clock, its processes checked once
+        # a second, so that a process that dies ends it at once
+        until(
+            f"the idle window of {seconds:.0f} s to end",
+            lambda: time.monotonic() >= end or None,
+            seconds + 5,
+            every=1.0,
+            error=BenchError,
+            alive=alive,
+        )
+        after = usage(events)
+        if events.stream_last() != last:
+            raise BenchError("idle: an event reached the bus in the idle window; not idle")
         return Idle(
             seconds,
             round(after.cpu - before.cpu, 2),
