@@ -33,7 +33,7 @@ from fabrique.clients.gitea import Commit
 from fabrique.clients.kube import CreateResult
 from fabrique.site.config import AppConfig, Site
 from fabrique.site.errors import FabriqueError, InputError, KubeError, RemoteError
-from fabrique.site.names import PUSH_SUBMITTER, check_revision
+from fabrique.site.names import PUSH_SUBMITTER, REVISION_RE, check_revision
 
 from .changes import fabrique_paths
 from .workflow import build_workflow
@@ -153,15 +153,7 @@ def raise_for_failures(asked: Sequence[Asked]) -> None:
 
 def check_push(before: str, after: str) -> None:
     """One-line errors for what the Sensor passed, before anything is asked."""
-    if not (ZERO.fullmatch(before) or _revision(before)):
+    if not REVISION_RE.fullmatch(before):  # zeros too: a new branch
         raise InputError(f"--before {before!r}: not a commit id (40 or 64 hex) nor zeros")
-    if not _revision(after) or ZERO.fullmatch(after):  # zeros: a deleted branch
+    if not REVISION_RE.fullmatch(after) or ZERO.fullmatch(after):  # zeros: a deleted branch
         raise InputError(f"--after {after!r}: not a commit id (40 or 64 hex, not zeros)")
-
-
-def _revision(text: str) -> bool:
-    try:
-        check_revision(text)
-    except FabriqueError:
-        return False
-    return True
