@@ -395,12 +395,17 @@ class Node:
         again under the same tag (the tools image of a changed checkout) would otherwise
         be run as it was (the pods pull if not present)."""
         ctr = [plane.bins["ctr"], "--address", CONTAINERD_SOCKET, "-n", "k8s.io"]
-        subprocess.run(
+        done = subprocess.run(
             self.in_node([*ctr, "images", "rm", ref]),
             capture_output=True,
+            text=True,
             check=False,
             timeout=30,
         )
+        # an image not there is a warning and exit 0 (ctr's images rm); a failure would
+        # leave the old image run
+        if done.returncode != 0:
+            raise ControlPlaneError(f"node {self.name}: ctr images rm {ref}: {done.stderr.strip()}")
 
     def _answers(self, plane: ControlPlane) -> bool:
         done = subprocess.run(
