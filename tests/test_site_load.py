@@ -184,52 +184,6 @@ def test_an_app_is_validated_without_a_path_object(monkeypatch: pytest.MonkeyPat
     assert made == []
 
 
-def test_a_push_that_changes_many_files_lists_what_fabrique_writes_once(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The plan step sets aside the files fabrique writes, every app's targets: once a
-    plan, not once for each changed file (50 files at 10 000 apps: half a million)."""
-    from fabrique.decisions import changes
-    from fabrique.decisions.writeback import Snapshot
-
-    site = parse_site(values_with(3))
-    app = site.apps[0]
-    deployed, pushed = "a" * 40, "b" * 40
-    kustomization = (
-        "images:\n"
-        f"- name: {app.image}\n"
-        f"  newName: {site.registry.host}/{app.image}\n"
-        f"  newTag: {deployed[:12]}\n"
-    )
-
-    class Host:
-        def read(self, repo: str, branch: str, path: str) -> Snapshot:
-            return Snapshot(kustomization, None)
-
-        def resolve(self, repo: str, branch: str, ref: str) -> str:
-            return deployed
-
-        def is_ancestor(self, repo: str, branch: str, ancestor: str, descendant: str) -> bool:
-            return True
-
-        def files_changed(
-            self, repo: str, branch: str, since: str, until: str, path: str
-        ) -> list[str]:
-            return [f"{app.context}/file-{n}.py" for n in range(50)]
-
-    listed: list[Site] = []
-    real = changes.fabrique_paths
-
-    def counting(site: Site) -> frozenset[str]:
-        listed.append(site)
-        return real(site)
-
-    monkeypatch.setattr(changes, "fabrique_paths", counting)
-    decision = changes.needs_build(site, Host(), app.name, pushed)  # type: ignore[arg-type]
-    assert decision.build and decision.reason.startswith("50 file(s) changed"), decision
-    assert listed == [site]
-
-
 def test_an_unknown_app_of_a_large_site_names_a_few_known_ones() -> None:
     """One line a person reads: not ten thousand names."""
     site = parse_site(values_with(1_000))
