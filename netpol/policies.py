@@ -20,6 +20,7 @@ from fabrique.site.names import (
     EVENT_BUS,
     EVENT_SOURCE,
     LABEL_PART_OF,
+    PLANNER_ROLE,
     SENSOR_ROLE,
     SENSOR_ROLE_LABEL,
     WEBHOOK_PORT,
@@ -34,7 +35,7 @@ ARGO_EVENTS_METRICS = 7777
 FABRIQUE_PODS = {"matchLabels": {LABEL_PART_OF: "fabrique"}}
 # the control namespace's Workflow pods: the safety net and the mirror sync
 RECONCILER_POD = {"matchLabels": {"fabrique.io/role": "reconciler"}}
-PLANNER_POD = {"matchLabels": {"fabrique.io/role": "planner"}}
+PLANNER_POD = {"matchLabels": {"fabrique.io/role": PLANNER_ROLE}}
 MIRROR_SYNC_POD = {"matchLabels": {"fabrique.io/role": "mirror-sync"}}
 BUILD_POD = {"matchLabels": {STEP_LABEL: "build"}}
 EVENTSOURCE_POD = {"matchLabels": {"eventsource-name": EVENT_SOURCE}}

@@ -22,6 +22,7 @@ from fabrique.site.names import (
     LABEL_MANAGED_BY,
     LABEL_PART_OF,
     PLANNER_ACCOUNT,
+    PLANNER_ROLE,
     PUSH_PARAMETERS,
     PUSH_TEMPLATE,
 )
@@ -37,7 +38,6 @@ from .steps import (
     tools_step,
 )
 
-PLANNER_ROLE = "planner"
 POD_LABELS = {LABEL_PART_OF: "fabrique", "fabrique.io/role": PLANNER_ROLE}
 # a push's Workflow is kept a day (a replay of its delivery finds it and makes nothing);
 # its pod goes when it succeeds

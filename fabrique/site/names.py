@@ -145,6 +145,7 @@ SENSOR = "fabrique-build"  # the site's one Sensor
 PUSH_TEMPLATE = "fabrique-push"
 PUSH_PREFIX = "fabrique-push-"
 PLANNER_ACCOUNT = "fabrique-planner"
+PLANNER_ROLE = "planner"  # its pod's fabrique.io/role, which its NetworkPolicy selects
 PUSH_PARAMETERS = ("before", "after")  # what the Sensor passes it: the push's two commits
 # the label every Sensor pod of the site carries (its template's), which its policy selects
 SENSOR_ROLE_LABEL, SENSOR_ROLE = "fabrique.io/role", "sensor"

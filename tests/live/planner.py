@@ -23,12 +23,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from fabrique.site.names import PLANNER_ACCOUNT
+from fabrique.site.names import PLANNER_ACCOUNT, PLANNER_ROLE
 
 from .cluster import Cluster
 
 FABRIQUE = str(Path(sys.executable).parent / "fabrique")
-ROLE = "fabrique.io/role=planner"
+ROLE = f"fabrique.io/role={PLANNER_ROLE}"
 POLL_SECONDS = 0.1
 
 
