@@ -222,8 +222,10 @@ def control_namespace(site: Site) -> list[dict[str, Any]]:
             ns,
             EVENTSOURCE_POD,
             ingress=[
+                # Gitea's pods, or its addresses when it is no pod (a selector matches
+                # pods only: a Gitea outside the cluster would have every delivery dropped)
                 {
-                    "from": [{"namespaceSelector": _ns_selector(site.namespaces.gitea)}],
+                    "from": _peers(site.netpol.gitea),
                     "ports": [{"protocol": "TCP", "port": WEBHOOK_PORT}],
                 },
                 *scrapes,

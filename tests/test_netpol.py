@@ -101,16 +101,38 @@ def test_without_an_allowlist_the_build_gets_no_internet() -> None:
 
 
 def test_event_source_accepts_only_gitea() -> None:
+    """Gitea's pods, as ``netpol.gitea`` names them: not every pod of its namespace."""
     policy = find(TREE, "NetworkPolicy", "eventsource")
     assert policy["spec"]["podSelector"] == {"matchLabels": {"eventsource-name": "gitea"}}
     assert policy["spec"]["ingress"] == [
         {
             "from": [
-                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gitea"}}}
+                {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gitea"}},
+                    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "gitea"}},
+                }
             ],
             "ports": [{"protocol": "TCP", "port": 12000}],
         }
     ]
+
+
+def test_a_gitea_outside_the_cluster_reaches_the_event_source_by_its_addresses(
+    tmp_path: Path, specs: Path
+) -> None:
+    """A site whose Gitea is no pod (``netpol.gitea.cidrs``) gets its webhooks from those
+    addresses: a namespace selector matches pods only, so every delivery was dropped."""
+    gitea = {"cidrs": ["10.20.0.5/32"], "port": 3000}
+    values = write_values(tmp_path / "site.yaml", **{"netpol.gitea": gitea})
+    out = tmp_path / "m"
+    assert run_cli("--values", str(values), "render", "--out", str(out)).exit_code == 0
+    assert find(out, "NetworkPolicy", "eventsource")["spec"]["ingress"] == [
+        {
+            "from": [{"ipBlock": {"cidr": "10.20.0.5/32"}}],
+            "ports": [{"protocol": "TCP", "port": 12000}],
+        }
+    ]
+    assert validate_tree(out, specs) == []
 
 
 def test_sensor_reaches_only_dns_the_bus_and_the_api() -> None:
