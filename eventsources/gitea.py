@@ -4,10 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from hera.events.models import Service, Template, WebhookContext
-from hera.events.models.io.k8s.api.core.v1 import SecretKeySelector, ServicePort
-from hera.events.models.io.k8s.apimachinery.pkg.util.intstr import IntOrString
-
 from fabrique.site.config import Site
 from fabrique.site.names import (
     EVENT_BUS,
@@ -18,35 +14,31 @@ from fabrique.site.names import (
     webhook_service_url,
 )
 
-from ._common import document, dump, restricted_container, restricted_pod
+from ._common import document, restricted_container, restricted_pod
 
 
 def event_source(site: Site) -> dict[str, Any]:
-    # hera nests these fields under ``webhook_context`` (Go's inline struct): the
-    # WebhookContext model dumps them flat, as the API has them.
-    webhook = WebhookContext(
-        url=webhook_service_url(site.namespaces.control).removesuffix(WEBHOOK_ENDPOINT),
-        port=str(WEBHOOK_PORT),
-        endpoint=WEBHOOK_ENDPOINT,
-        method="POST",
-        # Gitea (>= 1.19) sends this token as "Authorization: Bearer <token>".
-        auth_secret=SecretKeySelector(
-            name=site.events.webhook_secret.name, key=site.events.webhook_secret.key
-        ),
-    )
-    service = Service(
-        ports=[
-            ServicePort(name="webhook", port=WEBHOOK_PORT, target_port=IntOrString(WEBHOOK_PORT))
-        ]
-    )
-    template = dump(Template())
-    template["securityContext"] = restricted_pod()
-    template["container"] = {"securityContext": restricted_container()}
+    secret = site.events.webhook_secret
+    webhook = {
+        # Gitea (>= 1.19) sends this token as "Authorization: Bearer <token>"
+        "authSecret": {"key": secret.key, "name": secret.name},
+        "endpoint": WEBHOOK_ENDPOINT,
+        "method": "POST",
+        # a string in the API (WebhookContext.Port)
+        "port": str(WEBHOOK_PORT),
+        "url": webhook_service_url(site.namespaces.control).removesuffix(WEBHOOK_ENDPOINT),
+        # an int64
+        "maxPayloadSize": site.events.max_payload_size,
+    }
+    service = {"ports": [{"name": "webhook", "port": WEBHOOK_PORT, "targetPort": WEBHOOK_PORT}]}
+    template = {
+        "securityContext": restricted_pod(),
+        "container": {"securityContext": restricted_container()},
+    }
     spec = {
         "eventBusName": EVENT_BUS,
         "template": template,
-        "service": dump(service),  # a ClusterIP Service: <name>-eventsource-svc
-        # an int64 that hera types as a string; the API wants the number
-        "webhook": {EVENT_NAME: dump(webhook) | {"maxPayloadSize": site.events.max_payload_size}},
+        "service": service,  # a ClusterIP Service: <name>-eventsource-svc
+        "webhook": {EVENT_NAME: webhook},
     }
     return document("EventSource", EVENT_SOURCE, site.namespaces.control, spec)

@@ -26,18 +26,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from hera.events.models import (
-    DataFilter,
-    EventDependency,
-    EventDependencyFilter,
-    ExprFilter,
-    PayloadField,
-    RateLimit,
-    StandardK8STrigger,
-    TriggerParameter,
-    TriggerParameterSource,
-)
-
 from fabrique.site.config import Site
 from fabrique.site.names import (
     EVENT_BUS,
@@ -56,7 +44,7 @@ from fabrique.site.names import (
     SHORT_SHA_LEN,
 )
 
-from ._common import document, dump, restricted_container, restricted_pod
+from ._common import document, restricted_container, restricted_pod
 
 UNRESOLVED = "unresolved"  # what the resource says until the event fills it in
 NON_ZERO_SHA = "^[0-9a-f]*[1-9a-f][0-9a-f]*$"  # a deleted branch pushes after = 0{40|64}
@@ -79,68 +67,61 @@ def _short(field: str) -> str:
 NAME_TEMPLATE = f"{PUSH_PREFIX}{_short('after')}-{_short('before')}"
 PARAMETER_TEMPLATES = {name: f"{{{{ .Input.body.{name} }}}}" for name in PUSH_PARAMETERS}
 # Gitea's test delivery posts the branch's head as both; no push moves a branch onto itself
-MOVED = ExprFilter(
-    expr="before != after",
-    fields=[PayloadField(name=n, path=f"body.{n}") for n in ("before", "after")],
-)
+MOVED = {
+    "expr": "before != after",
+    "fields": [{"name": n, "path": f"body.{n}"} for n in ("before", "after")],
+}
 
 
-def push_filters(site: Site) -> list[DataFilter]:
+def _data(path: str, pattern: str) -> dict[str, Any]:
+    """A data filter: the string at ``path`` matches ``pattern`` (unanchored, as Argo
+    Events reads it: anchor it)."""
+    return {"path": path, "type": "string", "value": [pattern]}
+
+
+def push_filters(site: Site) -> list[dict[str, Any]]:
     """A push of a commit to the site's branch of the code repository."""
     return [
-        DataFilter(path="header.X-Gitea-Event.0", type="string", value=["^push$"]),
-        DataFilter(
-            path="body.ref", type="string", value=[anchored(f"refs/heads/{site.gitea.branch}")]
-        ),
-        DataFilter(
-            path="body.repository.full_name", type="string", value=[anchored(site.gitea.code_repo)]
-        ),
+        _data("header.X-Gitea-Event.0", "^push$"),
+        _data("body.ref", anchored(f"refs/heads/{site.gitea.branch}")),
+        _data("body.repository.full_name", anchored(site.gitea.code_repo)),
         # 40 hex, or 64 in a SHA-256 repository; Go's $ is the end of the text
-        DataFilter(path="body.after", type="string", value=[REVISION_RE.pattern]),
-        DataFilter(path="body.after", type="string", value=[NON_ZERO_SHA]),
+        _data("body.after", REVISION_RE.pattern),
+        _data("body.after", NON_ZERO_SHA),
         # the commit before: zeros when the branch is new (its push's plan builds all)
-        DataFilter(path="body.before", type="string", value=[REVISION_RE.pattern]),
+        _data("body.before", REVISION_RE.pattern),
     ]
 
 
 def sensor(site: Site, name: str = SENSOR) -> dict[str, Any]:
     """The site's one Sensor: one dependency, one trigger, whatever the apps (``name``:
     another Sensor of the same, as a test deploys one beside the site's)."""
-    dependency = dump(
-        EventDependency(
-            name=DEPENDENCY,
-            event_source_name=EVENT_SOURCE,
-            event_name=EVENT_NAME,
-            filters=EventDependencyFilter(
-                data=push_filters(site), data_logical_operator="and", exprs=[MOVED]
-            ),
-        )
-    )
+    dependency = {
+        "eventName": EVENT_NAME,
+        "eventSourceName": EVENT_SOURCE,
+        "filters": {"data": push_filters(site), "dataLogicalOperator": "and", "exprs": [MOVED]},
+        "name": DEPENDENCY,
+    }
+    templates = {"metadata.name": NAME_TEMPLATE} | {
+        f"spec.arguments.parameters.{index}.value": template
+        for index, template in enumerate(PARAMETER_TEMPLATES.values())
+    }
     parameters = [
-        TriggerParameter(
-            src=TriggerParameterSource(dependency_name=DEPENDENCY, data_template=NAME_TEMPLATE),
-            dest="metadata.name",
-        ),
-        *(
-            TriggerParameter(
-                src=TriggerParameterSource(dependency_name=DEPENDENCY, data_template=template),
-                dest=f"spec.arguments.parameters.{index}.value",
-            )
-            for index, template in enumerate(PARAMETER_TEMPLATES.values())
-        ),
+        {"dest": dest, "src": {"dataTemplate": template, "dependencyName": DEPENDENCY}}
+        for dest, template in templates.items()
     ]
-    k8s = dump(StandardK8STrigger(operation="patch", parameters=parameters))
-    # The resource must be the raw Workflow object: hera's K8SResource would dump it as
-    # a base64 {value: …}, which the API rejects.
-    k8s["source"] = {"resource": push_workflow(site)}
+    # the resource is the raw Workflow object the trigger patches
+    k8s = {
+        "operation": "patch",
+        "parameters": parameters,
+        "source": {"resource": push_workflow(site)},
+    }
     trigger = {
         "template": {"name": TRIGGER, "conditions": DEPENDENCY, "k8s": k8s},
         # at-most-once unless told: a Sensor that dies between ack and create would lose it
         "atLeastOnce": True,
         "retryStrategy": RETRY_STRATEGY,
-        "rateLimit": dump(
-            RateLimit(unit="Second", requests_per_unit=site.events.triggers_per_second)
-        ),
+        "rateLimit": {"requestsPerUnit": site.events.triggers_per_second, "unit": "Second"},
     }
     template = {
         "metadata": {"labels": {SENSOR_ROLE_LABEL: SENSOR_ROLE}},
