@@ -515,8 +515,8 @@ def status_success(
     outcome: str,
     commit: str,
 ) -> None:
-    """success: the digest is written back (changed, unchanged, superseded, held, proposed,
-    in-review or rejected)."""
+    """success: the digest is written back (changed, unchanged, superseded, held, frozen,
+    proposed, in-review or rejected)."""
     from fabrique.decisions.status import written
     from fabrique.site.names import check_digest
 

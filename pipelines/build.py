@@ -27,7 +27,8 @@ in order, each held by Argo's executor until the one before it has ended well:
   key mounted in this container alone (never in the build, which runs the app's own
   Dockerfile).
 - ``write-back`` (``fabrique writeback``) writes that digest into the app's target in
-  Git: changed, unchanged (a replay), superseded (never a rollback) or held; with
+  Git: changed, unchanged (a replay), superseded (never a rollback), held or frozen
+  (a freeze window: ``freeze[]``); with
   ``signing`` it refuses a digest whose signature does not verify.
 - ``main`` posts the ``success`` status and holds the pod's outputs (Argo reads a
   containerSet's outputs from its ``main`` container alone): the write-back's outcome
@@ -803,7 +804,7 @@ def _build_metrics() -> m.Metrics:
 OUTCOME_GLOBAL = "writeback-outcome"
 WRITEBACK_HELP = (
     "Write-back outcomes per app, one per run that reached the write-back: changed, "
-    "unchanged, superseded, held (proposed, in-review or rejected) or failed."
+    "unchanged, superseded, held, frozen (proposed, in-review or rejected) or failed."
 )
 
 

@@ -23,6 +23,8 @@ while the registry still holds it. Then exactly one action (``decide``, a pure f
                                                                     written back, never
                                                                     resubmitted by a pass)
     Workflow Succeeded, verified digest held       -> written-back (that digest only)
+      ... and the target is in a freeze window     -> frozen       (written by the first
+                                                                    pass after it)
     Workflow Succeeded, anything else              -> failed       (delete it to rebuild)
     no Workflow (an image under the tag or not)    -> submitted    (the Sensor's very
                                                                     Workflow; it verifies)
@@ -99,7 +101,7 @@ from .writeback import (
 log = logging.getLogger("fabrique.reconcile")
 
 Action = Literal[
-    "ok", "held", "in-review", "rejected", "in-flight", "write-back", "failed", "submit"
+    "ok", "held", "frozen", "in-review", "rejected", "in-flight", "write-back", "failed", "submit"
 ]
 Mode = Literal["act", "dry-run", "status"]
 DONE = {"write-back": "written-back", "submit": "submitted"}
@@ -107,6 +109,7 @@ DONE = {"write-back": "written-back", "submit": "submitted"}
 STATUS = {
     "ok": "ok",
     "held": "held",
+    "frozen": "frozen",
     "in-review": "in-review",
     "rejected": "rejected",
     "in-flight": "in-flight",
@@ -132,6 +135,7 @@ class Facts:
     verified_held: bool = False  # the registry still holds <image>@<verified_digest>
     reason: str = ""  # why the Workflow failed, from its failed step
     hold: Hold | None = None  # an operator's hold on the target (fabrique hold, rollback)
+    frozen: str = ""  # the freeze window its target is in, said (freeze[]): none, ""
     status: CommitStatus | None = None  # the wanted commit's fabrique/<app> status in Gitea
     status_known: bool = False  # False: not read (current and reported, no Gitea, a failure)
     review: str | None = None  # the pull request that proposes want (pull-request mode)
@@ -209,6 +213,12 @@ def decide(facts: Facts) -> tuple[Action, str]:
             f"{wf} verified {facts.verified_digest}, which the registry no longer holds; "
             "delete it to rebuild",
         )
+    if facts.frozen:
+        return (
+            "frozen",
+            f"{want} was verified ({facts.verified_digest}) but is not deployed: "
+            f"{facts.frozen}; the first pass after the window writes it",
+        )
     return "write-back", f"{want} was verified ({facts.verified_digest}) but is not deployed"
 
 
@@ -258,6 +268,7 @@ class Reconciler:
             if state is not None and state.verified_digest is not None:
                 # re-verified here: the record must still name an image the registry holds
                 held = self._digest(app.image, state.verified_digest) == state.verified_digest
+        frozen = site.frozen(app, None) if want is not None and not seen.current else None
         return Facts(
             app=app.name,
             want=want,
@@ -273,6 +284,7 @@ class Reconciler:
             verified_held=held,
             reason=state.reason if state else "",
             hold=seen.hold,
+            frozen=frozen.describe() if frozen is not None else "",
             review=proposed[0] if proposed else None,
             review_number=proposed[1] if proposed else 0,
             review_closed=proposed[2] if proposed else False,
@@ -411,7 +423,7 @@ class Reconciler:
             return [error_result(todo.app.name, err) for todo in todos]
         results = []
         for todo, outcome in zip(todos, outcomes, strict=True):
-            if outcome.state == "held":  # it moved since the facts were read
+            if outcome.state in ("held", "frozen"):  # since the facts were read
                 results.append(AppResult(todo.app.name, outcome.state, outcome.detail, todo.facts))
                 continue
             if outcome.state in ("superseded", "proposed", "in-review"):
@@ -689,7 +701,8 @@ def error_result(app: str, err: FabriqueError) -> AppResult:
 
 # every state a pass gives an app; the reconcile CronWorkflow counts each one (a metric)
 DECISIONS = (
-    *("ok", "held", "in-flight", "written-back", "superseded", "submitted", "failed", "error"),
+    *("ok", "held", "frozen", "in-flight", "written-back", "superseded", "submitted"),
+    *("failed", "error"),
     *("in-review", "proposed", "rejected"),  # an app written back through a pull request
     *("promoted", "waiting"),  # an environment's, with promote: auto
 )

@@ -126,6 +126,7 @@ WRITTEN = {
     "unchanged": "{digest} already deployed; unchanged",
     "superseded": "built {digest}; superseded, a newer commit is deployed",
     "held": "built {digest}; held, nothing deployed",
+    "frozen": "built {digest}; frozen, deployed once the window ends",
     "proposed": "built {digest}; proposed in a pull request{commit}",
     "in-review": "built {digest}; in review, already proposed",
     "rejected": "built {digest}; its pull request was closed unmerged",

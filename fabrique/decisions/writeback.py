@@ -56,6 +56,7 @@ State = Literal[
     "unchanged",
     "superseded",
     "held",
+    "frozen",
     "would-change",
     "proposed",
     "in-review",
@@ -151,6 +152,11 @@ class Outcome:
                 f"held: {self.app} is {self.detail}; nothing written to {self.where} "
                 "(fabrique release lets it roll forward)"
             )
+        if self.state == "frozen":
+            return (
+                f"frozen: {self.app} {self.pin.reference} not written to {self.where}: "
+                f"{self.detail} (the first pass after the window writes it)"
+            )
         return f"superseded: {self.app} {self.detail}; nothing written to {self.where}"
 
 
@@ -237,6 +243,11 @@ def write_back(
             if rollback is None
             else rollback_message(app, pin, revision, rollback)
         )
+    if rollback is None:  # a rollback is written in a freeze: it undoes, it deploys nothing new
+        frozen = site.frozen(app, environment)
+        if frozen is not None:
+            log.warning("%s: %s; not writing %s", where, frozen.describe(), pin.reference)
+            return Outcome("frozen", app.name, where, pin, detail=frozen.describe())
     gated: list[bool] = []
 
     def edit(old: str | None) -> str | Outcome:
@@ -344,6 +355,13 @@ def write_back_file(
     for app, d in zip(apps, deploys, strict=True):
         check_revision(d.revision)
         pins.append(desired_pin(site, app, d.revision, d.digest))
+    # the apps whose first environment is in a freeze: judged once, before any read
+    frozen = {app.name: f for app in apps if (f := site.frozen(app, None)) is not None}
+    if len(frozen) == len(apps):
+        return [
+            Outcome("frozen", app.name, where, pin, detail=frozen[app.name].describe())
+            for app, pin in zip(apps, pins, strict=True)
+        ]
     decided: list[Outcome | None] = []
     gated: set[str] = set()
 
@@ -358,6 +376,10 @@ def write_back_file(
                 )
         text = old
         for app, d, pin in zip(apps, deploys, pins, strict=True):
+            if app.name in frozen:
+                detail = frozen[app.name].describe()
+                decided.append(Outcome("frozen", app.name, where, pin, detail=detail))
+                continue
             held = None if old is None else read_hold(old, where, app.name)
             if held is not None:  # this app's hold, or the file-wide one: the others go on
                 log.warning("%s: %s; not writing %s", where, held.describe(), pin.reference)

@@ -238,6 +238,7 @@ PASS_STATES = {
     "would-change": "would-promote",
     "unchanged": "ok",
     "held": "held",
+    "frozen": "frozen",
     "superseded": "superseded",
     "proposed": "proposed",  # the environment's target takes pins through pull requests
     "in-review": "in-review",

@@ -25,6 +25,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from importlib import resources
 from itertools import combinations
 from pathlib import Path, PurePosixPath
@@ -33,11 +34,20 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from .allowlist import too_wide
 from .errors import ConfigError, InputError
+from .freeze import Frozen, Window, frozen_at, parse_duration, recurrence, zone
 from .names import (
     DNS_LABEL_RE,
     DNS_SUBDOMAIN_RE,
@@ -893,6 +903,48 @@ class SigningConfig(_Model):
         return self
 
 
+def _duration(value: str) -> str:
+    parse_duration(value)
+    return value
+
+
+def _time_zone(value: str) -> str:
+    zone(value)
+    return value
+
+
+class FreezeWindow(_Model):
+    """A window during which nothing is written back or promoted (``freeze[]`` of the
+    site or of an environment): it opens at ``start`` and at each occurrence of
+    ``rrule`` after it, for ``duration``. A rollback is still written in one."""
+
+    # when the first window opens, with its offset (2026-12-24T18:00:00+01:00, or Z)
+    start: AwareDatetime
+    # how it recurs, an RFC 5545 RRULE (FREQ=WEEKLY;BYDAY=FR); none: once
+    rrule: Annotated[str, Field(min_length=6, max_length=500)] | None = None
+    # how long each window lasts: 30m, 64h, 3d, 1d12h
+    duration: Annotated[str, Field(min_length=2, max_length=20), AfterValidator(_duration)]
+    # the IANA time zone the recurrence keeps its clock time in across daylight saving
+    # (Europe/Paris); none: start's offset
+    timezone: Annotated[str, Field(max_length=64), AfterValidator(_time_zone)] | None = None
+    # why, in the statuses and logs (one line)
+    reason: Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")]
+
+    @model_validator(mode="after")
+    def _rule(self) -> FreezeWindow:
+        if self.rrule is not None:
+            try:
+                recurrence(self.rrule, self.start, self.timezone)
+            except ValueError as refused:
+                raise ValueError(f"rrule: {refused}") from None
+        return self
+
+    def window(self) -> Window:
+        return Window(
+            self.start, parse_duration(self.duration), self.reason, self.rrule, self.timezone
+        )
+
+
 class Environment(_Model):
     """One stage of an app's way to production (``apps[].environments[]``), in promotion
     order. The first is where the build writes back (its target is ``apps[].writeback``);
@@ -917,6 +969,9 @@ class Environment(_Model):
     # where the app runs in it (default apps[].application.namespace): two environments
     # in one cluster run in two namespaces
     namespace: DnsLabel | None = None
+    # windows during which nothing is written back or promoted into it (the site's
+    # freeze[] too)
+    freeze: list[FreezeWindow] = Field(default_factory=list)
 
     def application_ref(self, app: str) -> tuple[str, str]:
         namespace, _, name = (self.application or f"argocd/{app}").partition("/")
@@ -1055,6 +1110,8 @@ class Site(_Model):
     netpol: NetpolConfig
     targets: dict[Annotated[str, AfterValidator(_dns_label)], Target]
     derived_secrets: list[DerivedSecret] = Field(default_factory=list)
+    # windows during which nothing is written back or promoted into any environment
+    freeze: list[FreezeWindow] = Field(default_factory=list)
     mirrors: list[Mirror] = Field(default_factory=list)
     mirror_sync: MirrorSync
     # the apps fabrique builds, at least one
@@ -1224,6 +1281,18 @@ class Site(_Model):
             index = {app.name: app for app in self.apps}
             self.__dict__["_apps_index"] = (self.apps, index)
         return index
+
+    def frozen(
+        self, app: AppConfig, env: Environment | None, moment: datetime | None = None
+    ) -> Frozen | None:
+        """The freeze ``app``'s environment ``env`` (None: where the build writes, its
+        first) lies in at ``moment`` (default now): the site's windows and the
+        environment's."""
+        env = env if env is not None or not app.environments else app.environments[0]
+        windows = [w.window() for w in (*self.freeze, *(env.freeze if env else ()))]
+        if not windows:
+            return None
+        return frozen_at(windows, moment or datetime.now(UTC))
 
     def branch_of(self, target: WriteBackTarget) -> str:
         """The branch ``target`` is written to: its own, else the site's."""

@@ -202,6 +202,7 @@ WRITEBACK_OUTCOMES = (
     "unchanged",
     "superseded",
     "held",
+    "frozen",
     "proposed",
     "in-review",
     "rejected",
