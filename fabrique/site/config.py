@@ -903,6 +903,36 @@ class SigningConfig(_Model):
         return self
 
 
+def _span(value: str) -> str:
+    """A duration that may be none at all (``0m``): a soak."""
+    if value != "0m":
+        parse_duration(value)
+    return value
+
+
+class VerifyConfig(_Model):
+    """What verifies a digest written into an environment, and what a failure does
+    (``verify``, and ``environments[].verify`` field by field over it)."""
+
+    # from the first look, how long it has to be Synced, Healthy and on the digest
+    timeout: Annotated[str, Field(min_length=2, max_length=20), AfterValidator(_duration)] = "10m"
+    # how long its pods then stay Ready with no restart (0m: none)
+    soak: Annotated[str, Field(min_length=2, max_length=20), AfterValidator(_span)] = "0m"
+    # commit statuses on the built commit that must be success (a test job's)
+    checks: list[
+        Annotated[str, Field(min_length=1, max_length=255, pattern=r"^[^\x00-\x1f]+$")]
+    ] = Field(default_factory=list)
+    # rollback (the last verified digest, held), hold, or none; default: rollback after
+    # the first environment, hold in the first
+    on_failure: Literal["rollback", "hold", "none"] | None = None
+
+    def over(self, own: VerifyConfig | None) -> VerifyConfig:
+        """This, with the fields ``own`` sets."""
+        if own is None:
+            return self
+        return self.model_copy(update={f: getattr(own, f) for f in own.model_fields_set})
+
+
 def _duration(value: str) -> str:
     parse_duration(value)
     return value
@@ -972,6 +1002,8 @@ class Environment(_Model):
     # windows during which nothing is written back or promoted into it (the site's
     # freeze[] too)
     freeze: list[FreezeWindow] = Field(default_factory=list)
+    # its verification after a deploy, field by field over the site's verify
+    verify: VerifyConfig | None = None
 
     def application_ref(self, app: str) -> tuple[str, str]:
         namespace, _, name = (self.application or f"argocd/{app}").partition("/")
@@ -1112,6 +1144,8 @@ class Site(_Model):
     derived_secrets: list[DerivedSecret] = Field(default_factory=list)
     # windows during which nothing is written back or promoted into any environment
     freeze: list[FreezeWindow] = Field(default_factory=list)
+    # how every environment verifies a digest after a deploy, unless it says otherwise
+    verify: VerifyConfig = Field(default_factory=VerifyConfig)
     mirrors: list[Mirror] = Field(default_factory=list)
     mirror_sync: MirrorSync
     # the apps fabrique builds, at least one
@@ -1293,6 +1327,15 @@ class Site(_Model):
         if not windows:
             return None
         return frozen_at(windows, moment or datetime.now(UTC))
+
+    def verify_of(self, app: AppConfig, env: Environment) -> VerifyConfig:
+        """How ``env`` of ``app`` verifies: its own fields over the site's, and what a
+        failure does there when neither says (rollback, hold in the first)."""
+        found = self.verify.over(env.verify)
+        if found.on_failure is None:
+            first = bool(app.environments) and app.environments[0].name == env.name
+            found = found.model_copy(update={"on_failure": "hold" if first else "rollback"})
+        return found
 
     def branch_of(self, target: WriteBackTarget) -> str:
         """The branch ``target`` is written to: its own, else the site's."""

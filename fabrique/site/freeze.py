@@ -40,7 +40,7 @@ def parse_duration(text: str) -> timedelta:
     days, hours, minutes = (int(part or 0) for part in found.groups())
     duration = timedelta(days=days, hours=hours, minutes=minutes)
     if duration <= timedelta(0):
-        raise ValueError(f"{text!r}: a window lasts more than nothing")
+        raise ValueError(f"{text!r}: must last more than nothing")
     if duration > LONGEST:
         raise ValueError(f"{text!r}: longer than a year; a stop that long is a hold")
     return duration
