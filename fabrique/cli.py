@@ -21,6 +21,7 @@ from fabrique.site.errors import (
     TRANSIENT_SAID,
     FabriqueError,
     InputError,
+    NotPassed,
     ValidationFailed,
 )
 from fabrique.site.names import WRITEBACK_OUTCOMES
@@ -758,6 +759,54 @@ def promote(state: _State, app: str, to: str, revision: str | None, dry_run: boo
         click.echo(outcome.line())
 
 
+@cli.command()
+@click.option("--app", required=True, help="App name from the site config.")
+@click.option("--env", "env_name", required=True, help="The environment to verify (bench).")
+@click.option("--dry-run", is_flag=True, help="Look and say; post nothing, write nothing.")
+@kube_context_option
+@pass_state
+def verify(state: _State, app: str, env_name: str, dry_run: bool, kube_context: str | None) -> None:
+    """Look once at an environment: does the digest its target deploys run well there?
+
+    Posts fabrique/<app>/<env>/verified on the built commit (verifying, verified, or
+    failed with why); a failure does what verify.onFailure says (rollback, hold, none)
+    and exits 8. A digest already judged is said and left alone. Each pass of the safety
+    net does the same for every environment of its own cluster.
+    """
+    from fabrique.clients.gitea import GiteaClient, token_from_env
+    from fabrique.clients.kube import KubeClient
+    from fabrique.clients.registry import RegistryClient
+    from fabrique.decisions.signature import signature_gate
+    from fabrique.decisions.status import StatusReporter
+    from fabrique.decisions.writeback import open_transport
+    from fabrique.gestures.verify import verify_environment
+
+    site = state.site
+    config = site.app(app)
+    environment = config.environment(env_name, option="--env")[0]
+    token = token_from_env()
+    with (
+        open_transport(site, token, writes=not dry_run) as transport,
+        GiteaClient.for_site(site, token) as gitea,
+        RegistryClient.for_site(site) as registry,
+    ):
+        result = verify_environment(
+            *(site, transport, StatusReporter(site, gitea, token), registry),
+            KubeClient.for_site(site, kube_context or site.targets[environment.target].context),
+            *(config, environment),
+            dry_run=dry_run,
+            gate=signature_gate(site, registry),
+        )
+    from fabrique.gestures.verify import FAILED_VERIFICATION
+
+    if result is None:
+        click.echo(f"{app}/{env_name}: judged: its digest is verified or failed already")
+        return
+    click.echo(f"{result.app}: {result.state}: {result.detail}")
+    if result.state.removeprefix("would-") in FAILED_VERIFICATION:
+        click.get_current_context().exit(NotPassed.exit_code)
+
+
 @cli.command("seed-webhook")
 @click.option("--dry-run", is_flag=True, help="Say what would change; change nothing.")
 @click.option("--rotate", is_flag=True, help="Write the bearer token again.")
@@ -826,12 +875,20 @@ def reconcile(
     from fabrique.decisions.plan import write_atomic
     from fabrique.decisions.reconcile import decision_counts, raise_for_errors, selected, summary
     from fabrique.gestures.promote import auto_promote
+    from fabrique.gestures.verify import auto_verify
 
     site = state.site
     apps = selected(site, app)
     with _reconciler(site, kube_context, writes=not dry_run) as reconciler:
         results = reconciler.run(apps, "dry-run" if dry_run else "act")
         if reconciler.statuses is not None:
+            # what its environments deploy is judged before anything goes further
+            results += auto_verify(
+                *(site, reconciler.transport, reconciler.statuses, reconciler.registry),
+                reconciler.kube,
+                apps,
+                dry_run=dry_run,
+            )
             results += auto_promote(
                 *(site, reconciler.transport, reconciler.statuses, reconciler.registry),
                 reconciler.kube,

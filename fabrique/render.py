@@ -265,10 +265,20 @@ def reconcile_unit(site: Site) -> Tree:
     rbac += service_account(
         SERVICE_ACCOUNT, site.namespaces.control, memory, role=f"{SERVICE_ACCOUNT}-memory"
     )[1:]  # the ServiceAccount is already there
-    # promote: auto: the Applications it checks (an environment before one), by name,
-    # in Argo CD's namespace of its own cluster; nothing when no environment asks
+    # the Applications it reads, by name, in Argo CD's namespace of its own cluster: each
+    # environment there it verifies after a deploy (and promote: auto checks the one
+    # before); and the pods of the namespaces those run in, listed (what runs the digest)
     checked: dict[str, set[str]] = {}
+    runs_in: set[str] = set()
     for app in site.apps:
+        for env in app.environments:
+            if not site.targets[env.target].in_cluster:
+                continue
+            namespace, name = env.application_ref(app.name)
+            checked.setdefault(namespace, set()).add(name)
+            where = env.namespace or (app.application.namespace if app.application else None)
+            if where:
+                runs_in.add(where)
         for _, previous in app.auto_promotions():
             namespace, name = previous.application_ref(app.name)
             checked.setdefault(namespace, set()).add(name)
@@ -286,6 +296,15 @@ def reconcile_unit(site: Site) -> Tree:
             site.namespaces.control,
             read,
             role=f"{SERVICE_ACCOUNT}-read-applications",
+            role_namespace=namespace,
+        )[1:]
+    for namespace in sorted(runs_in):
+        pods = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+        rbac += service_account(
+            SERVICE_ACCOUNT,
+            site.namespaces.control,
+            pods,
+            role=f"{SERVICE_ACCOUNT}-list-pods",
             role_namespace=namespace,
         )[1:]
     return {

@@ -25,6 +25,7 @@ import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -570,7 +571,12 @@ def test_statuses_are_posted_and_the_latest_of_each_context_read_back(
     client.create_status(repo.slug, head, done)
     deploy = CommitStatus("fabrique/deploy", "failure", "write-back refused")
     client.create_status(repo.slug, head, deploy)
-    assert client.latest_statuses(repo.slug, head) == {build: done, deploy.context: deploy}
+    latest = client.latest_statuses(repo.slug, head)
+    assert latest == {build: done, deploy.context: deploy}
+    # when each was posted, on Gitea's clock (a verification's timeout counts from it)
+    for found in latest.values():
+        posted = datetime.fromisoformat(found.created_at)
+        assert abs(datetime.now(UTC) - posted) < timedelta(minutes=10), found.created_at
     with api(server) as raw:
         combined = raw.get(f"/repos/{repo.slug}/commits/{head}/status").json()
         every = raw.get(f"/repos/{repo.slug}/commits/{head}/statuses").json()

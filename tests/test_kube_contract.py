@@ -510,3 +510,28 @@ def test_an_application_reads_back_with_the_status_argo_cd_wrote(
     assert found["status"]["summary"]["images"] == [f"registry:80/citation-dagster:abc@{digest}"]
     assert client.application("argocd", unique("none")) is None
     api.forget("Application", "argocd", name)
+
+
+def test_the_pods_of_a_namespace_are_listed_by_their_labels(
+    api: RestApi, client: KubeClient
+) -> None:
+    """What a verification reads of an environment: the pods that run there, by label,
+    with the image each container asks for."""
+    namespace = unique("dagster")
+    api.ensure_namespace(namespace)
+    image = "registry:80/citation-dagster:abc@sha256:" + "b" * 64
+    for name, app in (("citation-1", "citation"), ("other-1", "other")):
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "labels": {"app": app}},
+            "spec": {"containers": [{"name": "app", "image": image}]},
+        }
+        answer = api.request("POST", f"/api/v1/namespaces/{namespace}/pods", body)
+        assert answer.status == 201, answer.message
+    found = client.pods(namespace, "app=citation")
+    assert [(p["metadata"]["name"], p["spec"]["containers"][0]["image"]) for p in found] == [
+        ("citation-1", image)
+    ]
+    assert {p["metadata"]["name"] for p in client.pods(namespace)} == {"citation-1", "other-1"}
+    assert client.pods(unique("empty")) == []

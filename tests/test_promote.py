@@ -83,10 +83,20 @@ def _statuses(gitea: GiteaDouble, revision: str) -> list[dict[str, Any]]:
     return [{**s, "state": s["status"]} for s in gitea.statuses.get(("atlas/atlas", revision), [])]
 
 
-def _post(gitea: GiteaDouble, revision: str, context: str, state: str) -> None:
+def _post(
+    gitea: GiteaDouble, revision: str, context: str, state: str, description: str = ""
+) -> None:
     """What the bench's own checks post."""
-    made = gitea._create_status("atlas/atlas", revision, {"context": context, "state": state})
+    body = {"context": context, "state": state, "description": description}
+    made = gitea._create_status("atlas/atlas", revision, body)
     assert made[0] == 201
+
+
+def _passed(gitea: GiteaDouble, revision: str, digest: str) -> None:
+    """Bench's checks, and its verification after the deploy (``fabrique verify``)."""
+    _post(gitea, revision, CHECK, "success")
+    verified = f"verified in bench: {digest}"
+    _post(gitea, revision, "fabrique/citation/bench/verified", "success", verified)
 
 
 def test_promote_gives_prod_the_digest_that_passed_on_the_bench_and_refuses_until_then(
@@ -127,6 +137,17 @@ def test_promote_gives_prod_the_digest_that_passed_on_the_bench_and_refuses_unti
     _post(gitea, revision, CHECK, "failure")
     refused(f"bench: commit status {CHECK} on {on} is failure")
     _post(gitea, revision, CHECK, "success")
+    verified = "fabrique/citation/bench/verified"
+    refused(
+        f"bench: {digest} is not verified there ({verified} on {on}: none posted); "
+        "fabrique verify --app citation --env bench looks"
+    )
+    _post(gitea, revision, verified, "failure", f"failed in bench: {digest}: crash loop")
+    refused(
+        f"bench: {digest} is not verified there ({verified} on {on}: failure: failed in "
+        f"bench: {digest}: crash loop); fabrique verify --app citation --env bench looks"
+    )
+    _passed(gitea, revision, digest)
     refused(
         f"--revision {'f' * 12}: bench deploys {revision[:12]} ({digest}), not {'f' * 12}: "
         "only what runs there may be promoted",
@@ -192,7 +213,7 @@ def test_promote_gives_prod_the_digest_that_passed_on_the_bench_and_refuses_unti
     assert f"atlas/atlas@main:{PROD}" in held.stdout
     assert read_hold(code_repo.show(BENCH), BENCH, "citation") is None  # bench moves on
     newer, newer_digest = _built(code_repo, registry, gitea.url, "v2\n", values, env)
-    _post(gitea, newer, CHECK, "success")
+    _passed(gitea, newer, newer_digest)
     newer_ref = f"{registry.host}/citation-dagster:{newer[:12]}@{newer_digest}"
     _application(kube, "Synced", "Healthy", [newer_ref])
     frozen = code_repo.head()
@@ -233,7 +254,7 @@ def test_an_older_digest_never_replaces_a_newer_one_in_prod(
     old, old_digest = _built(code_repo, registry, gitea.url, "v1\n", values, env)
     new, new_digest = _built(code_repo, registry, gitea.url, "v2\n", values, env)
     for revision in (old, new):
-        _post(gitea, revision, CHECK, "success")
+        _passed(gitea, revision, old_digest if revision == old else new_digest)
     ref = f"{registry.host}/citation-dagster:{new[:12]}@{new_digest}"
     _application(kube, "Synced", "Healthy", [ref])
     assert fab(values, env, "promote", "--app", "citation", "--to", "prod").exit_code == 0
@@ -388,7 +409,7 @@ def test_an_image_that_does_not_say_it_was_built_here_is_not_promoted(
         values, env, "writeback", "--app", "citation", "--revision", revision, "--digest", digest
     )
     assert step.stdout.startswith("changed: "), step.stdout + step.stderr
-    _post(gitea, revision, CHECK, "success")
+    _passed(gitea, revision, digest)
     _application(kube, "Synced", "Healthy", [f"{registry.host}/citation-dagster:x@{digest}"])
     head = code_repo.head()
     result = fab(values, env, "promote", "--app", "citation", "--to", "prod")
@@ -438,7 +459,7 @@ def test_the_safety_net_promotes_into_an_auto_environment_what_passed_before_it(
     waits(f"{application} is Progressing, not Healthy")
     _application(kube, "Synced", "Healthy", [reference])
     waits(f"bench: commit status {CHECK} on atlas/atlas@{revision[:12]}: none posted")
-    _post(gitea, revision, CHECK, "success")
+    _passed(gitea, revision, digest)
 
     dry = fab(values, env, "reconcile", "--dry-run")
     assert _lines(dry, "citation/prod") == [
@@ -546,7 +567,7 @@ def test_seed_gives_each_environment_of_its_cluster_an_application_and_prod_none
 
     reference = f"{registry.host}/citation-dagster:{revision[:12]}@{digest}"
     _application(kube, "Synced", "Healthy", [reference])
-    _post(gitea, revision, CHECK, "success")
+    _passed(gitea, revision, digest)
     assert fab(values, env, "promote", "--app", "citation", "--to", "prod").exit_code == 0
     assert seed(prod, "prod")[-6:] == [
         "registry-name: skipped",
@@ -648,7 +669,7 @@ def _prod_proposes_v2(
     _through_review(values, gitea)
     old, old_digest = _built(code_repo, registry, gitea.url, "v1\n", values, env)
     new, new_digest = _built(code_repo, registry, gitea.url, "v2\n", values, env)
-    _post(gitea, new, CHECK, "success")
+    _passed(gitea, new, new_digest)
     _application(
         kube, "Synced", "Healthy", [f"{registry.host}/citation-dagster:{new[:12]}@{new_digest}"]
     )
@@ -709,7 +730,7 @@ def test_a_held_bench_keeps_prods_pending_proposal_of_what_it_still_deploys(
     held on stays open, its merge scheduled."""
     _through_review(values, gitea)
     revision, digest = _built(code_repo, registry, gitea.url, "v1\n", values, env)
-    _post(gitea, revision, CHECK, "success")
+    _passed(gitea, revision, digest)
     _application(
         kube, "Synced", "Healthy", [f"{registry.host}/citation-dagster:{revision[:12]}@{digest}"]
     )
@@ -740,7 +761,7 @@ def test_an_auto_promotion_through_a_pull_request_says_promoted_once_it_merged(
     revision, digest = _built(code_repo, registry, gitea.url, "v1\n", values, env)
     reference = f"{registry.host}/citation-dagster:{revision[:12]}@{digest}"
     _application(kube, "Synced", "Healthy", [reference])
-    _post(gitea, revision, CHECK, "success")
+    _passed(gitea, revision, digest)
 
     def promoted() -> list[tuple[str, str]]:
         posted = [s for s in _statuses(gitea, revision) if s["context"] == "fabrique/citation/prod"]

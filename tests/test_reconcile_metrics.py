@@ -9,6 +9,7 @@ from typing import Any, get_args
 
 from fabrique.decisions.reconcile import DECISIONS, DONE, Action
 from fabrique.gestures.promote import PASS_STATES
+from fabrique.gestures.verify import STATES as VERIFY_STATES
 from fabrique.validate import Schemas
 
 from .conftest import ROOT, Repo
@@ -26,6 +27,8 @@ def test_every_state_a_pass_gives_is_counted() -> None:
     states |= {"superseded", "held", "error", "proposed"}
     # an environment the safety net promotes into (promote: auto), or that waits for it
     states |= {s for s in PASS_STATES.values() if not s.startswith("would-")} | {"waiting"}
+    # an environment a pass verifies after a deploy
+    states |= set(VERIFY_STATES)
     assert states == set(DECISIONS)
 
 

@@ -11,7 +11,7 @@ import binascii
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -93,6 +93,8 @@ class CommitStatus:
     state: str  # pending | success | error | failure (| warning | skipped)
     description: str = ""
     target_url: str = ""
+    # when this status was posted (RFC 3339), as Gitea says it; not what it says
+    created_at: str = field(default="", compare=False)
 
 
 class GiteaClient(JsonApi):
@@ -697,7 +699,10 @@ def commit_statuses(items: list[Any], what: str) -> list[CommitStatus]:
         if not isinstance(context, str) or state not in STATUS_STATES:
             raise GiteaError(f"{what}: a status without a context or a known state")
         description, url = _get(item, "description"), _get(item, "target_url")
-        found.append(CommitStatus(context, state, str(description or ""), str(url or "")))
+        posted = _get(item, "created_at")
+        found.append(
+            CommitStatus(context, state, str(description or ""), str(url or ""), str(posted or ""))
+        )
     return found
 
 

@@ -349,7 +349,8 @@ class KubeClient:
     ) -> list[dict[str, Any]]:
         """The objects of one LIST of ``path`` whose labels match ``selector``; with
         ``unserved``, none where the API does not serve the kind (404)."""
-        answer = self._call(what, "GET", path, query={"labelSelector": selector})
+        query = {"labelSelector": selector} if selector else None
+        answer = self._call(what, "GET", path, query=query)
         if unserved and answer.status == 404:
             return []
         if not 200 <= answer.status < 300:
@@ -365,6 +366,11 @@ class KubeClient:
         None if there is none."""
         path = _namespaced(f"/apis/{ARGO_GROUP}/{ARGO_VERSION}", namespace, "applications", name)
         return self._get(f"get Application {namespace}/{name}", path)
+
+    def pods(self, namespace: str, selector: str = "") -> list[dict[str, Any]]:
+        """The pods of ``namespace`` (those whose labels match ``selector``), in one LIST."""
+        what = f"list pods {namespace}" + (f" ({selector})" if selector else "")
+        return self._list(what, _core(namespace, "pods"), selector)
 
     def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The Secret as the API returns it (``data`` base64), or None if there is none."""

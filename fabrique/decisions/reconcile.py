@@ -705,6 +705,8 @@ DECISIONS = (
     *("failed", "error"),
     *("in-review", "proposed", "rejected"),  # an app written back through a pull request
     *("promoted", "waiting"),  # an environment's, with promote: auto
+    # an environment's, after a deploy (gestures.verify); held is one of them too
+    *("verifying", "verified", "rolled-back", "verify-failed"),
 )
 
 

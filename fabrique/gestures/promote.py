@@ -5,8 +5,10 @@ that environment's target in Git: never a rebuild, never a digest typed by hand.
 anything is written it must have **passed** there: the environment's Argo CD
 Application, read through the Kubernetes API of its cluster, is Synced and Healthy with
 that digest among the images its pods run (``status.summary.images``, which Argo CD
-fills from the live pods), and each commit status the environment names
-(``checks``) is ``success`` on the built commit. Each refusal is one line naming what
+fills from the live pods), each commit status the environment names (``checks``) is
+``success`` on the built commit, and so is its verification there
+(``fabrique/<app>/<env>/verified``, ``gestures.verify``): healthy at this moment is
+not enough. Each refusal is one line naming what
 is missing (``NotPassed``, exit 8), and nothing is written.
 
 The image must say this factory built it from that commit (its labels, and with
@@ -47,6 +49,7 @@ from fabrique.decisions.writeback import (
 )
 from fabrique.site.config import AppConfig, Environment, Site
 from fabrique.site.errors import FabriqueError, InputError, NotPassed
+from fabrique.site.names import verified_context
 
 REVISION_PREFIX_RE = re.compile(r"[0-9a-f]{7,64}")
 
@@ -168,15 +171,22 @@ def check_passed(
         raise NotPassed(
             f"{application} runs no pod of {candidate.pin.reference} (its pods' images: {running})"
         )
-    if not env.checks:
-        return
+    on = f"{site.gitea.code_repo}@{candidate.revision[:12]}"
     for check in env.checks:
         got = statuses.latest(candidate.revision, check)
-        on = f"{site.gitea.code_repo}@{candidate.revision[:12]}"
         if got is None:
             raise NotPassed(f"{env.name}: commit status {check} on {on}: none posted")
         if got.state != "success":
             raise NotPassed(f"{env.name}: commit status {check} on {on} is {got.state}")
+    # healthy now is not enough: verified there, after its deploy (gestures.verify)
+    context = verified_context(app.name, env.name)
+    verified = statuses.latest(candidate.revision, context)
+    if verified is None or verified.state != "success" or digest not in verified.description:
+        said = "none posted" if verified is None else f"{verified.state}: {verified.description}"
+        raise NotPassed(
+            f"{env.name}: {digest} is not verified there ({context} on {on}: {said}); "
+            f"fabrique verify --app {app.name} --env {env.name} looks"
+        )
 
 
 def promote(

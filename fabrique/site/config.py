@@ -47,7 +47,7 @@ from pydantic.alias_generators import to_camel
 
 from .allowlist import too_wide
 from .errors import ConfigError, InputError
-from .freeze import Frozen, Window, frozen_at, parse_duration, recurrence, zone
+from .freeze import Frozen, Window, frozen_at, parse_duration, parse_span, recurrence, zone
 from .names import (
     DNS_LABEL_RE,
     DNS_SUBDOMAIN_RE,
@@ -904,9 +904,7 @@ class SigningConfig(_Model):
 
 
 def _span(value: str) -> str:
-    """A duration that may be none at all (``0m``): a soak."""
-    if value != "0m":
-        parse_duration(value)
+    parse_span(value)
     return value
 
 

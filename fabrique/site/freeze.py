@@ -46,6 +46,11 @@ def parse_duration(text: str) -> timedelta:
     return duration
 
 
+def parse_span(text: str) -> timedelta:
+    """A duration that may be nothing at all (``0m``: no soak), else ``parse_duration``."""
+    return timedelta(0) if text == "0m" else parse_duration(text)
+
+
 def zone(name: str) -> tzinfo:
     """The IANA time zone ``name``: ValueError naming it otherwise."""
     try:

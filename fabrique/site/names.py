@@ -207,3 +207,8 @@ WRITEBACK_OUTCOMES = (
     "in-review",
     "rejected",
 )
+
+
+def verified_context(app: str, env: str) -> str:
+    """The commit status a verification posts on the built commit, per environment."""
+    return f"fabrique/{app}/{env}/verified"

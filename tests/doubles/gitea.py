@@ -62,6 +62,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlencode
@@ -936,7 +937,9 @@ class GiteaDouble:
             return self._error(500, f"GetCommit[{sha}]: " + NO_OBJECT.format(id=sha, path=""))
         with self._write_lock:
             stored = self.statuses.setdefault((repo, commit), [])
-            now = f"2026-12-02T10:{len(stored) // 60:02d}:{len(stored) % 60:02d}Z"
+            # the time of the post, as Gitea stamps it (a verification's timeout counts
+            # from its pending status)
+            now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             status = {
                 "id": len(stored) + 1,  # Gitea numbers statuses per commit
                 "status": body["state"],

@@ -2,7 +2,8 @@
 
 It answers what fabrique's kube client sends: create a Workflow (201, or 409
 AlreadyExists for a taken name, as the API server does), get and list them; get, create
-and replace Secrets and ConfigMaps; get Services. It also creates and deletes Secrets,
+and replace Secrets and ConfigMaps; get Services; list pods (a verification reads what
+runs), whose status a test sets, as no kubelet runs here. It also creates and deletes Secrets,
 ConfigMaps and Services, as a test arranges them on the real server. It has no
 namespaces: every one exists. What the real API server decides, it decides alike, held
 to it by ``tests/test_kube_contract.py`` (run against both): in the build namespace the
@@ -43,6 +44,7 @@ APPLICATION = re.compile(
     r"^/apis/argoproj\.io/v1alpha1/namespaces/([^/]+)/applications(?:/([^/]+))?$"
 )
 KINDS = {"secrets": "Secret", "configmaps": "ConfigMap", "services": "Service"}
+PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?$")
 
 
 def status(code: int, reason: str, message: str, name: str | None = None) -> dict[str, Any]:
@@ -70,6 +72,8 @@ class KubeApiDouble:
         self.services: dict[tuple[str, str], dict[str, Any]] = {}
         # Argo CD's Applications, their status as Argo CD writes it: read only
         self.applications: dict[tuple[str, str], dict[str, Any]] = {}
+        # pods, as a test arranges them: their status is the test's (no kubelet here)
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.version = 100
         self.requests: list[Request] = []
         self.faults: list[int] = []
@@ -119,6 +123,9 @@ class KubeApiDouble:
             application = APPLICATION.match(request.path)
             if application:
                 return self._application(request, application[1], application[2])
+            pod = PODS.match(request.path)
+            if pod:
+                return self._pod(request, pod[1], pod[2])
             match = WORKFLOWS.match(request.path)
             if not match:
                 return 404, status(404, "NotFound", f"the server could not find {request.path}")
@@ -166,38 +173,41 @@ class KubeApiDouble:
             del self.applications[(namespace, name)]
         return 200, found
 
+    def _pod(self, request: Request, namespace: str, name: str | None) -> tuple[int, Any]:
+        """Pods: created (AlreadyExists for a taken name), listed by ``labelSelector``,
+        read, deleted. What their status says is the test's: it sets it in ``pods``."""
+        if request.method == "POST" and name is None:
+            body = request.json()
+            name = body["metadata"]["name"]
+            if (namespace, name) in self.pods:
+                return 409, status(409, "AlreadyExists", f'pods "{name}" already exists')
+            self.version += 1
+            body["metadata"] = {**body["metadata"], "namespace": namespace,
+                                "resourceVersion": str(self.version)}  # fmt: skip
+            self.pods[(namespace, name)] = body
+            return 201, body
+        if request.method == "GET" and name is None:
+            items = _selected(self.pods, namespace, request)
+            return 200, {"apiVersion": "v1", "kind": "PodList",
+                         "metadata": {"resourceVersion": str(self.version)}, "items": items}  # fmt: skip
+        found = self.pods.get((namespace, name or ""))
+        if name is None or request.method not in ("GET", "DELETE"):
+            return 405, status(
+                405, "MethodNotAllowed", f"{request.method} not served by the double"
+            )
+        if found is None:
+            return 404, status(404, "NotFound", f'pods "{name}" not found')
+        if request.method == "DELETE":
+            del self.pods[(namespace, name)]
+        return 200, found
+
     def _list(self, namespace: str, request: Request) -> dict[str, Any]:
-        """A WorkflowList, filtered by a ``labelSelector`` of ``k=v``, ``k!=v`` (the label
-        absent or another value, as the API server reads it) and ``k in (v1,v2)`` terms."""
-        terms = SELECTOR_TERM.findall(request.query.get("labelSelector", ""))
-
-        def selected(labels: dict[str, str]) -> bool:
-            for term in terms:
-                among = SET_TERM.fullmatch(term)
-                if among:
-                    values = {v.strip() for v in among[2].split(",")}
-                    if labels.get(among[1]) not in values:
-                        return False
-                elif "!=" in term:
-                    key, value = term.split("!=", 1)
-                    if labels.get(key) == value:
-                        return False
-                else:
-                    key, value = term.split("=", 1)
-                    if labels.get(key) != value:
-                        return False
-            return True
-
-        items = [
-            body
-            for (ns, _), body in sorted(self.objects.items())
-            if ns == namespace and selected(body["metadata"].get("labels", {}))
-        ]
+        """A WorkflowList, filtered by its ``labelSelector`` (``_selected``)."""
         return {
             "apiVersion": "argoproj.io/v1alpha1",
             "kind": "WorkflowList",
             "metadata": {"resourceVersion": str(self.version)},
-            "items": items,
+            "items": _selected(self.objects, namespace, request),
         }
 
     def _core(
@@ -307,6 +317,38 @@ class KubeApiDouble:
         }
         self.objects[(namespace, name)] = stored
         return 201, stored
+
+
+def _selected(
+    store: dict[tuple[str, str], dict[str, Any]], namespace: str, request: Request
+) -> list[dict[str, Any]]:
+    """The objects of ``namespace`` whose labels match the request's ``labelSelector`` of
+    ``k=v``, ``k!=v`` (the label absent or another value, as the API server reads it)
+    and ``k in (v1,v2)`` terms."""
+    terms = SELECTOR_TERM.findall(request.query.get("labelSelector", ""))
+
+    def selected(labels: dict[str, str]) -> bool:
+        for term in terms:
+            among = SET_TERM.fullmatch(term)
+            if among:
+                values = {v.strip() for v in among[2].split(",")}
+                if labels.get(among[1]) not in values:
+                    return False
+            elif "!=" in term:
+                key, value = term.split("!=", 1)
+                if labels.get(key) == value:
+                    return False
+            else:
+                key, value = term.split("=", 1)
+                if labels.get(key) != value:
+                    return False
+        return True
+
+    return [
+        body
+        for (ns, _), body in sorted(store.items())
+        if ns == namespace and selected(body["metadata"].get("labels", {}))
+    ]
 
 
 def _build_pod(tree: Path) -> dict[str, str | None]:
