@@ -763,40 +763,70 @@ def promote(state: _State, app: str, to: str, revision: str | None, dry_run: boo
 @click.option("--app", required=True, help="App name from the site config.")
 @click.option("--env", "env_name", required=True, help="The environment to verify (bench).")
 @click.option("--dry-run", is_flag=True, help="Look and say; post nothing, write nothing.")
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="Look again every 5 s while it is verifying, until its verdict (bounded by "
+    "verify.timeout and verify.soak).",
+)
 @kube_context_option
 @pass_state
-def verify(state: _State, app: str, env_name: str, dry_run: bool, kube_context: str | None) -> None:
-    """Look once at an environment: does the digest its target deploys run well there?
+def verify(
+    state: _State,
+    app: str,
+    env_name: str,
+    dry_run: bool,
+    wait: bool,
+    kube_context: str | None,
+) -> None:
+    """Look at an environment: does the digest its target deploys run well there?
 
     Posts fabrique/<app>/<env>/verified on the built commit (verifying, verified, or
     failed with why); a failure does what verify.onFailure says (rollback, hold, none)
     and exits 8. A digest already judged is said and left alone. Each pass of the safety
     net does the same for every environment of its own cluster.
     """
+    import time
+
     from fabrique.clients.gitea import GiteaClient, token_from_env
     from fabrique.clients.kube import KubeClient
     from fabrique.clients.registry import RegistryClient
     from fabrique.decisions.signature import signature_gate
     from fabrique.decisions.status import StatusReporter
     from fabrique.decisions.writeback import open_transport
-    from fabrique.gestures.verify import verify_environment
+    from fabrique.gestures.verify import VERIFY_EVERY, verify_environment
+    from fabrique.site.errors import RemoteError
+    from fabrique.site.freeze import parse_duration, parse_span
 
     site = state.site
     config = site.app(app)
     environment = config.environment(env_name, option="--env")[0]
     token = token_from_env()
+    settings = site.verify_of(config, environment)
+    # the verdict comes by the timeout (from the first look) and the soak after it
+    bound = parse_duration(settings.timeout) + parse_span(settings.soak)
+    deadline = time.monotonic() + bound.total_seconds() + 60
     with (
         open_transport(site, token, writes=not dry_run) as transport,
         GiteaClient.for_site(site, token) as gitea,
         RegistryClient.for_site(site) as registry,
     ):
-        result = verify_environment(
-            *(site, transport, StatusReporter(site, gitea, token), registry),
-            KubeClient.for_site(site, kube_context or site.targets[environment.target].context),
-            *(config, environment),
-            dry_run=dry_run,
-            gate=signature_gate(site, registry),
-        )
+        kube = KubeClient.for_site(site, kube_context or site.targets[environment.target].context)
+        while True:
+            result = verify_environment(
+                *(site, transport, StatusReporter(site, gitea, token), registry, kube),
+                *(config, environment),
+                dry_run=dry_run,
+                gate=signature_gate(site, registry),
+            )
+            if not wait or result is None or result.state != "verifying":
+                break
+            if time.monotonic() >= deadline:
+                raise RemoteError(
+                    f"{app}/{env_name}: still verifying: {result.detail}", transient=True
+                )
+            click.echo(f"{result.app}: {result.state}: {result.detail}", err=True)
+            time.sleep(VERIFY_EVERY)
     from fabrique.gestures.verify import FAILED_VERIFICATION
 
     if result is None:

@@ -11,9 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from fabrique.decisions.holds import read_hold
+from fabrique.gestures import verify as verify_gesture
 
 from .conftest import Repo
 from .doubles.gitea import GiteaDouble
@@ -199,3 +201,37 @@ def test_each_pass_looks_at_the_environments_of_its_own_cluster_first(
     ]
     again = fab(values, env, "reconcile")
     assert _lines(again, "citation/bench") == []
+
+
+def test_verify_wait_looks_again_until_the_verdict(
+    values: Path,  # noqa: F811
+    code_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    kube: KubeApiDouble,
+    env: dict[str, str],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What a job runs after a deploy: it returns with the verdict, saying each look."""
+    monkeypatch.setattr(verify_gesture, "VERIFY_EVERY", 0.05)
+    revision, digest = _built(code_repo, registry, gitea.url, "v1\n", values, env)
+    reference = f"{registry.host}/citation-dagster:{revision[:12]}@{digest}"
+    _application(kube, "Synced", "Progressing", [reference])
+    _pods(kube, registry, digest)
+    looks: list[int] = []
+    looked = verify_gesture.look
+
+    def healthy_at_the_third_look(*args: Any, **kwargs: Any) -> Any:
+        looks.append(1)
+        if len(looks) == 3:  # as Argo CD would say it meanwhile
+            _application(kube, "Synced", "Healthy", [reference])
+        return looked(*args, **kwargs)
+
+    monkeypatch.setattr(verify_gesture, "look", healthy_at_the_third_look)
+    done = fab(values, env, "verify", "--app", "citation", "--env", "bench", "--wait")
+    assert done.exit_code == 0, done.stdout + done.stderr
+    assert done.stdout.strip() == (
+        f"citation/bench: verified: {digest}: Synced and Healthy, 1 pod(s) run it"
+    )
+    waiting = f"citation/bench: verifying: {digest}: the Application is Progressing, not Healthy"
+    assert done.stderr.splitlines() == [waiting, waiting]

@@ -55,6 +55,8 @@ VERIFIER = "fabrique verify"  # who holds, in the hold a failure writes
 # the commits of the app's context read back for the last verified one
 LOOK_BACK = 30
 FINAL = ("success", "failure", "error")
+# seconds between two looks of ``fabrique verify --wait``
+VERIFY_EVERY = 5.0
 # what a look says of a digest that failed there, what it did (would do, in a dry run)
 FAILED_VERIFICATION = ("rolled-back", "roll-back", "held", "hold", "verify-failed")
 # every state a look gives (a pass counts each: decisions.reconcile.DECISIONS)

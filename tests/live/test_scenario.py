@@ -256,10 +256,16 @@ def _built(bench: Bench, cluster: Cluster, revision: str) -> None:
     cluster.wait(f"the push's Workflow {name} to succeed", phase, timeout=300)
 
 
-def test_promote_gives_prod_the_digest_the_bench_ran_once_it_passed_there(bench: Bench) -> None:
+def test_prod_gets_what_bench_verified_and_a_bench_build_that_crashes_is_rolled_back(
+    bench: Bench,
+) -> None:
     """Two Applications of the same app, bench and prod, each made by ``fabrique seed``;
-    builds reach bench only; ``fabrique promote --to prod`` is refused while bench is not
-    Healthy, then gives prod the digest bench runs, whose pod then runs by it."""
+    builds reach bench only. A build bench runs Healthy is verified there (``fabrique
+    verify``: every pod on its digest, by the kubelet's imageID), and only then does
+    ``fabrique promote --to prod`` give prod its pin, whose pod then runs by it. A later
+    build whose container never starts is written into bench, fails its verification
+    (its pod in a crash loop), and is rolled back, in Git, to the verified digest, held
+    with the reason; bench's pod is Ready on it again and prod is never touched."""
     plane, argocd = bench.plane, bench.argocd
     cluster = Cluster(plane)
     site = load_site(env={})
@@ -267,10 +273,11 @@ def test_promote_gives_prod_the_digest_the_bench_ran_once_it_passed_there(bench:
     app["application"]["path"] = "apps/citation-staged.yaml"  # prod's: …-staged-prod.yaml
     app["environments"] = [
         {"name": "bench", "target": "bench", "application": "argocd/citation-bench",
-         "namespace": "citation-bench"},
+         "namespace": "citation-bench", "verify": {"onFailure": "rollback"}},
         {"name": "prod", "target": "prod", "application": "argocd/citation-prod",
          "namespace": "citation-prod", "writeback": {"repo": CODE_REPO, "path": PROD_OVERLAY}},
     ]  # fmt: skip
+    bench_target = app["writeback"]["path"]
     values = bench.folder / "environments.yaml"
     values.write_text(
         yaml.safe_dump(
@@ -299,6 +306,25 @@ def test_promote_gives_prod_the_digest_the_bench_ran_once_it_passed_there(bench:
     def promote() -> subprocess.CompletedProcess[str]:
         return fabrique("promote", "--app", APP, "--to", "prod")
 
+    def verified(state: str) -> Any:
+        """Look at bench (``fabrique verify``) until its line says ``state``."""
+        said: list[str] = []
+
+        def look() -> subprocess.CompletedProcess[str] | None:
+            done = fabrique("verify", "--app", APP, "--env", "bench")
+            said[:] = [done.stdout + done.stderr]
+            return done if done.stdout.startswith(f"{APP}/bench: {state}: ") else None
+
+        try:
+            return cluster.wait(f"fabrique verify to say {state} of bench", look, timeout=240)
+        except AssertionError as late:
+            raise AssertionError(f"{late}; it said last: {said[-1] if said else ''}") from None
+
+    def target(path: str) -> str:
+        answer = bench.gitea.admin.get(f"/api/v1/repos/{CODE_REPO}/raw/{path}?ref={BRANCH}")
+        assert answer.status_code == 200, answer.text
+        return answer.text
+
     def seed(target: str, name: str) -> None:
         """``fabrique seed`` there, then Argo CD's root Application takes its file."""
         done = fabrique("seed", "--app", APP, "--target", target, "--yes")
@@ -319,19 +345,57 @@ def test_promote_gives_prod_the_digest_the_bench_ran_once_it_passed_there(bench:
             "citation: a prod overlay, written by promote only",
         )  # fmt: skip
         dockerfile = app_files(site, images.pinned(images.APP_BASE, plane.images))[DOCKERFILE]
-
-        # a build whose container never gets Ready: bench takes it, and is not Healthy
-        crashing = dockerfile.replace('CMD ["httpd"', 'CMD ["false", "httpd"')
-        broken = bench.gitea.commit(
-            CODE_REPO, BRANCH, {DOCKERFILE: crashing}, "citation: a broken start"
-        )
-        _built(bench, cluster, broken)
         # prod deploys nothing a promotion wrote: seed gives it no Application yet
         early = fabrique("seed", "--app", APP, "--target", "prod", "--yes")
         assert early.returncode == 2 and "promote into it first" in early.stderr, (
             early.stdout + early.stderr
         )
+
+        # a good build: bench runs it Healthy; verified there, prod gets exactly its pin
+        good = bench.gitea.commit(
+            CODE_REPO, BRANCH, {DOCKERFILE: dockerfile + "LABEL stage=bench\n"}, "citation: v2"
+        )
+        _built(bench, cluster, good)
         seed("bench", "citation-bench")
+        argocd.refresh("citation-bench")
+        cluster.wait(
+            "bench Synced and Healthy on the good build",
+            lambda: _runs(argocd.application("citation-bench"), good),
+            timeout=180,
+        )
+        look = verified("verified")
+        assert look.returncode == 0, look.stdout + look.stderr
+        done = promote()
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.startswith(
+            f"promoted: {APP} registry:80/citation-dagster:{good[:12]}@sha256:"
+        ), done.stdout
+        digest = done.stdout.split("@", 1)[1].split()[0]
+        assert look.stdout.strip() == (
+            f"{APP}/bench: verified: {digest}: Synced and Healthy, 1 pod(s) run it"
+        )
+        again = promote()
+        assert again.returncode == 0 and again.stdout.startswith("unchanged: "), (
+            again.stdout + again.stderr
+        )
+        seed("prod", "citation-prod")
+        argocd.refresh("citation-prod")
+        cluster.wait(
+            "prod Synced and Healthy on the promoted digest",
+            lambda: _runs(argocd.application("citation-prod"), good),
+            timeout=180,
+        )
+        pods = cluster.items("/api/v1/namespaces/citation-prod/pods")
+        running = [c["image"] for p in pods for c in p["spec"]["containers"]]
+        assert running and all(image.endswith(f"@{digest}") for image in running), running
+        prod_pin = target(PROD_OVERLAY)
+
+        # a build whose container never starts: bench takes it, and is not Healthy
+        crashing = dockerfile.replace('CMD ["httpd"', 'CMD ["false", "httpd"')
+        broken = bench.gitea.commit(
+            CODE_REPO, BRANCH, {DOCKERFILE: crashing}, "citation: a broken start"
+        )
+        _built(bench, cluster, broken)
         argocd.refresh("citation-bench")
 
         def unhealthy() -> dict[str, Any] | None:
@@ -357,37 +421,38 @@ def test_promote_gives_prod_the_digest_the_bench_ran_once_it_passed_there(bench:
             refused.stderr,
         ), refused.stderr
 
-        # the fix: bench runs it Healthy, then prod gets exactly its pin
-        fixed = bench.gitea.commit(
-            CODE_REPO, BRANCH, {DOCKERFILE: dockerfile}, "citation: start again"
-        )
-        _built(bench, cluster, fixed)
+        # its verification fails on the pod's crash loop: bench goes back to what was
+        # verified there, held, in one commit; prod is never touched
+        failed = verified("rolled-back")
+        failed_at = time.monotonic()
+        assert failed.returncode == 8, failed.stdout + failed.stderr
+        assert "CrashLoopBackOff" in failed.stdout or " exited " in failed.stdout, failed.stdout
+        assert f"rolled back to {good[:12]} ({digest})" in failed.stdout, failed.stdout
+        held = target(bench_target)
+        assert f"digest: {digest}" in held and "hold.fabrique.io/citation" in held, held
+        assert "failed verification in bench" in held, held
         argocd.refresh("citation-bench")
         cluster.wait(
-            "bench Synced and Healthy on the fixed build",
-            lambda: _runs(argocd.application("citation-bench"), fixed),
+            "bench Synced and Healthy on the verified build again",
+            lambda: _runs(argocd.application("citation-bench"), good),
             timeout=180,
         )
-        done = promote()
-        assert done.returncode == 0, done.stdout + done.stderr
-        assert done.stdout.startswith(
-            f"promoted: {APP} registry:80/citation-dagster:{fixed[:12]}@sha256:"
-        ), done.stdout
-        digest = done.stdout.split("@", 1)[1].split()[0]
-        again = promote()
-        assert again.returncode == 0 and again.stdout.startswith("unchanged: "), (
-            again.stdout + again.stderr
+        back = time.monotonic() - failed_at
+        pods = cluster.items("/api/v1/namespaces/citation-bench/pods")
+        ids = [
+            s.get("imageID", "")
+            for p in pods
+            if not (p.get("metadata") or {}).get("deletionTimestamp")
+            for s in (p.get("status") or {}).get("containerStatuses") or []
+        ]
+        assert ids and all(i.endswith(f"@{digest}") for i in ids), ids
+        assert target(PROD_OVERLAY) == prod_pin, "prod is never touched"
+        # a replay of the look: the verified digest runs there, nothing more to say
+        after = fabrique("verify", "--app", APP, "--env", "bench")
+        assert after.returncode == 0 and after.stdout.startswith(f"{APP}/bench: judged: "), (
+            after.stdout + after.stderr
         )
-        seed("prod", "citation-prod")
-        argocd.refresh("citation-prod")
-        cluster.wait(
-            "prod Synced and Healthy on the promoted digest",
-            lambda: _runs(argocd.application("citation-prod"), fixed),
-            timeout=180,
-        )
-        pods = cluster.items("/api/v1/namespaces/citation-prod/pods")
-        running = [c["image"] for p in pods for c in p["spec"]["containers"]]
-        assert running and all(image.endswith(f"@{digest}") for image in running), running
+        print(f"bench: failed verification to the verified pod Ready again: {back:.1f} s")
     finally:
         cluster.http.close()
 
