@@ -958,6 +958,7 @@ def status(state: _State, app: str | None, output: str, kube_context: str | None
 
     from fabrique.decisions.reconcile import error_result, raise_for_errors, selected, table
     from fabrique.gestures.promote import Stage, stage_line, stages
+    from fabrique.gestures.verify import verification_of
 
     site = state.site
     apps = selected(site, app)  # an unknown app is named before the cluster is asked
@@ -970,7 +971,17 @@ def status(state: _State, app: str | None, output: str, kube_context: str | None
             if not a.environments:
                 continue
             try:
-                staged[a.name] = stages(site, reconciler.transport, a)
+                staged[a.name] = [
+                    replace(
+                        stage,
+                        verified=verification_of(
+                            site, reconciler.transport, reconciler.statuses, a, stage
+                        )
+                        if reconciler.statuses is not None
+                        else None,
+                    )
+                    for stage in stages(site, reconciler.transport, a)
+                ]
             except FabriqueError as err:
                 if results[index].state != "error":
                     results[index] = replace(error_result(a.name, err), facts=results[index].facts)

@@ -159,7 +159,7 @@ def test_promote_gives_prod_the_digest_that_passed_on_the_bench_and_refuses_unti
     shown = fab(values, env, "status", "--app", "citation")
     assert shown.exit_code == 0, shown.stderr
     assert shown.stdout.splitlines()[-1] == (
-        f"citation: bench {revision[:12]} ({digest[:19]}), prod - (-); "
+        f"citation: bench {revision[:12]} ({digest[:19]}, verified), prod - (-); "
         f"waiting for promotion to prod: {revision[:12]}"
     )
 
@@ -198,10 +198,12 @@ def test_promote_gives_prod_the_digest_that_passed_on_the_bench_and_refuses_unti
     # prod's file lies under the app's context: a promotion changes no source, so the
     # wanted commit is still the one built, not the promotion's (no rebuild, ever)
     assert (entry["state"], entry["facts"]["want"]) == ("ok", revision), entry["detail"]
+    # bench verified it (its checks' job said so); prod runs it, not looked at yet
     assert entry["environments"] == [
-        {"environment": env_name, "tag": revision[:12], "digest": digest, "waiting": None}
-        for env_name in ("bench", "prod")
-    ]
+        {"environment": env_name, "tag": revision[:12], "digest": digest, "waiting": None,
+         "verified": verified}
+        for env_name, verified in (("bench", "verified"), ("prod", "not verified"))
+    ]  # fmt: skip
 
     # an operator holds prod: a promotion says held and writes nothing, until released
     held = fab(

@@ -112,6 +112,8 @@ class Stage:
     digest: str | None
     # the environment before deploys another commit: what promote would give this one
     waiting: str | None = None
+    # its verification there (verifying, verified, failed, not verified), when asked
+    verified: str | None = None
 
 
 def stages(site: Site, transport: Transport, app: AppConfig) -> list[Stage]:
@@ -133,10 +135,12 @@ def stages(site: Site, transport: Transport, app: AppConfig) -> list[Stage]:
 
 
 def stage_line(app: str, found: list[Stage], short: Callable[[str | None], str]) -> str:
-    """``citation: bench 1a2b3c4d5e6f (sha256:…), prod 0f0f… (sha256:…); waiting for
-    prod: 1a2b3c4d5e6f``."""
+    """``citation: bench 1a2b3c4d5e6f (sha256:…, verified), prod 0f0f… (sha256:…);
+    waiting for promotion to prod: 1a2b3c4d5e6f``."""
     line = f"{app}: " + ", ".join(
-        f"{s.environment} {s.tag or '-'} ({short(s.digest)})" for s in found
+        f"{s.environment} {s.tag or '-'} ({short(s.digest)}"
+        + (f", {s.verified})" if s.verified else ")")
+        for s in found
     )
     waiting = [f"{s.environment}: {s.waiting}" for s in found if s.waiting]
     return line + (f"; waiting for promotion to {', '.join(waiting)}" if waiting else "")

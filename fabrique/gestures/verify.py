@@ -41,13 +41,19 @@ from fabrique.decisions.provenance import check_built_here
 from fabrique.decisions.reconcile import AppResult, error_result
 from fabrique.decisions.status import Report, StatusReporter
 from fabrique.decisions.verify import Judgement, Seen, containers_of, judge
-from fabrique.decisions.writeback import Transport, set_hold, target_where, write_back
+from fabrique.decisions.writeback import (
+    Transport,
+    deployed_revision,
+    set_hold,
+    target_where,
+    write_back,
+)
 from fabrique.site.config import AppConfig, Environment, Site
 from fabrique.site.errors import FabriqueError, NotPassed
 from fabrique.site.freeze import parse_duration, parse_span
 from fabrique.site.names import verified_context
 
-from .promote import Candidate, deployed_in
+from .promote import Candidate, Stage, deployed_in
 
 log = logging.getLogger("fabrique.verify")
 
@@ -291,3 +297,24 @@ def auto_verify(
             if found is not None:
                 results.append(found)
     return results
+
+
+# what ``fabrique status`` says of an environment's verification, by its status's state
+SAID = {"pending": "verifying", "success": "verified", "failure": "failed", "error": "failed"}
+
+
+def verification_of(
+    site: Site, transport: Transport, statuses: StatusReporter, app: AppConfig, stage: Stage
+) -> str | None:
+    """How the digest ``stage`` deploys fares in its environment: ``verifying``,
+    ``verified``, ``failed`` or ``not verified``; None when it deploys nothing fabrique
+    built."""
+    if not stage.tag or not stage.digest:
+        return None
+    revision = deployed_revision(transport, site.gitea.code_repo, site.gitea.branch, stage.tag)
+    if revision is None:
+        return None
+    found = statuses.latest(revision, verified_context(app.name, stage.environment))
+    if found is None or stage.digest not in found.description:
+        return "not verified"
+    return SAID.get(found.state, found.state)
