@@ -903,14 +903,26 @@ def reconcile(
     summary. Exits non-zero only when a check itself failed.
     """
     from fabrique.decisions.plan import write_atomic
-    from fabrique.decisions.reconcile import decision_counts, raise_for_errors, selected, summary
+    from fabrique.decisions.reconcile import (
+        AppResult,
+        decision_counts,
+        raise_for_errors,
+        selected,
+        summary,
+    )
+    from fabrique.decisions.review import pause_merges
     from fabrique.gestures.promote import auto_promote
     from fabrique.gestures.verify import auto_verify
 
     site = state.site
     apps = selected(site, app)
     with _reconciler(site, kube_context, writes=not dry_run) as reconciler:
-        results = reconciler.run(apps, "dry-run" if dry_run else "act")
+        # no merge Gitea would make on its own may fall into a freeze window
+        results = [
+            AppResult(name, "frozen", said)
+            for name, said in ([] if dry_run else pause_merges(site, reconciler.transport, apps))
+        ]
+        results += reconciler.run(apps, "dry-run" if dry_run else "act")
         if reconciler.statuses is not None:
             # what its environments deploy is judged before anything goes further
             results += auto_verify(

@@ -55,7 +55,7 @@ def reconcile_cron(site: Site) -> CronWorkflow:
         security_context=pod_security(),
         pod_spec_patch=executor_pod_patch(),
         # a pass that hangs must not hold the next one off (concurrencyPolicy Forbid)
-        active_deadline_seconds=max(60, _period_seconds(settings.schedule) - 30),
+        active_deadline_seconds=max(60, settings.period_seconds() - 30),
     ) as cron:
         run = tools_step(
             site,
@@ -91,14 +91,6 @@ def _decision_metrics() -> m.Metrics:
             for decision in DECISIONS
         ]
     )
-
-
-def _period_seconds(schedule: str) -> int:
-    """The period of a ``*/N`` minute schedule, else an hour (only bounds the deadline)."""
-    minute = schedule.split()[0]
-    if minute.startswith("*/") and minute[2:].isdigit():
-        return int(minute[2:]) * 60
-    return 3600
 
 
 # `hera generate yaml pipelines/` finds this object; `fabrique render` calls

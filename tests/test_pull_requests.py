@@ -5,6 +5,7 @@ suite (tests/test_gitea_contract.py) holds the double's pull requests to a real 
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -399,3 +400,47 @@ def test_a_rejected_pin_stays_rejected_after_an_older_build_proposes(
     again = _writeback(values, env, newer, digest)
     assert again.startswith("rejected: citation "), again
     assert newer[:12] not in code_repo.show(KUSTOMIZATION, ref=HEAD)
+
+
+def test_no_merge_gitea_makes_on_its_own_falls_into_a_freeze_window(
+    code_repo: Repo,
+    tmp_path: Path,
+    gitea: GiteaDouble,
+    registry: Registry,
+    env: dict[str, str],
+    kube: KubeApiDouble,
+) -> None:
+    """A proposal whose merge was scheduled before the window: Gitea would make it once
+    the checks pass, in the window. The pass before it cancels the schedule, a replay
+    asks none, and the first pass after the window asks it again."""
+    gitea.protect(REPO, "main", checks=["ci/lint"])
+    auto = {"writeback.pullRequest.autoMerge": True}
+    values = _values(tmp_path, gitea, registry, **auto)
+    revision, digest = _built(code_repo, registry)
+    _writeback(values, env, revision, digest)
+    (pull,) = gitea.pulls[REPO]
+    assert pull["scheduled"] == "merge"
+
+    # a window opens before the next pass (the schedule's period: 5 minutes)
+    soon = (datetime.now(UTC) + timedelta(minutes=2)).replace(microsecond=0)
+    window = {"start": soon.isoformat(), "duration": "1h", "reason": "release night"}
+    (tmp_path / "frozen").mkdir()
+    frozen = _values(tmp_path / "frozen", gitea, registry, **auto, freeze=[window])
+    result = _reconcile(frozen, env, "--app", "citation")
+    said = [line for line in result.stdout.splitlines() if line.startswith("citation: frozen: ")]
+    assert said == [
+        f"citation: frozen: the merge of {gitea.url}/{REPO}/pulls/{pull['number']} waits: "
+        f"frozen until "
+        f"{soon + timedelta(hours=1):%Y-%m-%dT%H:%MZ}: release night"
+    ], result.stdout
+    assert pull["scheduled"] is None and pull["state"] == "open"
+    (line,) = [x for x in result.stdout.splitlines() if x.startswith("citation: in-review: ")]
+    assert "its merge waits: frozen until" in line, line
+    assert pull["scheduled"] is None, "the pass asks no merge either"
+    head = gitea._resolve(REPO, f"refs/heads/{pull['head']}") or pull["head_sha"]
+    gitea._create_status(REPO, head, {"context": "ci/lint", "state": "success"})
+    assert not pull["merged"], "the checks pass: nothing is merged"
+
+    # after the window: the first pass asks the merge again, and Gitea makes it
+    after = _line(_reconcile(values, env, "--app", "citation"))
+    assert "merges once its checks pass" in after or "merged" in after, after

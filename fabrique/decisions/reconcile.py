@@ -300,6 +300,7 @@ class Reconciler:
         try:
             if action == "in-review" and not facts.review_closed:
                 reviews = review.reviews_of(self.transport)
+                frozen = self.site.frozen_soon(app, None)  # no merge may fall into it
                 merge = review.schedule_merge(
                     self.site,
                     reviews,
@@ -309,6 +310,9 @@ class Reconciler:
                     backoff_of(self.site),
                     time.sleep,
                     attempts=1,  # a 'try again later' is the next pass's to ask
+                    wait=frozen.describe()
+                    if (frozen := self.site.frozen_soon(app, None))
+                    else None,
                 )
                 return f"; {merge}" if merge else ""
             if action == "held" and facts.hold is not None:

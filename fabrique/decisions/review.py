@@ -153,15 +153,19 @@ def schedule_merge(
     sleep: Callable[[float], None],
     *,
     attempts: int | None = None,
+    wait: str | None = None,
 ) -> str:
     """With ``autoMerge``, ask Gitea to merge pull request ``number`` once its checks
     pass (asked again by a replay and by each pass that finds it in review: a schedule
     already there is kept); what to say of it, "" without ``autoMerge``. Gitea's 'try
     again later' is asked again after a pause, ``attempts`` times in all (by default
-    ``writeback.attempts``: right after a push, while Gitea checks it)."""
+    ``writeback.attempts``: right after a push, while Gitea checks it). ``wait``: a
+    freeze (said) that the merge must not fall into: nothing is asked."""
     pulls = site.writeback.pull_request
     if not pulls.auto_merge:
         return ""
+    if wait:
+        return f"its merge waits: {wait}"
     attempts = attempts or site.writeback.attempts
     for attempt in range(1, attempts + 1):
         answer = reviews.merge_pull(repo, number, style=pulls.merge_style, head=head)
@@ -258,3 +262,37 @@ def close_pull(
     reviews.delete_branch(repo, head)
     log.warning("%s: closed pull request #%d (%s)", app, pull.number, why)
     return pull.number
+
+
+def pause_merges(site: Site, transport: object, apps: list[AppConfig]) -> list[tuple[str, str]]:
+    """A freeze is never broken by a merge Gitea makes on its own: for each environment
+    of ``apps`` whose target takes pull requests and that is in a freeze window, or
+    whose window opens before the next pass (``Site.frozen_soon``), the merge scheduled
+    for its open proposal is cancelled (Gitea would make it once the checks pass, in
+    the window). The first pass after the window asks again (``schedule_merge``).
+    ``(<app>/<env> or <app>, what was done)`` for each proposal so paused."""
+    if not site.writeback.pull_request.auto_merge:
+        return []
+    reviews: Reviews | None = None
+    paused = []
+    for app in apps:
+        environments: list[Environment | None] = [*app.environments] or [None]
+        for env in environments:
+            there = app.at(env) if env is not None else app
+            if not in_review(site, there):
+                continue
+            frozen = site.frozen_soon(app, env)
+            if frozen is None:
+                continue
+            reviews = reviews or reviews_of(transport)
+            target = there.writeback
+            head = review_branch(site, app.name, env)
+            pull = reviews.open_pull(target.repo, site.branch_of(target), head)
+            if pull is None:
+                continue
+            reviews.cancel_merge(target.repo, pull.number)
+            name = (
+                app.name if env is None or env == app.environments[0] else f"{app.name}/{env.name}"
+            )
+            paused.append((name, f"the merge of {pull.url} waits: {frozen.describe()}"))
+    return paused

@@ -40,6 +40,7 @@ from fabrique.clients.git import SIGNING_KEY_ENV, Author, GitRemote, ssh_signing
 from fabrique.clients.gitea import Commit, FileContent, GiteaClient, Identity
 from fabrique.site.config import AppConfig, Environment, Site
 from fabrique.site.errors import ProvenanceError, StaleWrite, TargetError
+from fabrique.site.freeze import Frozen
 from fabrique.site.names import check_digest, check_revision, short_sha, workflow_name
 from fabrique.site.retry import RetryPolicy
 
@@ -295,6 +296,7 @@ def write_back(
             newer=lambda tag: _newer_deployed(site, transport, revision, tag),
             dry_run=dry_run,
             sleep=sleep,
+            frozen=site.frozen_soon(app, environment),
         )
     if rollback is not None and not dry_run:
         # held from now: its pull request and Gitea's scheduled merge go first, so that
@@ -453,11 +455,14 @@ def _propose(
     newer: Callable[[str], str | None],
     dry_run: bool = False,
     sleep: Callable[[float], None],
+    frozen: Frozen | None = None,
 ) -> Outcome:
     """Propose ``edit`` of the app's target in the pull request from ``head``, once.
 
     ``newer(tag)`` says why the pin ``tag`` a pull request proposes must not be replaced
-    by this one (the never-roll-back guard), or None."""
+    by this one (the never-roll-back guard), or None. ``frozen``: a freeze window opens
+    before the next pass, and Gitea is asked to merge nothing on its own meanwhile."""
+    wait = frozen.describe() if frozen is not None else None
     reviews = review.reviews_of(transport)
     target = app.writeback
     base = site.branch_of(target)
@@ -483,7 +488,8 @@ def _propose(
             and not review.left_behind(reviews, target.repo, pull)
         ):
             merge = "" if dry_run else review.schedule_merge(
-                site, reviews, target.repo, pull.number, pull.head_sha, backoff, sleep
+                site, reviews, target.repo, pull.number, pull.head_sha, backoff, sleep,
+                wait=wait,
             )  # fmt: skip
             return Outcome("in-review", app.name, where, pin, detail=_said(pull.url, merge))
         # a pin a person refused stays refused, whatever the branch has proposed since
@@ -522,7 +528,7 @@ def _propose(
             pull = reviews.edit_pull(target.repo, pull.number, title=title, body=body)
         review.record_proposal(reviews, site, revision, head, pull, record)
         merge = review.schedule_merge(
-            site, reviews, target.repo, pull.number, commit, backoff, sleep
+            site, reviews, target.repo, pull.number, commit, backoff, sleep, wait=wait
         )
         detail = _said(pull.url, merge)
         return Outcome("proposed", app.name, where, pin, commit=commit, detail=detail)

@@ -25,7 +25,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from importlib import resources
 from itertools import combinations
 from pathlib import Path, PurePosixPath
@@ -492,6 +492,14 @@ class ReconcileConfig(_Model):
     concurrency: Annotated[int, Field(ge=1, le=64)]
     # a pass that could not start this long after its time is skipped
     starting_deadline_seconds: Annotated[int, Field(ge=10, le=3600)]
+
+    def period_seconds(self) -> int:
+        """The period of a ``*/N`` minute schedule, else an hour: a bound (the pass's
+        deadline, how far ahead a freeze is seen), not a promise."""
+        minute = self.schedule.split()[0]
+        if minute.startswith("*/") and minute[2:].isdigit():
+            return int(minute[2:]) * 60
+        return 3600
 
 
 def _cidr(value: str) -> str:
@@ -1325,6 +1333,22 @@ class Site(_Model):
         if not windows:
             return None
         return frozen_at(windows, moment or datetime.now(UTC))
+
+    def frozen_soon(
+        self, app: AppConfig, env: Environment | None, moment: datetime | None = None
+    ) -> Frozen | None:
+        """The freeze ``env`` is in at ``moment``, or the first that opens before the
+        next pass (``reconcile.schedule``'s period): what a merge Gitea is to make on
+        its own must not fall into."""
+        moment = moment or datetime.now(UTC)
+        found = self.frozen(app, env, moment)
+        if found is not None:
+            return found
+        env = env if env is not None or not app.environments else app.environments[0]
+        windows = [w.window() for w in (*self.freeze, *(env.freeze if env else ()))]
+        ahead = moment + timedelta(seconds=self.reconcile.period_seconds())
+        opening = sorted(start for w in windows for start in w.opened(moment, ahead))
+        return self.frozen(app, env, opening[0]) if opening else None
 
     def verify_of(self, app: AppConfig, env: Environment) -> VerifyConfig:
         """How ``env`` of ``app`` verifies: its own fields over the site's, and what a
