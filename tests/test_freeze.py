@@ -21,6 +21,7 @@ from fabrique.site.freeze import Frozen, Window, frozen_at, parse_duration
 from .conftest import GITEA_TOKEN, Repo, run_cli, write_values
 from .doubles.gitea import GiteaDouble
 from .test_reconcile import VERIFIED, _facts
+from .test_verify import _environments
 
 DIGEST = "sha256:" + "a" * 64
 
@@ -125,19 +126,8 @@ def test_a_bad_window_is_one_line_naming_its_field(freeze: dict[str, Any], said:
 
 
 def test_an_environment_is_frozen_by_its_own_windows_and_the_sites() -> None:
-    values = load_site(env={}).to_values()
-    app = values["apps"][0]
-    app["environments"] = [
-        {"name": "bench", "target": "prod"},
-        {
-            "name": "prod",
-            "target": "prod",
-            "application": "argocd/citation-prod",
-            "namespace": "dagster-prod",
-            "writeback": {**app["writeback"], "path": "deploy/prod/kustomization.yaml"},
-            "freeze": [{"start": "2026-12-24T00:00:00Z", "duration": "3d", "reason": "Christmas"}],
-        },
-    ]
+    christmas_window = {"start": "2026-12-24T00:00:00Z", "duration": "3d", "reason": "Christmas"}
+    values = _environments(freeze=[christmas_window])
     site = parse_site(values)
     citation = site.app("citation")
     bench, prod = citation.environments
