@@ -321,7 +321,8 @@ def test_prod_gets_what_bench_verified_and_a_bench_build_that_crashes_is_rolled_
             raise AssertionError(f"{late}; it said last: {said[-1] if said else ''}") from None
 
     def target(path: str) -> str:
-        answer = bench.gitea.admin.get(f"/api/v1/repos/{CODE_REPO}/raw/{path}?ref={BRANCH}")
+        with bench.gitea.admin() as gitea:
+            answer = gitea.get(f"/repos/{CODE_REPO}/raw/{path}", params={"ref": BRANCH})
         assert answer.status_code == 200, answer.text
         return answer.text
 
