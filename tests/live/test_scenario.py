@@ -27,6 +27,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -37,6 +38,7 @@ import yaml
 from fabrique.site.config import load_site
 
 from ..conftest import ROOT
+from ..waits import until
 from . import images
 from .argocd import ArgoCD
 from .buildkit import builder
@@ -234,6 +236,77 @@ def bare_build(bench: Bench, said: str) -> float:
     assert done.returncode == 0, done.stdout[-3000:]
     print(f"the bare build ({running.mode}), its last lines:\n{done.stdout[-1500:]}")
     return seconds
+
+
+# -- a freeze window ---------------------------------------------------------------------------
+
+
+def test_a_push_in_a_freeze_window_builds_and_the_first_pass_after_it_writes_it(
+    bench: Bench,
+) -> None:
+    """The site's tree applied with a freeze window open now: a push builds on the real
+    node, and its write-back writes nothing (the build's status says frozen); once the
+    window ended, the safety net's pass (``fabrique reconcile``, the CronWorkflow's
+    command) writes the digest. The tree without the window is applied again after."""
+    plane, cluster = bench.plane, Cluster(bench.plane)
+    site = load_site(env={})
+    # open since a minute, for two more: a build on the node takes some twenty seconds
+    started = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=60)
+    ends = started + timedelta(minutes=3)
+    values = yaml.safe_load(bench.values.read_text())
+    values["freeze"] = [{"start": started.isoformat(), "duration": "3m", "reason": "CHG-1"}]
+    frozen = bench.folder / "frozen.yaml"
+    frozen.write_text(yaml.safe_dump(values))
+    target = site.apps[0].writeback.path
+
+    def read(path: str) -> str:
+        with bench.gitea.admin() as gitea:
+            answer = gitea.get(f"/repos/{CODE_REPO}/raw/{path}", params={"ref": BRANCH})
+        assert answer.status_code == 200, answer.text
+        return answer.text
+
+    def status(revision: str) -> str:
+        with bench.gitea.admin() as gitea:
+            answer = gitea.get(f"/repos/{CODE_REPO}/commits/{revision}/status")
+        found = [
+            s for s in answer.json().get("statuses") or [] if s["context"] == "fabrique/citation"
+        ]
+        return f"{found[0]['status']}: {found[0]['description']}" if found else ""
+
+    try:
+        cluster.apply_tree(render(frozen, bench.folder / "frozen-manifests"))
+        revision = bench.gitea.commit(
+            CODE_REPO, BRANCH, {f"{CONTEXT}/frozen.txt": "built in a freeze\n"},
+            "citation: a change in a freeze window",
+        )  # fmt: skip
+        _built(bench, cluster, revision)
+        built = datetime.now(UTC)
+        assert built < ends, f"the build ended at {built}, after the window ({ends})"
+        assert revision[:12] not in read(target), "nothing written in the window"
+        said = status(revision)
+        assert said.startswith("success: built sha256:") and "; frozen, deployed once the " in (
+            said
+        ), said
+
+        until("the freeze window to end", lambda: datetime.now(UTC) >= ends or None, 180)
+        env = {**os.environ, "KUBECONFIG": str(plane.kubeconfig),
+               "FABRIQUE_GITEA_TOKEN": bench.gitea.token}  # fmt: skip
+        argv = [str(ROOT / ".venv" / "bin" / "fabrique"), "--values", str(frozen),
+                "reconcile", "--app", APP]  # fmt: skip
+        done = subprocess.run(
+            resolving(bench.hosts, argv), env=env, capture_output=True, text=True,
+            timeout=120, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        # written back by this pass (or by the CronWorkflow's, if one ran since the end)
+        assert (
+            f"{APP}: written-back: " in done.stdout
+            or f"{APP}: ok: deploys {revision[:12]}" in done.stdout
+        ), done.stdout
+        assert f"newTag: {revision[:12]}" in read(target)
+    finally:
+        cluster.apply_tree(render(bench.values, bench.folder / "manifests"))
+        cluster.http.close()
 
 
 # -- bench before prod ------------------------------------------------------------------------
