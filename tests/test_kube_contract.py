@@ -535,3 +535,7 @@ def test_the_pods_of_a_namespace_are_listed_by_their_labels(
     ]
     assert {p["metadata"]["name"] for p in client.pods(namespace)} == {"citation-1", "other-1"}
     assert client.pods(unique("empty")) == []
+    # a pod with no container is no pod: both refuse it
+    empty = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "none"}, "spec": {}}
+    refused = api.request("POST", f"/api/v1/namespaces/{namespace}/pods", empty)
+    assert refused.status == 422, refused.message

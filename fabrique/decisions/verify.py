@@ -59,7 +59,7 @@ class Seen:
     """One look at an environment, for one digest."""
 
     digest: str
-    written_at: datetime  # when the digest was written into the target (its commit)
+    written_at: datetime  # when verification began: its first look's pending status
     sync: str  # the Application's sync status: Synced, OutOfSync, Unknown
     health: str  # its health: Healthy, Progressing, Degraded, Missing, Suspended, Unknown
     health_message: str
@@ -152,7 +152,8 @@ def _span(span: timedelta) -> str:
 # -- what the API says ------------------------------------------------------------------
 
 
-def _time(text: Any) -> datetime | None:
+def parse_time(text: Any) -> datetime | None:
+    """An RFC 3339 time as the API or Gitea writes it (``Z`` or an offset), else None."""
     if not isinstance(text, str) or not text:
         return None
     try:
@@ -173,7 +174,7 @@ def containers_of(pods: Sequence[Mapping[str, Any]], repository: str) -> list[Co
         status = pod.get("status") or {}
         ready_since = next(
             (
-                _time(c.get("lastTransitionTime"))
+                parse_time(c.get("lastTransitionTime"))
                 for c in status.get("conditions") or []
                 if c.get("type") == "Ready" and c.get("status") == "True"
             ),

@@ -51,19 +51,22 @@ def roll_back(
     dry_run: bool = False,
     gate: Callable[[str, str], None] | None = None,
     environment: Environment | None = None,
+    digest: str | None = None,
 ) -> Outcome:
     """Deploy the image built for ``to`` and hold the app there (in ``environment``'s
-    target, when given)."""
+    target, when given). ``digest``: that image, as known already (a verification's),
+    else the one the registry holds under its tag."""
     app = site.app(app_name)
     revision = resolve_revision(site, transport, to)
     tag = short_sha(revision)
-    try:
-        digest = registry.manifest_digest(app.image, tag).digest
-    except ImageNotFound:
-        raise InputError(
-            f"--to {to}: {revision[:12]} was never built: the registry holds no "
-            f"{site.registry.host}/{app.image}:{tag}; nothing written"
-        ) from None
+    if digest is None:
+        try:
+            digest = registry.manifest_digest(app.image, tag).digest
+        except ImageNotFound:
+            raise InputError(
+                f"--to {to}: {revision[:12]} was never built: the registry holds no "
+                f"{site.registry.host}/{app.image}:{tag}; nothing written"
+            ) from None
     check_built_here(site, registry, app, revision, digest)
     return write_back(
         site,

@@ -37,16 +37,14 @@ from fabrique.clients.gitea import TooManyCommits
 from fabrique.clients.kube import KubeClient
 from fabrique.clients.registry import RegistryClient
 from fabrique.decisions.holds import Hold, read_hold
-from fabrique.decisions.provenance import check_built_here
 from fabrique.decisions.reconcile import AppResult, error_result
 from fabrique.decisions.status import Report, StatusReporter
-from fabrique.decisions.verify import Judgement, Seen, containers_of, judge
+from fabrique.decisions.verify import Judgement, Seen, containers_of, judge, parse_time
 from fabrique.decisions.writeback import (
     Transport,
     deployed_revision,
     set_hold,
     target_where,
-    write_back,
 )
 from fabrique.site.config import AppConfig, Environment, Site
 from fabrique.site.errors import FabriqueError, NotPassed
@@ -54,6 +52,7 @@ from fabrique.site.freeze import parse_duration, parse_span
 from fabrique.site.names import verified_context
 
 from .promote import Candidate, Stage, deployed_in
+from .rollback import roll_back
 
 log = logging.getLogger("fabrique.verify")
 
@@ -67,13 +66,6 @@ VERIFY_EVERY = 5.0
 FAILED_VERIFICATION = ("rolled-back", "roll-back", "held", "hold", "verify-failed")
 # every state a look gives (a pass counts each: decisions.reconcile.DECISIONS)
 STATES = ("verifying", "verified", "rolled-back", "held", "verify-failed")
-
-
-def _parse(moment: str) -> datetime | None:
-    try:
-        return datetime.fromisoformat(moment) if moment else None
-    except ValueError:
-        return None
 
 
 def verify_environment(
@@ -105,7 +97,7 @@ def verify_environment(
     if ours and current is not None and current.state in FINAL:
         return None
     moment = now or datetime.now(UTC)
-    started = (_parse(current.created_at) if ours and current else None) or moment
+    started = (parse_time(current.created_at) if ours and current else None) or moment
     config = site.verify_of(app, env)
     found = judge(
         look(site, kube, statuses, app, env, candidate, started, config.checks),
@@ -157,7 +149,9 @@ def look(
     status = application.get("status") or {}
     health = status.get("health") or {}
     destination = ((application.get("spec") or {}).get("destination") or {}).get("namespace")
-    runs_in = env.namespace or destination or (app.application.namespace if app.application else "")
+    # as the tree's RBAC names it (render.reconcile_unit): the config's, else Argo CD's
+    configured = env.namespace or (app.application.namespace if app.application else None)
+    runs_in = configured or destination or ""
     pods = kube.pods(runs_in) if runs_in else []
     repository = f"{site.registry.host}/{app.image}"
     return Seen(
@@ -217,10 +211,9 @@ def _failed(
             done, state = f"already {held.describe()}: nothing rolled back", "held"
         elif back is not None:
             revision, previous = back
-            check_built_here(site, registry, app, revision, previous)
-            outcome = write_back(
-                site, transport, app.name, revision, previous,
-                rollback=hold, gate=gate, environment=env,
+            outcome = roll_back(
+                site, transport, registry, app.name, revision, hold,
+                gate=gate, environment=env, digest=previous,
             )  # fmt: skip
             done = f"rolled back to {revision[:12]} ({previous})"
             if outcome.commit:

@@ -1328,11 +1328,13 @@ class Site(_Model):
         """The freeze ``app``'s environment ``env`` (None: where the build writes, its
         first) lies in at ``moment`` (default now): the site's windows and the
         environment's."""
+        windows = self._windows(app, env)
+        return frozen_at(windows, moment or datetime.now(UTC)) if windows else None
+
+    def _windows(self, app: AppConfig, env: Environment | None) -> list[Window]:
+        """The site's freeze windows and ``env``'s (None: the first environment's)."""
         env = env if env is not None or not app.environments else app.environments[0]
-        windows = [w.window() for w in (*self.freeze, *(env.freeze if env else ()))]
-        if not windows:
-            return None
-        return frozen_at(windows, moment or datetime.now(UTC))
+        return [w.window() for w in (*self.freeze, *(env.freeze if env else ()))]
 
     def frozen_soon(
         self, app: AppConfig, env: Environment | None, moment: datetime | None = None
@@ -1341,14 +1343,15 @@ class Site(_Model):
         next pass (``reconcile.schedule``'s period): what a merge Gitea is to make on
         its own must not fall into."""
         moment = moment or datetime.now(UTC)
-        found = self.frozen(app, env, moment)
+        windows = self._windows(app, env)
+        if not windows:
+            return None
+        found = frozen_at(windows, moment)
         if found is not None:
             return found
-        env = env if env is not None or not app.environments else app.environments[0]
-        windows = [w.window() for w in (*self.freeze, *(env.freeze if env else ()))]
         ahead = moment + timedelta(seconds=self.reconcile.period_seconds())
         opening = sorted(start for w in windows for start in w.opened(moment, ahead))
-        return self.frozen(app, env, opening[0]) if opening else None
+        return frozen_at(windows, opening[0]) if opening else None
 
     def verify_of(self, app: AppConfig, env: Environment) -> VerifyConfig:
         """How ``env`` of ``app`` verifies: its own fields over the site's, and what a

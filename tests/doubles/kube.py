@@ -178,6 +178,9 @@ class KubeApiDouble:
         read, deleted. What their status says is the test's: it sets it in ``pods``."""
         if request.method == "POST" and name is None:
             body = request.json()
+            refused = self._invalid(body, "Pod")
+            if refused is not None:
+                return refused
             name = body["metadata"]["name"]
             if (namespace, name) in self.pods:
                 return 409, status(409, "AlreadyExists", f'pods "{name}" already exists')
@@ -222,9 +225,6 @@ class KubeApiDouble:
         every write; a PUT must carry the current resourceVersion, as optimistic
         concurrency requires. A DELETE answers the Service deleted, or a Status for a Secret
         or a ConfigMap, as the API server does."""
-        import kubernetes_validate
-        from kubernetes_validate.utils import latest_version
-
         what = KINDS[kind]
         if request.method in ("GET", "DELETE") and name:
             found = store.get((namespace, name))
@@ -245,11 +245,9 @@ class KubeApiDouble:
         body = request.json()
         if request.method not in ("POST", "PUT"):
             return 405, status(405, "MethodNotAllowed", request.method)
-        try:
-            kubernetes_validate.validate(body, latest_version(), strict=True)
-        except kubernetes_validate.ValidationError as error:
-            self.rejections.append(error.message)
-            return 422, status(422, "Invalid", f"{what} is invalid: {error.message}")
+        refused = self._invalid(body, what)
+        if refused is not None:
+            return refused
         for field in ("data", "stringData", "binaryData"):
             for data_key in body.get(field) or {}:
                 if not DATA_KEY.fullmatch(data_key):
@@ -282,6 +280,19 @@ class KubeApiDouble:
         }
         store[key] = stored
         return (201 if request.method == "POST" else 200), stored
+
+    def _invalid(self, body: dict[str, Any], what: str) -> tuple[int, Any] | None:
+        """422 Invalid for an object the core schema refuses (kubernetes-validate,
+        strict, as the API server's own schema would), else None."""
+        import kubernetes_validate
+        from kubernetes_validate.utils import latest_version
+
+        try:
+            kubernetes_validate.validate(body, latest_version(), strict=True)
+        except kubernetes_validate.ValidationError as error:
+            self.rejections.append(error.message)
+            return 422, status(422, "Invalid", f"{what} is invalid: {error.message}")
+        return None
 
     def _create(self, namespace: str, body: Any) -> tuple[int, Any]:
         errors = sorted(self.validator.iter_errors(body), key=lambda e: list(e.absolute_path))
