@@ -420,9 +420,21 @@ def writeback(
             out.mkdir(parents=True, exist_ok=True)
             write_atomic(out / "outcome", outcome.state)
             write_atomic(out / "commit", outcome.commit or "")
+            write_atomic(out / "verify", _verify_after(site, app, outcome.state))
         except OSError as exc:
             raise InputError(f"--out {out}: {exc.strerror}") from None
     click.echo(outcome.line())
+
+
+def _verify_after(site: Site, app: str, state: str) -> str:
+    """The environment the build's own Workflow verifies after this write-back (its
+    ``verify-deploy`` step): the first, when the digest was written there and its Argo CD
+    runs in this cluster; "" for none (the pass verifies what else there is)."""
+    environments = site.app(app).environments
+    if state != "changed" or not environments:
+        return ""
+    first = environments[0]
+    return first.name if site.targets[first.target].in_cluster else ""
 
 
 @cli.group("status-report")
@@ -769,6 +781,12 @@ def promote(state: _State, app: str, to: str, revision: str | None, dry_run: boo
     help="Look again every 5 s while it is verifying, until its verdict (bounded by "
     "verify.timeout and verify.soak).",
 )
+@click.option(
+    "--in-cluster",
+    is_flag=True,
+    help="Read the cluster this runs in, with its pod's account (the build's "
+    "verify-deploy step); the environment's target must be inCluster.",
+)
 @kube_context_option
 @pass_state
 def verify(
@@ -777,6 +795,7 @@ def verify(
     env_name: str,
     dry_run: bool,
     wait: bool,
+    in_cluster: bool,
     kube_context: str | None,
 ) -> None:
     """Look at an environment: does the digest its target deploys run well there?
@@ -811,7 +830,13 @@ def verify(
         GiteaClient.for_site(site, token) as gitea,
         RegistryClient.for_site(site) as registry,
     ):
-        kube = KubeClient.for_site(site, kube_context or site.targets[environment.target].context)
+        target = site.targets[environment.target]
+        if in_cluster and not target.in_cluster:
+            raise InputError(
+                f"--in-cluster: environment {env_name} deploys through target "
+                f"{environment.target}, which is not inCluster"
+            )
+        kube = KubeClient.for_site(site, None if in_cluster else kube_context or target.context)
         while True:
             result = verify_environment(
                 *(site, transport, StatusReporter(site, gitea, token), registry, kube),

@@ -37,7 +37,7 @@ from typing import Any
 import yaml
 from yaml.representer import SafeRepresenter
 
-from fabrique.site.config import Site
+from fabrique.site.config import AppConfig, Environment, Site
 from fabrique.site.errors import RenderError
 from fabrique.site.files import site_files
 from fabrique.site.names import PLANNER_ACCOUNT, RECONCILE_MEMORY
@@ -85,6 +85,7 @@ def build_unit(site: Site) -> Tree:
     from pipelines.build import (
         BUILDKITD_CONFIGMAP,
         SERVICE_ACCOUNT,
+        VERIFIER_ACCOUNT,
         build_template,
         buildkitd_toml,
     )
@@ -93,6 +94,19 @@ def build_unit(site: Site) -> Tree:
     # the steps' own account holds no right and its token is mounted nowhere; the
     # executor's account may only report steps
     rbac = [account(SERVICE_ACCOUNT, ns), *executor_account(ns)]
+    # the verification after the write-back (when the first environment's Argo CD runs
+    # here): the one token of the namespace, mounted in that step alone, reading those
+    # Applications and listing their pods
+    first = [
+        (app, app.environments[0])
+        for app in site.apps
+        if app.environments and site.targets[app.environments[0].target].in_cluster
+    ]
+    if first:
+        rbac += [
+            account(VERIFIER_ACCOUNT, ns),
+            *environment_reader(VERIFIER_ACCOUNT, ns, first, first),
+        ]
     configmaps: list[Document] = [
         {
             "apiVersion": "v1",
@@ -268,21 +282,43 @@ def reconcile_unit(site: Site) -> Tree:
     # the Applications it reads, by name, in Argo CD's namespace of its own cluster: each
     # environment there it verifies after a deploy (and promote: auto checks the one
     # before); and the pods of the namespaces those run in, listed (what runs the digest)
+    verified = [
+        (app, env)
+        for app in site.apps
+        for env in app.environments
+        if site.targets[env.target].in_cluster
+    ]
+    before = [(app, previous) for app in site.apps for _, previous in app.auto_promotions()]
+    rbac += environment_reader(
+        SERVICE_ACCOUNT, site.namespaces.control, verified + before, verified
+    )
+    return {
+        "reconcile/rbac.yaml": rbac,
+        f"reconcile/cronworkflow-{CRON_NAME}.yaml": [reconcile_cron(site).to_dict()],
+    }
+
+
+def environment_reader(
+    account: str,
+    namespace: str,
+    applications: Iterable[tuple[AppConfig, Environment]],
+    pods_of: Iterable[tuple[AppConfig, Environment]],
+) -> list[Document]:
+    """What ``account`` (of ``namespace``) needs to look at environments: ``get`` on the
+    Applications of ``applications`` by name, in their Argo CD's namespace, and ``list``
+    on the pods of the namespaces ``pods_of`` run in (the config's, else their
+    Application's). The ServiceAccount itself is not among them."""
     checked: dict[str, set[str]] = {}
-    runs_in: set[str] = set()
-    for app in site.apps:
-        for env in app.environments:
-            if not site.targets[env.target].in_cluster:
-                continue
-            namespace, name = env.application_ref(app.name)
-            checked.setdefault(namespace, set()).add(name)
-            where = env.namespace or (app.application.namespace if app.application else None)
-            if where:
-                runs_in.add(where)
-        for _, previous in app.auto_promotions():
-            namespace, name = previous.application_ref(app.name)
-            checked.setdefault(namespace, set()).add(name)
-    for namespace, names in sorted(checked.items()):
+    for app, env in applications:
+        where, name = env.application_ref(app.name)
+        checked.setdefault(where, set()).add(name)
+    runs_in = {
+        ns
+        for app, env in pods_of
+        if (ns := env.namespace or (app.application.namespace if app.application else None))
+    }
+    rbac: list[Document] = []
+    for where, names in sorted(checked.items()):
         read = [
             {
                 "apiGroups": ["argoproj.io"],
@@ -292,25 +328,14 @@ def reconcile_unit(site: Site) -> Tree:
             }
         ]
         rbac += service_account(
-            SERVICE_ACCOUNT,
-            site.namespaces.control,
-            read,
-            role=f"{SERVICE_ACCOUNT}-read-applications",
-            role_namespace=namespace,
+            account, namespace, read, role=f"{account}-read-applications", role_namespace=where
         )[1:]
-    for namespace in sorted(runs_in):
+    for where in sorted(runs_in):
         pods = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
         rbac += service_account(
-            SERVICE_ACCOUNT,
-            site.namespaces.control,
-            pods,
-            role=f"{SERVICE_ACCOUNT}-list-pods",
-            role_namespace=namespace,
+            account, namespace, pods, role=f"{account}-list-pods", role_namespace=where
         )[1:]
-    return {
-        "reconcile/rbac.yaml": rbac,
-        f"reconcile/cronworkflow-{CRON_NAME}.yaml": [reconcile_cron(site).to_dict()],
-    }
+    return rbac
 
 
 def netpol_unit(site: Site) -> Tree:

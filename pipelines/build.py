@@ -34,6 +34,13 @@ in order, each held by Argo's executor until the one before it has ended well:
   containerSet's outputs from its ``main`` container alone): the write-back's outcome
   and commit, and the verified digest, the record the safety net trusts.
 
+After the pod, when its write-back wrote a new digest into the app's first environment
+and that environment's Argo CD runs in this cluster (``targets.<name>.inCluster``), the
+``verify-deploy`` step (its own pod, ``fabrique verify --wait --in-cluster``) looks at
+it until the verdict: the fast path of the verification (docs/DESIGN.md, "After a
+deploy"). Its account is the namespace's one token, reading those Applications and
+listing their pods; its verdict is its own status, never the build's.
+
 A container that fails ends the pod: the ones after it never run (Argo's executor
 ends them with code 64, "dependency … exited with non-zero code"), so nothing is
 written after a failed verify. Each container retries what a later attempt may fix, and
@@ -75,6 +82,7 @@ from fabrique.clients.git import TRANSIENT_ERE
 from fabrique.decisions.signature import KEY_FILE, SIGNING_MOUNT
 from fabrique.site.config import Site
 from fabrique.site.errors import TRANSIENT_EXIT_CODE, TRANSIENT_SAID
+from fabrique.site.freeze import parse_duration, parse_span
 from fabrique.site.names import (
     LABEL_APP,
     LABEL_MANAGED_BY,
@@ -132,6 +140,12 @@ WRITEBACK_OUTPUTS = ("outcome", "commit")
 NO_OUTCOME = "none"
 BUILD_INPUTS = ("image-ref", "cache-ref", "context", "dockerfile", "build-opts")
 EXIT_HANDLER = "exit-handler"
+# ``main``: the build (its pod, and its duration's metric), then the verification of the
+# environment its write-back wrote into, when its Argo CD runs in this cluster
+BUILD_STEPS = "build"
+VERIFY_DEPLOY_STEP = "verify-deploy"
+VERIFY_OUTPUT = "verify"  # the write-back's: the environment to verify, "" for none
+VERIFIER_ACCOUNT = "fabrique-verifier"
 BUILD_SECONDS_BUCKETS = (30, 60, 120, 300, 600, 900, 1800, 3600)
 BUILDER_UID = 1000
 CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
@@ -542,6 +556,7 @@ def _run(site: Site) -> ContainerSet:
             for name, default, global_name in (
                 ("outcome", NO_OUTCOME, OUTCOME_GLOBAL),
                 ("commit", "", None),
+                (VERIFY_OUTPUT, "", None),
             )
         ]
         + [Parameter(name=VERIFIED_OUTPUT, value_from=m.ValueFrom(path=DIGEST_FILE, default=""))]
@@ -729,7 +744,8 @@ def build_template(site: Site) -> WorkflowTemplate:
         ),
         # Builds of one app run one at a time; other apps build in parallel.
         synchronization=m.Synchronization(mutexes=[m.Mutex(name="fabrique-build-" + APP)]),
-        active_deadline_seconds=site.build.active_deadline_seconds,
+        # the build's, and the verification's after it when there is one
+        active_deadline_seconds=site.build.active_deadline_seconds + (verify_bound(site) or 0),
         pod_gc=m.PodGC(strategy="OnPodSuccess"),
         ttl_strategy=m.TTLStrategy(seconds_after_success=86400, seconds_after_failure=604800),
         security_context=pod_security(),
@@ -746,9 +762,34 @@ def build_template(site: Site) -> WorkflowTemplate:
         )
         # Argo emits a retried template's metrics for each failed attempt, and again for
         # the whole; a Steps template's once, when it ends: the build's duration is
-        # counted on ``main``, whose {{duration}} spans every attempt of the pod.
-        with Steps(name="main", metrics=_build_metrics()):
+        # counted on ``build``, whose {{duration}} spans every attempt of the pod (and
+        # not the verification after it).
+        with Steps(
+            name=BUILD_STEPS,
+            metrics=_build_metrics(),
+            outputs=[
+                Parameter(
+                    name=VERIFY_OUTPUT,
+                    value_from=m.ValueFrom(
+                        parameter=f"{{{{steps.{RUN_STEP}.outputs.parameters.{VERIFY_OUTPUT}}}}}"
+                    ),
+                )
+            ],
+        ) as build:
             run(name=RUN_STEP)
+        verify = _verify_deploy(site)
+        with Steps(name="main"):
+            build(name=BUILD_STEPS)
+            if verify is not None:
+                # a verdict of failure is the status it posts, not the build's: the
+                # Workflow still succeeds (the pass looks again if this one could not)
+                env_name = f"{{{{steps.{BUILD_STEPS}.outputs.parameters.{VERIFY_OUTPUT}}}}}"
+                verify(
+                    name=VERIFY_DEPLOY_STEP,
+                    arguments=[Parameter(name=VERIFY_OUTPUT, value=env_name)],
+                    when=f"'{env_name}' != ''",
+                    continue_on=CONTINUE,
+                )
 
         with Steps(name=EXIT_HANDLER, metrics=_writeback_outcome_metric()):
             # The exit handler reads Argo's own account of the run: {{workflow.status}}
@@ -759,6 +800,51 @@ def build_template(site: Site) -> WorkflowTemplate:
 
 # a report that cannot be made never fails the build: the reconciler repairs the status
 CONTINUE = m.ContinueOn(failed=True, error=True)
+# beyond its verdict's own bound (verify.timeout and verify.soak), what the step may take
+# to start and to post it
+VERIFY_MARGIN_SECONDS = 120
+
+
+def verify_bound(site: Site) -> int | None:
+    """Seconds the ``verify-deploy`` step may run: the longest verdict of the first
+    environments it verifies, and a margin; None when no app's first environment is
+    deployed by an Argo CD of this cluster (the step is not in the template)."""
+    verdicts = [
+        parse_duration(config.timeout) + parse_span(config.soak)
+        for app in site.apps
+        if app.environments and site.targets[app.environments[0].target].in_cluster
+        for config in [site.verify_of(app, app.environments[0])]
+    ]
+    if not verdicts:
+        return None
+    return int(max(verdicts).total_seconds()) + VERIFY_MARGIN_SECONDS
+
+
+def _verify_deploy(site: Site) -> Container | None:
+    """``fabrique verify --wait`` of the environment the write-back wrote into: the fast
+    path of the verification (docs/DESIGN.md, "After a deploy"). Its own pod, after the
+    build's, with the one token of the build namespace: its account reads the
+    environments' Applications by name and lists their namespaces' pods, nothing else.
+    A failure rolls back or holds through the write-back's path, hence the Git
+    credentials."""
+    bound = verify_bound(site)
+    if bound is None:
+        return None
+    env_name = f"{{{{inputs.parameters.{VERIFY_OUTPUT}}}}}"
+    git = writes_git(site)
+    return tools_step(
+        site,
+        VERIFY_DEPLOY_STEP,
+        ["verify", "--app", APP, "--env", env_name, "--wait", "--in-cluster"],
+        labels=POD_LABELS | {STEP_LABEL: VERIFY_DEPLOY_STEP},
+        inputs=[Parameter(name=VERIFY_OUTPUT)],
+        extra_env=git["extra_env"],
+        extra_volumes=git.get("extra_volumes"),
+        retry_strategy=retry(site),
+        service_account_name=VERIFIER_ACCOUNT,
+        automount_service_account_token=True,
+        active_deadline_seconds=str(bound),
+    )
 
 
 def _report_step(site: Site, name: str, kind: str, *args: str, **extra: Any) -> Container:

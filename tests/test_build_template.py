@@ -68,8 +68,12 @@ def _script(container: dict[str, Any]) -> str:
 
 
 def test_the_stages_run_in_order_in_one_pod(template: dict[str, Any]) -> None:
-    main = _templates(template)["main"]
-    assert main["steps"] == [[{"name": "run", "template": "run"}]]
+    templates = _templates(template)
+    # the build (its pod); with no environment deployed by this cluster's Argo CD,
+    # nothing after it (the verification: test_verify_deploy.py)
+    assert templates["main"]["steps"] == [[{"name": "build", "template": "build"}]]
+    assert templates["build"]["steps"] == [[{"name": "run", "template": "run"}]]
+    assert "verify-deploy" not in templates
     dependencies = {
         name: (c.get("dependencies") or [None])[0] for name, c in _containers(template).items()
     }
@@ -349,6 +353,11 @@ def test_digest_is_verified_by_the_tools_image_and_exposed(template: dict[str, A
         {
             "name": "commit",
             "valueFrom": {"path": "/fabrique/verified/writeback/commit", "default": ""},
+        },
+        # the environment the build's own Workflow verifies next, "" for none
+        {
+            "name": "verify",
+            "valueFrom": {"path": "/fabrique/verified/writeback/verify", "default": ""},
         },
         {
             "name": VERIFIED_OUTPUT,

@@ -73,9 +73,11 @@ def test_the_exit_handler_and_the_metrics_pass_the_strict_schema(
             }
         ]
     ]
-    # each counted once per run: the build's duration on main around the retried pod, the
-    # write-back's outcome by the exit handler
-    assert [m["name"] for m in templates["main"]["metrics"]["prometheus"]] == [
+    # each counted once per run: the build's duration on build around the retried pod (not
+    # main: the verification after it is no build time), the write-back's outcome by the
+    # exit handler
+    assert "metrics" not in templates["main"]
+    assert [m["name"] for m in templates["build"]["metrics"]["prometheus"]] == [
         "fabrique_build_duration_seconds"
     ]
     assert [m["name"] for m in templates["exit-handler"]["metrics"]["prometheus"]] == [
@@ -84,7 +86,7 @@ def test_the_exit_handler_and_the_metrics_pass_the_strict_schema(
     assert not [t["name"] for t in templates.values() if "retryStrategy" in t and "metrics" in t]
     # the same check fails on a misspelled metric field: it is not a check that cannot fail
     broken = copy.deepcopy(template)
-    metric = next(t for t in broken["spec"]["templates"] if t["name"] == "main")["metrics"]
+    metric = next(t for t in broken["spec"]["templates"] if t["name"] == "build")["metrics"]
     metric["prometheus"][0]["histogram"]["bucket"] = [1.0]
     assert any("bucket" in e.message for e in validator.iter_errors(broken))
 
@@ -133,7 +135,7 @@ def test_the_metrics_read_only_what_argo_resolves(template: dict[str, Any]) -> N
         if "metrics" in t
     }
     assert variables == {
-        "main": {"{{workflow.parameters.app}}", "{{status}}", "{{duration}}"},
+        "build": {"{{workflow.parameters.app}}", "{{status}}", "{{duration}}"},
         "exit-handler": {"{{workflow.parameters.app}}", OUTCOME},
     }
     (outcome,) = [

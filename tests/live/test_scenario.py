@@ -333,12 +333,15 @@ def test_prod_gets_what_bench_verified_and_a_bench_build_that_crashes_is_rolled_
     bench: Bench,
 ) -> None:
     """Two Applications of the same app, bench and prod, each made by ``fabrique seed``;
-    builds reach bench only. A build bench runs Healthy is verified there (``fabrique
-    verify``: every pod on its digest, by the kubelet's imageID), and only then does
-    ``fabrique promote --to prod`` give prod its pin, whose pod then runs by it. A later
-    build whose container never starts is written into bench, fails its verification
-    (its pod in a crash loop), and is rolled back, in Git, to the verified digest, held
-    with the reason; bench's pod is Ready on it again and prod is never touched."""
+    builds reach bench only, whose Argo CD runs in fabrique's cluster: the tree applied
+    with bench ``inCluster``, each build's Workflow verifies bench after its write-back
+    (its ``verify-deploy`` step: every pod on the digest, by the kubelet's imageID). A
+    good build is verified there by its own Workflow, and only then does ``fabrique
+    promote --to prod`` give prod its pin, whose pod then runs by it. A later build
+    whose container never starts is written into bench, fails its verification in its
+    own Workflow (its pod in a crash loop), and is rolled back, in Git, to the verified
+    digest, held with the reason; bench's pod is Ready on it again, no person involved,
+    and prod is never touched. The tree as it was is applied again after."""
     plane, argocd = bench.plane, bench.argocd
     cluster = Cluster(plane)
     site = load_site(env={})
@@ -356,7 +359,10 @@ def test_prod_gets_what_bench_verified_and_a_bench_build_that_crashes_is_rolled_
         yaml.safe_dump(
             site_values(
                 plane,
-                targets={name: {"context": "fabrique-live"} for name in ("bench", "prod")},
+                targets={
+                    "bench": {"context": "fabrique-live", "inCluster": True},
+                    "prod": {"context": "fabrique-live"},
+                },
                 apps=[app],
             )
         )
@@ -379,19 +385,15 @@ def test_prod_gets_what_bench_verified_and_a_bench_build_that_crashes_is_rolled_
     def promote() -> subprocess.CompletedProcess[str]:
         return fabrique("promote", "--app", APP, "--to", "prod")
 
-    def verified(state: str) -> Any:
-        """Look at bench (``fabrique verify``) until its line says ``state``."""
-        said: list[str] = []
-
-        def look() -> subprocess.CompletedProcess[str] | None:
-            done = fabrique("verify", "--app", APP, "--env", "bench")
-            said[:] = [done.stdout + done.stderr]
-            return done if done.stdout.startswith(f"{APP}/bench: {state}: ") else None
-
-        try:
-            return cluster.wait(f"fabrique verify to say {state} of bench", look, timeout=240)
-        except AssertionError as late:
-            raise AssertionError(f"{late}; it said last: {said[-1] if said else ''}") from None
+    def verdict(revision: str) -> tuple[str, str]:
+        """The ``fabrique/citation/bench/verified`` status on ``revision``."""
+        with bench.gitea.admin() as gitea:
+            answer = gitea.get(f"/repos/{CODE_REPO}/commits/{revision}/status")
+        found = [
+            s for s in answer.json().get("statuses") or []
+            if s["context"] == f"fabrique/{APP}/bench/verified"
+        ]  # fmt: skip
+        return (found[0]["status"], found[0]["description"]) if found else ("", "")
 
     def target(path: str) -> str:
         with bench.gitea.admin() as gitea:
@@ -412,6 +414,12 @@ def test_prod_gets_what_bench_verified_and_a_bench_build_that_crashes_is_rolled_
         )
 
     try:
+        # the tree of this site: its Roles and NetworkPolicies go into the environments'
+        # namespaces, which Argo CD would make only at their first sync
+        for namespace in ("citation-bench", "citation-prod"):
+            cluster.kubectl("create", "namespace", namespace, check=False)
+        cluster.apply_tree(render(values, bench.folder / "environments-manifests"))
+        cluster.wait_templates_seen()
         bench.gitea.commit(
             CODE_REPO, BRANCH,
             {PROD_OVERLAY: "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
@@ -424,30 +432,25 @@ def test_prod_gets_what_bench_verified_and_a_bench_build_that_crashes_is_rolled_
         assert early.returncode == 2 and "promote into it first" in early.stderr, (
             early.stdout + early.stderr
         )
+        seed("bench", "citation-bench")
 
-        # a good build: bench runs it Healthy; verified there, prod gets exactly its pin
+        # a good build: its own Workflow sees bench run it, and says verified; only then
+        # does prod get exactly its pin
         good = bench.gitea.commit(
             CODE_REPO, BRANCH, {DOCKERFILE: dockerfile + "LABEL stage=bench\n"}, "citation: v2"
         )
         _built(bench, cluster, good)
-        seed("bench", "citation-bench")
-        argocd.refresh("citation-bench")
-        cluster.wait(
-            "bench Synced and Healthy on the good build",
-            lambda: _runs(argocd.application("citation-bench"), good),
-            timeout=180,
-        )
-        look = verified("verified")
-        assert look.returncode == 0, look.stdout + look.stderr
+        state, said = verdict(good)
+        assert state == "success" and said.startswith("verified in bench: sha256:"), (
+            state, said, _looked(cluster, good),
+        )  # fmt: skip
+        digest = said.removeprefix("verified in bench: ")
+        assert _runs(argocd.application("citation-bench"), good)
         done = promote()
         assert done.returncode == 0, done.stdout + done.stderr
         assert done.stdout.startswith(
-            f"promoted: {APP} registry:80/citation-dagster:{good[:12]}@sha256:"
+            f"promoted: {APP} registry:80/citation-dagster:{good[:12]}@{digest} "
         ), done.stdout
-        digest = done.stdout.split("@", 1)[1].split()[0]
-        assert look.stdout.strip() == (
-            f"{APP}/bench: verified: {digest}: Synced and Healthy, 1 pod(s) run it"
-        )
         again = promote()
         assert again.returncode == 0 and again.stdout.startswith("unchanged: "), (
             again.stdout + again.stderr
@@ -464,71 +467,85 @@ def test_prod_gets_what_bench_verified_and_a_bench_build_that_crashes_is_rolled_
         assert running and all(image.endswith(f"@{digest}") for image in running), running
         prod_pin = target(PROD_OVERLAY)
 
-        # a build whose container never starts: bench takes it, and is not Healthy
+        # a build whose container never starts: bench takes it, its pod crash-loops, its
+        # Workflow's look fails it and rolls bench back; nobody runs anything
         crashing = dockerfile.replace('CMD ["httpd"', 'CMD ["false", "httpd"')
         broken = bench.gitea.commit(
             CODE_REPO, BRANCH, {DOCKERFILE: crashing}, "citation: a broken start"
         )
+        crashed = cluster.wait(
+            "a bench pod of the broken build to fail",
+            lambda: _crashed(cluster, "citation-bench", digest) or None,
+            timeout=300,
+        )
+        back = cluster.wait(
+            "bench Synced and Healthy on the verified build again, every pod on it",
+            lambda: (
+                _runs(argocd.application("citation-bench"), good)
+                and _on(cluster, "citation-bench", digest)
+                and time.monotonic()
+            ),
+            timeout=180,
+        )
         _built(bench, cluster, broken)
-        argocd.refresh("citation-bench")
-
-        def unhealthy() -> dict[str, Any] | None:
-            found = argocd.application("citation-bench") or {}
-            status = found.get("status") or {}
-            images_run = (status.get("summary") or {}).get("images") or []
-            return (
-                found
-                if (
-                    (status.get("sync") or {}).get("status") == "Synced"
-                    and any(broken[:12] in image for image in images_run)
-                    and (status.get("health") or {}).get("status") in ("Progressing", "Degraded")
-                )
-                else None
-            )
-
-        cluster.wait("bench Synced to the broken build, not Healthy", unhealthy, timeout=180)
-        refused = promote()
-        assert refused.returncode == 8, refused.stdout + refused.stderr
-        assert re.fullmatch(
-            r"error: bench: Application argocd/citation-bench \(context fabrique-live\) is "
-            r"(Progressing|Degraded), not Healthy\n",
-            refused.stderr,
-        ), refused.stderr
-
-        # its verification fails on the pod's crash loop: bench goes back to what was
-        # verified there, held, in one commit; prod is never touched
-        failed = verified("rolled-back")
-        failed_at = time.monotonic()
-        assert failed.returncode == 8, failed.stdout + failed.stderr
-        assert "CrashLoopBackOff" in failed.stdout or " exited " in failed.stdout, failed.stdout
-        assert f"rolled back to {good[:12]} ({digest})" in failed.stdout, failed.stdout
+        state, said = verdict(broken)
+        assert state == "failure" and said.startswith("failed in bench: sha256:"), (
+            state, said, _looked(cluster, broken),
+        )  # fmt: skip
         held = target(bench_target)
         assert f"digest: {digest}" in held and "hold.fabrique.io/citation" in held, held
         assert "failed verification in bench" in held, held
-        argocd.refresh("citation-bench")
-        cluster.wait(
-            "bench Synced and Healthy on the verified build again",
-            lambda: _runs(argocd.application("citation-bench"), good),
-            timeout=180,
-        )
-        back = time.monotonic() - failed_at
-        pods = cluster.items("/api/v1/namespaces/citation-bench/pods")
-        ids = [
-            s.get("imageID", "")
-            for p in pods
-            if not (p.get("metadata") or {}).get("deletionTimestamp")
-            for s in (p.get("status") or {}).get("containerStatuses") or []
-        ]
-        assert ids and all(i.endswith(f"@{digest}") for i in ids), ids
         assert target(PROD_OVERLAY) == prod_pin, "prod is never touched"
         # a replay of the look: the verified digest runs there, nothing more to say
         after = fabrique("verify", "--app", APP, "--env", "bench")
         assert after.returncode == 0 and after.stdout.startswith(f"{APP}/bench: judged: "), (
             after.stdout + after.stderr
         )
-        print(f"bench: failed verification to the verified pod Ready again: {back:.1f} s")
+        print(
+            f"bench: the broken build's pod failing ({crashed[1]}) to the verified pod "
+            f"Ready again: {back - crashed[0]:.1f} s"
+        )
     finally:
+        cluster.apply_tree(render(bench.values, bench.folder / "manifests"))
         cluster.http.close()
+
+
+def _looked(cluster: Cluster, revision: str) -> list[str]:
+    """What the build Workflow's ``verify-deploy`` nodes of ``revision`` say."""
+    name = f"fabrique-{APP}-{revision[:12]}"
+    found = cluster.get(f"/apis/argoproj.io/v1alpha1/namespaces/fabrique-build/workflows/{name}")
+    return [
+        f"{node.get('displayName')}: {node.get('phase')} {node.get('message', '')}"
+        for node in ((found.get("status") or {}).get("nodes") or {}).values()
+        if node.get("templateName") == "verify-deploy"
+    ]
+
+
+def _crashed(cluster: Cluster, namespace: str, verified: str) -> tuple[float, str] | None:
+    """When a pod of ``namespace`` not on ``verified`` has a container that cannot run
+    (waiting in CrashLoopBackOff, or ended in error), and how."""
+    for pod in cluster.items(f"/api/v1/namespaces/{namespace}/pods"):
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            if status.get("imageID", "").endswith(verified):
+                continue
+            state = status.get("state") or {}
+            waiting = (state.get("waiting") or {}).get("reason", "")
+            ended = state.get("terminated") or (status.get("lastState") or {}).get("terminated")
+            if waiting == "CrashLoopBackOff" or (ended and ended.get("exitCode")):
+                return time.monotonic(), waiting or f"exit {ended['exitCode']}"
+    return None
+
+
+def _on(cluster: Cluster, namespace: str, digest: str) -> bool:
+    """Every live pod of ``namespace`` runs ``digest`` (the kubelet's imageID), Ready."""
+    pods = [
+        p for p in cluster.items(f"/api/v1/namespaces/{namespace}/pods")
+        if not (p.get("metadata") or {}).get("deletionTimestamp")
+    ]  # fmt: skip
+    statuses = [s for p in pods for s in (p.get("status") or {}).get("containerStatuses") or []]
+    return bool(statuses) and all(
+        s.get("imageID", "").endswith(f"@{digest}") and s.get("ready") for s in statuses
+    )
 
 
 def _runs(found: dict[str, Any] | None, revision: str) -> bool:
