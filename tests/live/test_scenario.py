@@ -354,14 +354,16 @@ def test_prod_gets_what_bench_verified_and_a_bench_build_that_crashes_is_rolled_
          "namespace": "citation-prod", "writeback": {"repo": CODE_REPO, "path": PROD_OVERLAY}},
     ]  # fmt: skip
     bench_target = app["writeback"]["path"]
+    hook = argocd.webhook_url
     values = bench.folder / "environments.yaml"
     values.write_text(
         yaml.safe_dump(
             site_values(
                 plane,
+                # seed's hooks tell the plane's Argo CD of each write-back at once
                 targets={
-                    "bench": {"context": "fabrique-live", "inCluster": True},
-                    "prod": {"context": "fabrique-live"},
+                    "bench": {"context": "fabrique-live", "inCluster": True, "argoCdWebhook": hook},
+                    "prod": {"context": "fabrique-live", "argoCdWebhook": hook},
                 },
                 apps=[app],
             )
@@ -432,6 +434,13 @@ def test_prod_gets_what_bench_verified_and_a_bench_build_that_crashes_is_rolled_
         assert early.returncode == 2 and "promote into it first" in early.stderr, (
             early.stdout + early.stderr
         )
+        # bench deploys a build (seed writes its Application for what its target holds,
+        # built): the first one's Workflow finds no Application to look at, and says so
+        first = bench.gitea.commit(
+            CODE_REPO, BRANCH, {DOCKERFILE: dockerfile + "LABEL stage=first\n"}, "citation: v1"
+        )
+        _built(bench, cluster, first)
+        assert verdict(first) == ("", ""), _looked(cluster, first)
         seed("bench", "citation-bench")
 
         # a good build: its own Workflow sees bench run it, and says verified; only then
@@ -445,7 +454,6 @@ def test_prod_gets_what_bench_verified_and_a_bench_build_that_crashes_is_rolled_
             state, said, _looked(cluster, good),
         )  # fmt: skip
         digest = said.removeprefix("verified in bench: ")
-        assert _runs(argocd.application("citation-bench"), good)
         done = promote()
         assert done.returncode == 0, done.stdout + done.stderr
         assert done.stdout.startswith(
