@@ -58,6 +58,7 @@ def _with_bench(plane: Plane) -> None:
     its builds' Workflows and rolled back on failure."""
     values = json.loads(plane.values.read_text())
     values["targets"]["prod"]["inCluster"] = True
+    values.setdefault("apps", plane.site.to_values()["apps"])
     values["apps"][0]["environments"] = [
         {"name": "bench", "target": "prod", "verify": {"onFailure": "rollback"}}
     ]

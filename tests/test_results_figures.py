@@ -165,6 +165,21 @@ def _flat(column: str, apps: str, code: str = "after", push: str | None = None) 
     return Cell(FLAT, column, {"apps": apps, "code": code, **({"push": push} if push else {})})
 
 
+UNDONE = "A deploy that breaks undoes itself"
+
+
+def _undone(stage: str, column: str) -> Cell:
+    return Cell(UNDONE, column, {"from the broken build's pod failing (seconds)": stage})
+
+
+VERDICT = "the verdict posted (`fabrique/citation/bench/verified`, success)"
+POD_READY = "the app's pod Ready by the digest"
+
+
+def _good(stage: str) -> Cell:
+    return Cell(UNDONE, "run 1", {"stage (seconds after the good push)": stage})
+
+
 RENDER_CLI = "Render and validate at ten thousand apps"
 
 
@@ -205,6 +220,16 @@ TIES: dict[str, list[tuple[str, Tie]]] = {
         ("6.3 s", _chain("the digest in Git (the write-back's commit)", "one pod p50")),
         ("14.3 s", _chain("the app's pod Ready by the digest", "run 1 p50")),
         ("8.3 s", _chain("the app's pod Ready by the digest", "one pod p50")),
+    ],
+    "A deploy that breaks undoes itself": [
+        ("5 s", SETTING),  # the look's period (VERIFY_EVERY)
+        ("0.3 s", SETTING),  # the poll of the pods
+        ("60 s", SETTING),  # the target
+        ("8.0 s", _undone("every pod of the app Ready on it again", "p50")),
+        ("9.8 s", _undone("every pod of the app Ready on it again", "max")),
+        ("5 s", SETTING),
+        ("5.0 s", Difference(_good(VERDICT), _good(POD_READY))),
+        ("8.0 s", Difference(_good("the build's Workflow done"), _good(POD_READY))),
     ],
     "": [
         ("200 MB", SETTING),
