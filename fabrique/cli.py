@@ -742,11 +742,16 @@ def promote(state: _State, app: str, to: str, revision: str | None, dry_run: boo
     from fabrique.decisions.signature import signature_gate
     from fabrique.decisions.status import StatusReporter
     from fabrique.decisions.writeback import open_transport
+    from fabrique.gestures.promote import look_after
     from fabrique.gestures.promote import promote as promote_gesture
 
     site = state.site
     site.app(app)
     token = token_from_env()
+
+    def kube_for(target: str) -> KubeClient:
+        return KubeClient.for_site(site, site.targets[target].context)
+
     with (
         open_transport(site, token, writes=not dry_run) as transport,
         GiteaClient.for_site(site, token) as gitea,
@@ -754,7 +759,7 @@ def promote(state: _State, app: str, to: str, revision: str | None, dry_run: boo
     ):
         outcome = promote_gesture(
             *(site, transport, StatusReporter(site, gitea, token), registry),
-            lambda target: KubeClient.for_site(site, site.targets[target].context),
+            kube_for,
             *(app, to),
             revision=revision,
             dry_run=dry_run,
@@ -767,6 +772,10 @@ def promote(state: _State, app: str, to: str, revision: str | None, dry_run: boo
             f"promoted: {app} {outcome.pin.reference} -> {to} {outcome.where} "
             f"(commit {outcome.commit})"
         )
+        config = site.app(app)
+        looking = look_after(site, kube_for, config, config.environment(to)[0], outcome)
+        if looking:
+            click.echo(looking)
     else:
         click.echo(outcome.line())
 
@@ -810,6 +819,7 @@ def verify(
     from fabrique.clients.gitea import GiteaClient, token_from_env
     from fabrique.clients.kube import KubeClient
     from fabrique.clients.registry import RegistryClient
+    from fabrique.decisions.reconcile import AppResult
     from fabrique.decisions.signature import signature_gate
     from fabrique.decisions.status import StatusReporter
     from fabrique.decisions.writeback import open_transport
@@ -838,12 +848,19 @@ def verify(
             )
         kube = KubeClient.for_site(site, None if in_cluster else kube_context or target.context)
         while True:
-            result = verify_environment(
-                *(site, transport, StatusReporter(site, gitea, token), registry, kube),
-                *(config, environment),
-                dry_run=dry_run,
-                gate=signature_gate(site, registry),
-            )
+            try:
+                result = verify_environment(
+                    *(site, transport, StatusReporter(site, gitea, token), registry, kube),
+                    *(config, environment),
+                    dry_run=dry_run,
+                    gate=signature_gate(site, registry),
+                )
+            except NotPassed as err:
+                if not wait:
+                    raise
+                # nothing deploys it yet (its Application is made after the first
+                # promotion): no verdict, no status; looked at again until the bound
+                result = AppResult(f"{app}/{env_name}", "verifying", str(err))
             if not wait or result is None or result.state != "verifying":
                 break
             if time.monotonic() >= deadline:

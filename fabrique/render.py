@@ -338,6 +338,27 @@ def environment_reader(
     return rbac
 
 
+def verify_unit(site: Site) -> Tree:
+    """Where a promotion's look runs (``fabrique-verify``), when an environment after an
+    app's first is deployed by this cluster's Argo CD: the template, its account (get
+    those Applications, list their pods), and the reconciler's right to start one in
+    the control namespace (admission holds it to that template)."""
+    from pipelines.reconcile_cron import SERVICE_ACCOUNT as RECONCILER
+    from pipelines.verify import SERVICE_ACCOUNT, verify_template
+
+    looked = site.promoted_in_cluster()
+    if not looked:
+        return {}
+    ns = site.namespaces.control
+    rbac = [account(SERVICE_ACCOUNT, ns), *environment_reader(SERVICE_ACCOUNT, ns, looked, looked)]
+    start = [{"apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": ["create"]}]
+    rbac += service_account(RECONCILER, ns, start, role=f"{RECONCILER}-start-verifications")[1:]
+    return {
+        "verify/rbac.yaml": rbac,
+        "verify/workflowtemplate.yaml": [verify_template(site).to_dict()],
+    }
+
+
 def netpol_unit(site: Site) -> Tree:
     from netpol.policies import policies
 
@@ -362,6 +383,7 @@ UNITS = (
     events_unit,
     push_unit,
     reconcile_unit,
+    verify_unit,
     mirror_unit,
     netpol_unit,
 )

@@ -36,6 +36,7 @@ FABRIQUE_PODS = {"matchLabels": {LABEL_PART_OF: "fabrique"}}
 # the control namespace's Workflow pods: the safety net and the mirror sync
 RECONCILER_POD = {"matchLabels": {"fabrique.io/role": "reconciler"}}
 PLANNER_POD = {"matchLabels": {"fabrique.io/role": PLANNER_ROLE}}
+VERIFIER_POD = {"matchLabels": {"fabrique.io/role": "verifier"}}
 MIRROR_SYNC_POD = {"matchLabels": {"fabrique.io/role": "mirror-sync"}}
 BUILD_POD = {"matchLabels": {STEP_LABEL: "build"}}
 EVENTSOURCE_POD = {"matchLabels": {"eventsource-name": EVENT_SOURCE}}
@@ -249,6 +250,26 @@ def control_namespace(site: Site) -> list[dict[str, Any]]:
             PLANNER_POD,
             ingress=[],
             egress=[_dns(site), _peer(site.netpol.gitea), _api(site)],
+        ),
+        # a promotion's look (fabrique-verify) reads Gitea, the registry (a rollback
+        # checks the image) and the API, as the reconciler does; no ingress
+        *(
+            [
+                _policy(
+                    "verifier",
+                    ns,
+                    VERIFIER_POD,
+                    ingress=[],
+                    egress=[
+                        _dns(site),
+                        _peer(site.netpol.gitea),
+                        _peer(site.netpol.registry),
+                        _api(site),
+                    ],
+                )
+            ]
+            if site.promoted_in_cluster()
+            else []
         ),
         # the mirror sync only calls Gitea's API (and its executor reports to the API)
         _policy(

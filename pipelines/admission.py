@@ -39,10 +39,14 @@ from fabrique.site.names import (
     PUSH_PARAMETERS,
     PUSH_PREFIX,
     PUSH_TEMPLATE,
+    RECONCILER_ACCOUNT,
     REVISION_RE,
     SENSOR_SERVICE_ACCOUNT,
     SHORT_SHA_LEN,
     TEMPLATE_NAME,
+    VERIFY_PARAMETERS,
+    VERIFY_PREFIX,
+    VERIFY_TEMPLATE,
     WORKFLOW_PREFIX,
 )
 from fabrique.site.objects import object_meta
@@ -50,6 +54,7 @@ from fabrique.site.objects import object_meta
 POLICY = "fabrique-build-workflows"
 SENSOR_CREATES = "fabrique-sensor-creates-pushes"
 SENSOR_POLICY = "fabrique-sensor-changes-nothing"
+RECONCILER_STARTS = "fabrique-reconciler-starts-verifications"
 # what the Sensor's UPDATE must leave as it found it
 SENSOR_RULE = (
     "object.spec == oldObject.spec && "
@@ -126,6 +131,16 @@ PUSH_RULES = (
 )
 
 
+VERIFY_RULES = (
+    *_references(VERIFY_TEMPLATE, VERIFY_PARAMETERS),
+    (
+        # standard CEL only: the name is the look's key (fabrique-verify-<12 hex>)
+        f"object.metadata.name.matches('^{VERIFY_PREFIX}[0-9a-f]{{{SHORT_SHA_LEN}}}$')",
+        f"a Workflow the reconciler starts here must be named {VERIFY_PREFIX}<12 hex digits>",
+    ),
+)
+
+
 def _binding(name: str, namespace: str) -> dict[str, Any]:
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -155,7 +170,11 @@ def _workflows(operation: str) -> dict[str, Any]:
 
 
 def _policy(
-    name: str, operation: str, rules: tuple[tuple[str, str], ...], user: str | None = None
+    name: str,
+    operation: str,
+    rules: tuple[tuple[str, str], ...],
+    user: str | None = None,
+    who: str = "the-sensor",
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "failurePolicy": "Fail",
@@ -163,7 +182,7 @@ def _policy(
     }
     if user is not None:
         spec["matchConditions"] = [
-            {"name": "the-sensor", "expression": f"request.userInfo.username == '{user}'"}
+            {"name": who, "expression": f"request.userInfo.username == '{user}'"}
         ]
     spec["validations"] = [{"expression": expr, "message": message} for expr, message in rules]
     return {
@@ -180,7 +199,7 @@ def workflow_admission(site: Site) -> list[dict[str, Any]]:
     namespace's pushes, as the Sensor creates and finds them."""
     sensor = f"system:serviceaccount:{site.namespaces.control}:{SENSOR_SERVICE_ACCOUNT}"
     control, build = site.namespaces.control, site.namespaces.build
-    return [
+    documents = [
         _policy(POLICY, "CREATE", RULES),
         _binding(POLICY, build),
         _policy(SENSOR_CREATES, "CREATE", PUSH_RULES, sensor),
@@ -188,3 +207,11 @@ def workflow_admission(site: Site) -> list[dict[str, Any]]:
         _policy(SENSOR_POLICY, "UPDATE", (SENSOR_RULE,), sensor),
         _binding(SENSOR_POLICY, control),
     ]
+    if site.promoted_in_cluster():
+        # the reconciler may start a promotion's look there (verify_unit), nothing else
+        reconciler = f"system:serviceaccount:{control}:{RECONCILER_ACCOUNT}"
+        documents += [
+            _policy(RECONCILER_STARTS, "CREATE", VERIFY_RULES, reconciler, "the-reconciler"),
+            _binding(RECONCILER_STARTS, control),
+        ]
+    return documents

@@ -21,13 +21,13 @@ from hera.workflows import models as m
 
 from fabrique.decisions.reconcile import DECISIONS
 from fabrique.site.config import Site
-from fabrique.site.names import LABEL_MANAGED_BY, LABEL_PART_OF
+from fabrique.site.names import LABEL_MANAGED_BY, LABEL_PART_OF, RECONCILER_ACCOUNT
 
 from . import site_from_env
 from .steps import executor, executor_pod_patch, pod_security, resources, tools_step, writes_git
 
 CRON_NAME = "fabrique-reconcile"
-SERVICE_ACCOUNT = "fabrique-reconciler"
+SERVICE_ACCOUNT = RECONCILER_ACCOUNT
 POD_LABELS = {LABEL_PART_OF: "fabrique", "fabrique.io/role": "reconciler"}
 COUNTS_DIR = "/tmp/fabrique/decisions"
 

@@ -9,21 +9,30 @@ against the Gitea double, the loopback registry and the Kubernetes API double.
 
 from __future__ import annotations
 
+import copy
+import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
-from fabrique.render import render_tree
+from fabrique.decisions.workflow import verify_workflow
+from fabrique.gestures import verify as verify_gesture
+from fabrique.render import render_tree, write_tree
 from fabrique.site.config import load_site, parse_site
 from netpol import policies
 
 from .conftest import Repo, run_cli
+from .doubles.admission import Admission
 from .doubles.gitea import GiteaDouble
+from .doubles.kube import KubeApiDouble
+from .manifests import documents, find
 from .oci import built_labels, push_image
 from .servers import Registry
-from .test_promote import env, values  # noqa: F401
-from .test_rollback import APP_FILE
+from .test_promote import _application, _passed, env, values  # noqa: F401
+from .test_rollback import APP_FILE, _built
+from .test_verify_gesture import _pods
 
 BUILD_DEADLINE = 3600  # build.activeDeadlineSeconds, the default site's
 
@@ -173,3 +182,219 @@ def test_verify_in_cluster_refuses_an_environment_read_through_a_context(
         "error: --in-cluster: environment bench deploys through target bench, which is not "
         "inCluster\n"
     )
+
+
+# -- after a promotion: a Workflow of its own (fabrique-verify) ------------------------------
+
+
+def _promoted_tree(tmp_path: Path, prod_in_cluster: bool) -> Path:
+    site = load_site(env={}).to_values()
+    site["targets"]["bench"] = {"context": "cluster-bench", "inCluster": True}
+    site["targets"]["prod"]["inCluster"] = prod_in_cluster
+    app = site["apps"][0]
+    app["environments"] = [
+        {"name": "bench", "target": "bench"},
+        {"name": "prod", "target": "prod", "application": "argocd/citation-prod",
+         "namespace": "dagster-prod",
+         "writeback": {**app["writeback"], "path": "deploy/prod/kustomization.yaml"}},
+    ]  # fmt: skip
+    write_tree(render_tree(parse_site(site)), tmp_path / "tree")
+    (tmp_path / "site.yaml").write_text(yaml.safe_dump(site))
+    return tmp_path / "tree"
+
+
+def test_a_promotion_into_this_cluster_is_looked_at_by_a_workflow_of_its_own(
+    tmp_path: Path,
+) -> None:
+    tree = _promoted_tree(tmp_path, True)
+    # the build's look at bench and the promotion's at prod, side by side: one tree
+    valid = run_cli("--values", str(tmp_path / "site.yaml"), "validate", str(tree))
+    assert valid.exit_code == 0, valid.stdout + valid.stderr
+    template = find(tree, "WorkflowTemplate", "fabrique-verify")
+    spec = template["spec"]
+    assert template["metadata"]["namespace"] == "fabrique"
+    assert spec["serviceAccountName"] == "fabrique-promotion-verifier"
+    assert spec["arguments"]["parameters"] == [{"name": "app"}, {"name": "env"}]
+    assert spec["synchronization"] == {
+        "mutexes": [
+            {"name": "fabrique-verify-{{workflow.parameters.app}}-{{workflow.parameters.env}}"}
+        ]
+    }
+    # prod's verdict (10m by default) and two minutes
+    assert spec["activeDeadlineSeconds"] == 600 + 120
+    (step,) = [t for t in spec["templates"] if "container" in t]
+    assert step["container"]["args"] == [
+        *("verify", "--app", "{{workflow.parameters.app}}"),
+        *("--env", "{{workflow.parameters.env}}", "--wait", "--in-cluster"),
+    ]
+    assert step["metadata"]["labels"]["fabrique.io/role"] == "verifier"
+    # its account reads prod's Application and lists prod's pods, nothing else
+    bindings = {
+        (d["metadata"]["namespace"], d["roleRef"]["name"])
+        for d in documents(tree)
+        if d["kind"] == "RoleBinding"
+        and d["subjects"][0] == {"kind": "ServiceAccount", "name": "fabrique-promotion-verifier",
+                                 "namespace": "fabrique"}
+    }  # fmt: skip
+    assert bindings == {
+        ("argocd", "fabrique-promotion-verifier-read-applications"),
+        ("dagster-prod", "fabrique-promotion-verifier-list-pods"),
+    }
+    # the reconciler (promote: auto) may start one there; its NetworkPolicy lets it out
+    # to DNS, Gitea, the registry and the API only
+    start = find(tree, "Role", "fabrique-reconciler-start-verifications")
+    assert start["metadata"]["namespace"] == "fabrique"
+    assert start["rules"] == [
+        {"apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": ["create"]}
+    ]
+    policy = find(tree, "NetworkPolicy", "verifier")
+    assert policy["spec"]["podSelector"] == {"matchLabels": {"fabrique.io/role": "verifier"}}
+    assert "ingress" not in policy["spec"] and len(policy["spec"]["egress"]) == 4
+
+
+def test_admission_holds_the_reconciler_to_the_look_it_starts(tmp_path: Path) -> None:
+    tree = _promoted_tree(tmp_path, True)
+    admission = Admission(tree, "fabrique-reconciler-starts-verifications")
+    assert admission.namespace == "fabrique"
+    assert admission.policy["spec"]["matchConditions"] == [
+        {
+            "name": "the-reconciler",
+            "expression": (
+                "request.userInfo.username == 'system:serviceaccount:fabrique:fabrique-reconciler'"
+            ),
+        }
+    ]
+    site = load_site(env={})
+    body = verify_workflow(site, "citation", "prod", "sha256:" + "ab" * 32)
+    assert (
+        body["metadata"]["name"]
+        == verify_workflow(site, "citation", "prod", "sha256:" + "ab" * 32)["metadata"]["name"]
+    ), "the same digest, the same look"
+    assert re.fullmatch(r"fabrique-verify-[0-9a-f]{12}", body["metadata"]["name"])
+    assert admission.refusals(body) == []
+    inline = copy.deepcopy(body)
+    inline["spec"] = {"entrypoint": "x", "templates": [{"name": "x", "container": {}}]}
+    assert "only spec.workflowTemplateRef" in " ".join(admission.refusals(inline))
+    build = copy.deepcopy(body)
+    build["spec"]["workflowTemplateRef"]["name"] = "fabrique-build"
+    assert "fabrique-verify by name" in " ".join(admission.refusals(build))
+    renamed = copy.deepcopy(body)
+    renamed["metadata"]["name"] = "fabrique-citation-" + "a" * 12
+    assert "be named fabrique-verify-" in " ".join(admission.refusals(renamed))
+
+
+def test_nothing_of_it_where_promotions_go_to_another_cluster(tmp_path: Path) -> None:
+    tree = _promoted_tree(tmp_path, False)
+    names = {(d["kind"], d.get("metadata", {}).get("name")) for d in documents(tree)}
+    assert ("WorkflowTemplate", "fabrique-verify") not in names
+    assert ("NetworkPolicy", "verifier") not in names
+    assert ("ValidatingAdmissionPolicy", "fabrique-reconciler-starts-verifications") not in names
+    assert ("Role", "fabrique-reconciler-start-verifications") not in names
+
+
+def test_promote_into_this_cluster_starts_the_look_and_a_replay_starts_none(
+    values: Path,  # noqa: F811
+    code_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    kube: KubeApiDouble,
+    env: dict[str, str],  # noqa: F811
+) -> None:
+    site = yaml.safe_load(values.read_text())
+    site["targets"]["prod"] = {"context": "bench", "inCluster": True}
+    site["apps"][0]["environments"][1] |= {
+        "application": "argocd/citation-prod",
+        "namespace": "dagster-prod",
+    }
+    values.write_text(yaml.safe_dump(site))
+    revision, digest = _built(code_repo, registry, gitea.url, "v1\n", values, env)
+    _application(
+        kube, "Synced", "Healthy", [f"{registry.host}/citation-dagster:{revision[:12]}@{digest}"]
+    )
+    _passed(gitea, revision, digest)
+    promote = ["--values", str(values), "promote", "--app", "citation", "--to", "prod"]
+    done = run_cli(*promote, env=env)
+    assert done.exit_code == 0, done.stdout + done.stderr
+    body = verify_workflow(load_site(values, env={}), "citation", "prod", digest)
+    name = body["metadata"]["name"]
+    assert done.stdout.splitlines()[-1] == f"verifying in prod: Workflow fabrique/{name}"
+    made = kube.objects[("fabrique", name)]
+    assert made["spec"] == body["spec"]
+    assert made["metadata"]["labels"]["fabrique.io/environment"] == "prod"
+    # a replay writes nothing, and starts nothing
+    again = run_cli(*promote, env=env)
+    assert again.exit_code == 0 and again.stdout.startswith("unchanged: "), again.stdout
+    assert [k for k in kube.objects if k[0] == "fabrique"] == [("fabrique", name)]
+
+
+def test_verify_wait_looks_again_until_the_application_is_there(
+    values: Path,  # noqa: F811
+    code_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    kube: KubeApiDouble,
+    env: dict[str, str],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A promotion's look starts before the environment's first Application exists (seed
+    makes it once the first promotion wrote a pin): it waits for it, posting nothing,
+    where a single look says so and exits 8."""
+    monkeypatch.setattr(verify_gesture, "VERIFY_EVERY", 0.05)
+    revision, digest = _built(code_repo, registry, gitea.url, "v1\n", values, env)
+    reference = f"{registry.host}/citation-dagster:{revision[:12]}@{digest}"
+    once = run_cli(
+        "--values", str(values), "verify", "--app", "citation", "--env", "bench", env=env
+    )
+    assert once.exit_code == 8, once.stdout + once.stderr
+    assert "Application argocd/citation not found" in once.stderr
+    looks: list[int] = []
+    looked = verify_gesture.look
+
+    def there_at_the_third_look(*args: Any, **kwargs: Any) -> Any:
+        looks.append(1)
+        if len(looks) == 3:  # seed made it, Argo CD synced it
+            _application(kube, "Synced", "Healthy", [reference])
+            _pods(kube, registry, digest)
+        return looked(*args, **kwargs)
+
+    monkeypatch.setattr(verify_gesture, "look", there_at_the_third_look)
+    done = run_cli(
+        "--values", str(values), "verify", "--app", "citation", "--env", "bench", "--wait",
+        env=env,
+    )  # fmt: skip
+    assert done.exit_code == 0, done.stdout + done.stderr
+    assert done.stdout.strip() == (
+        f"citation/bench: verified: {digest}: Synced and Healthy, 1 pod(s) run it"
+    )
+    assert len(done.stderr.splitlines()) == 2
+    assert all("Application argocd/citation not found" in line for line in done.stderr.splitlines())
+
+
+def test_the_pass_starts_the_look_after_its_own_promotion(
+    values: Path,  # noqa: F811
+    code_repo: Repo,
+    gitea: GiteaDouble,
+    registry: Registry,
+    kube: KubeApiDouble,
+    env: dict[str, str],  # noqa: F811
+) -> None:
+    site = yaml.safe_load(values.read_text())
+    site["targets"]["bench"]["inCluster"] = True
+    site["targets"]["prod"] = {"context": "bench", "inCluster": True}
+    site["apps"][0]["environments"][1] |= {
+        "promote": "auto", "application": "argocd/citation-prod", "namespace": "dagster-prod",
+    }  # fmt: skip
+    values.write_text(yaml.safe_dump(site))
+    revision, digest = _built(code_repo, registry, gitea.url, "v1\n", values, env)
+    _application(
+        kube, "Synced", "Healthy", [f"{registry.host}/citation-dagster:{revision[:12]}@{digest}"]
+    )
+    _passed(gitea, revision, digest)
+    done = run_cli("--values", str(values), "reconcile", env=env)
+    assert done.exit_code == 0, done.stdout + done.stderr
+    name = verify_workflow(load_site(values, env={}), "citation", "prod", digest)["metadata"][
+        "name"
+    ]
+    (line,) = [x for x in done.stdout.splitlines() if x.startswith("citation/prod: promoted: ")]
+    assert line.endswith(f"; verifying in prod: Workflow fabrique/{name}"), line
+    assert ("fabrique", name) in kube.objects

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shlex
 from typing import Any
 
@@ -19,6 +20,8 @@ from fabrique.site.names import (
     LABEL_SUBMITTED_BY,
     SHORT_SHA_LEN,
     TEMPLATE_NAME,
+    VERIFY_PREFIX,
+    VERIFY_TEMPLATE,
     check_revision,
     workflow_name,
 )
@@ -74,6 +77,35 @@ def workflow_object(
                     {"name": "app", "value": app},
                     {"name": "revision", "value": revision},
                 ]
+            },
+        },
+    }
+
+
+def verify_workflow(site: Site, app: str, env: str, digest: str) -> dict[str, Any]:
+    """The Workflow that looks at environment ``env`` of ``app`` after ``digest`` was
+    promoted there, from the ``fabrique-verify`` template, in the control namespace. Its
+    name is ``fabrique-verify-`` and 12 hex digits of the three, so that writing the same
+    digest again is a 409, not a second look (and any app or environment name fits)."""
+    key = hashlib.sha256(f"{app}\n{env}\n{digest}".encode()).hexdigest()[:SHORT_SHA_LEN]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Workflow",
+        "metadata": {
+            "name": f"{VERIFY_PREFIX}{key}",
+            "namespace": site.namespaces.control,
+            "labels": {
+                LABEL_APP: app,
+                "fabrique.io/environment": env,
+                LABEL_PART_OF: "fabrique",
+                LABEL_MANAGED_BY: "fabrique",
+            },
+            "annotations": {"fabrique.io/digest": digest},
+        },
+        "spec": {
+            "workflowTemplateRef": {"name": VERIFY_TEMPLATE},
+            "arguments": {
+                "parameters": [{"name": "app", "value": app}, {"name": "env", "value": env}]
             },
         },
     }

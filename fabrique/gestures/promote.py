@@ -38,6 +38,7 @@ from fabrique.decisions.reconcile import AppResult, error_result
 from fabrique.decisions.signature import signature_gate
 from fabrique.decisions.status import Report, StatusReporter
 from fabrique.decisions.targets import ImagePin
+from fabrique.decisions.workflow import verify_workflow
 from fabrique.decisions.writeback import (
     Outcome,
     Transport,
@@ -246,6 +247,29 @@ def promote(
     return outcome
 
 
+def look_after(
+    site: Site,
+    kube_for: Callable[[str], KubeClient],
+    app: AppConfig,
+    env: Environment,
+    outcome: Outcome,
+) -> str | None:
+    """After a promotion wrote a new digest into ``env`` whose Argo CD runs in fabrique's
+    cluster, the Workflow that looks at it until its verdict (``fabrique-verify``): what
+    to say of it; None when there is none to start. A Workflow of that digest there
+    already is the same look; one that cannot be created is said, and the next pass
+    looks instead (it never undoes the promotion)."""
+    if outcome.state != "changed" or not site.targets[env.target].in_cluster:
+        return None
+    body = verify_workflow(site, app.name, env.name, outcome.pin.digest or "")
+    where = f"{body['metadata']['namespace']}/{body['metadata']['name']}"
+    try:
+        created = kube_for(env.target).create_workflow(body)
+    except FabriqueError as err:
+        return f"not verifying in {env.name} now: {err}; the next reconcile pass looks"
+    return f"verifying in {env.name}: Workflow {where}" + ("" if created.created else " (already)")
+
+
 # what a pass says of an environment it promotes into (``promote: auto``), by outcome
 PASS_STATES = {
     "changed": "promoted",
@@ -319,6 +343,9 @@ def auto_promote(
                 detail += f" (commit {outcome.commit})"
             elif outcome.detail:
                 detail = f"{outcome.detail}; nothing written to {outcome.where}"
+            looking = None if dry_run else look_after(site, lambda _: kube, app, env, outcome)
+            if looking:
+                detail += f"; {looking}"
             results.append(AppResult(name, state, detail))
     return results
 

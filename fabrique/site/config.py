@@ -1353,6 +1353,17 @@ class Site(_Model):
         opening = sorted(start for w in windows for start in w.opened(moment, ahead))
         return frozen_at(windows, opening[0]) if opening else None
 
+    def promoted_in_cluster(self) -> list[tuple[AppConfig, Environment]]:
+        """Every environment after an app's first whose Argo CD runs in fabrique's
+        cluster (``targets.<name>.inCluster``): what a promotion's Workflow looks at
+        (``fabrique-verify``)."""
+        return [
+            (app, env)
+            for app in self.apps
+            for env in app.environments[1:]
+            if self.targets[env.target].in_cluster
+        ]
+
     def verify_of(self, app: AppConfig, env: Environment) -> VerifyConfig:
         """How ``env`` of ``app`` verifies: its own fields over the site's, and what a
         failure does there when neither says (rollback, hold in the first)."""

@@ -145,8 +145,15 @@ SENSOR = "fabrique-build"  # the site's one Sensor
 PUSH_TEMPLATE = "fabrique-push"
 PUSH_PREFIX = "fabrique-push-"
 PLANNER_ACCOUNT = "fabrique-planner"
+RECONCILER_ACCOUNT = "fabrique-reconciler"  # the safety net's pass
 PLANNER_ROLE = "planner"  # its pod's fabrique.io/role, which its NetworkPolicy selects
 PUSH_PARAMETERS = ("before", "after")  # what the Sensor passes it: the push's two commits
+# A promotion's look at its environment (a build's is a step of its own Workflow): one
+# Workflow of this template, in the control namespace, fabrique-verify-<12 hex> of the
+# app, the environment and the digest
+VERIFY_TEMPLATE = "fabrique-verify"
+VERIFY_PREFIX = "fabrique-verify-"
+VERIFY_PARAMETERS = ("app", "env")
 # the label every Sensor pod of the site carries (its template's), which its policy selects
 SENSOR_ROLE_LABEL, SENSOR_ROLE = "fabrique.io/role", "sensor"
 SENSOR_SERVICE_ACCOUNT = "fabrique-sensor"

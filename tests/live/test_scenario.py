@@ -363,7 +363,7 @@ def test_prod_gets_what_bench_verified_and_a_bench_build_that_crashes_is_rolled_
                 # seed's hooks tell the plane's Argo CD of each write-back at once
                 targets={
                     "bench": {"context": "fabrique-live", "inCluster": True, "argoCdWebhook": hook},
-                    "prod": {"context": "fabrique-live", "argoCdWebhook": hook},
+                    "prod": {"context": "fabrique-live", "inCluster": True, "argoCdWebhook": hook},
                 },
                 apps=[app],
             )
@@ -387,13 +387,13 @@ def test_prod_gets_what_bench_verified_and_a_bench_build_that_crashes_is_rolled_
     def promote() -> subprocess.CompletedProcess[str]:
         return fabrique("promote", "--app", APP, "--to", "prod")
 
-    def verdict(revision: str) -> tuple[str, str]:
-        """The ``fabrique/citation/bench/verified`` status on ``revision``."""
+    def verdict(revision: str, where: str = "bench") -> tuple[str, str]:
+        """The ``fabrique/citation/<where>/verified`` status on ``revision``."""
         with bench.gitea.admin() as gitea:
             answer = gitea.get(f"/repos/{CODE_REPO}/commits/{revision}/status")
         found = [
             s for s in answer.json().get("statuses") or []
-            if s["context"] == f"fabrique/{APP}/bench/verified"
+            if s["context"] == f"fabrique/{APP}/{where}/verified"
         ]  # fmt: skip
         return (found[0]["status"], found[0]["description"]) if found else ("", "")
 
@@ -435,13 +435,18 @@ def test_prod_gets_what_bench_verified_and_a_bench_build_that_crashes_is_rolled_
             early.stdout + early.stderr
         )
         # bench deploys a build (seed writes its Application for what its target holds,
-        # built): the first one's Workflow finds no Application to look at, and says so
+        # built): the first one's Workflow waits for the Application seed makes
         first = bench.gitea.commit(
             CODE_REPO, BRANCH, {DOCKERFILE: dockerfile + "LABEL stage=first\n"}, "citation: v1"
         )
-        _built(bench, cluster, first)
-        assert verdict(first) == ("", ""), _looked(cluster, first)
+        cluster.wait(
+            "the first build's digest in bench's target",
+            lambda: f"newTag: {first[:12]}" in target(bench_target) or None,
+            timeout=300,
+        )
         seed("bench", "citation-bench")
+        _built(bench, cluster, first)
+        assert verdict(first)[0] == "success", (verdict(first), _looked(cluster, first))
 
         # a good build: its own Workflow sees bench run it, and says verified; only then
         # does prod get exactly its pin
@@ -459,6 +464,12 @@ def test_prod_gets_what_bench_verified_and_a_bench_build_that_crashes_is_rolled_
         assert done.stdout.startswith(
             f"promoted: {APP} registry:80/citation-dagster:{good[:12]}@{digest} "
         ), done.stdout
+        # prod's Argo CD runs here too: the promotion starts a Workflow that looks at it
+        assert re.search(
+            r"^verifying in prod: Workflow fabrique/fabrique-verify-[0-9a-f]{12}$",
+            done.stdout,
+            re.M,
+        ), done.stdout
         again = promote()
         assert again.returncode == 0 and again.stdout.startswith("unchanged: "), (
             again.stdout + again.stderr
@@ -473,6 +484,12 @@ def test_prod_gets_what_bench_verified_and_a_bench_build_that_crashes_is_rolled_
         pods = cluster.items("/api/v1/namespaces/citation-prod/pods")
         running = [c["image"] for p in pods for c in p["spec"]["containers"]]
         assert running and all(image.endswith(f"@{digest}") for image in running), running
+        # the promotion's Workflow, waiting for the Application seed made, says verified
+        cluster.wait(
+            "prod verified by the promotion's Workflow",
+            lambda: verdict(good, "prod") == ("success", f"verified in prod: {digest}") or None,
+            timeout=120,
+        )
         prod_pin = target(PROD_OVERLAY)
 
         # a build whose container never starts: bench takes it, its pod crash-loops, its
