@@ -85,11 +85,13 @@ def _pods(plane: Plane) -> list[dict[str, Any]]:
     return [p for p in found.get("items", []) if not p["metadata"].get("deletionTimestamp")]
 
 
-def _failing(plane: Plane, verified: str) -> str | None:
+def _failing(plane: Plane, tag: str) -> str | None:
+    """How a pod of the image tagged ``tag`` (the broken build's) fails, if one does."""
     for pod in _pods(plane):
+        images = [c.get("image", "") for c in pod.get("spec", {}).get("containers", [])]
+        if not any(f":{tag}@" in image for image in images):
+            continue
         for status in pod.get("status", {}).get("containerStatuses", []):
-            if status.get("imageID", "").endswith(verified):
-                continue
             state = status.get("state") or {}
             waiting = (state.get("waiting") or {}).get("reason", "")
             ended = state.get("terminated") or (status.get("lastState") or {}).get("terminated")
@@ -140,7 +142,10 @@ def _broken_run(
     site, app = plane.site, plane.site.apps[0]
     broken = _dockerfile(clone, site.gitea.branch, dockerfile, BROKEN_CMD, note)
     how = until(
-        "a bench pod of the broken build failing", lambda: _failing(plane, digest), BOUND, every=0.3
+        "a bench pod of the broken build failing",
+        lambda: _failing(plane, broken[:12]),
+        BOUND,
+        every=0.3,
     )
     failed_at = time.monotonic()
     rolled = f"digest: {digest}"

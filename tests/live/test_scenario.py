@@ -500,7 +500,7 @@ def test_prod_gets_what_bench_verified_and_a_bench_build_that_crashes_is_rolled_
         )
         crashed = cluster.wait(
             "a bench pod of the broken build to fail",
-            lambda: _crashed(cluster, "citation-bench", digest) or None,
+            lambda: _crashed(cluster, "citation-bench", broken[:12]) or None,
             timeout=300,
         )
         back = cluster.wait(
@@ -546,13 +546,15 @@ def _looked(cluster: Cluster, revision: str) -> list[str]:
     ]
 
 
-def _crashed(cluster: Cluster, namespace: str, verified: str) -> tuple[float, str] | None:
-    """When a pod of ``namespace`` not on ``verified`` has a container that cannot run
-    (waiting in CrashLoopBackOff, or ended in error), and how."""
+def _crashed(cluster: Cluster, namespace: str, tag: str) -> tuple[float, str] | None:
+    """When a pod of ``namespace`` of the image tagged ``tag`` (the broken build's) has a
+    container that cannot run (waiting in CrashLoopBackOff, or ended in error), and how;
+    the pods of other builds, ended as a rollout replaces them, are not its."""
     for pod in cluster.items(f"/api/v1/namespaces/{namespace}/pods"):
+        images = [c.get("image", "") for c in (pod.get("spec") or {}).get("containers") or []]
+        if not any(f":{tag}@" in image for image in images):
+            continue
         for status in (pod.get("status") or {}).get("containerStatuses") or []:
-            if status.get("imageID", "").endswith(verified):
-                continue
             state = status.get("state") or {}
             waiting = (state.get("waiting") or {}).get("reason", "")
             ended = state.get("terminated") or (status.get("lastState") or {}).get("terminated")
