@@ -343,12 +343,12 @@ def verify_unit(site: Site) -> Tree:
     app's first is deployed by this cluster's Argo CD: the template, its account (get
     those Applications, list their pods), and the reconciler's right to start one in
     the control namespace (admission holds it to that template)."""
-    from pipelines.reconcile_cron import SERVICE_ACCOUNT as RECONCILER
-    from pipelines.verify import SERVICE_ACCOUNT, verify_template
-
     looked = site.promoted_in_cluster()
     if not looked:
         return {}
+    from pipelines.reconcile_cron import SERVICE_ACCOUNT as RECONCILER
+    from pipelines.verify import SERVICE_ACCOUNT, verify_template
+
     ns = site.namespaces.control
     rbac = [account(SERVICE_ACCOUNT, ns), *environment_reader(SERVICE_ACCOUNT, ns, looked, looked)]
     start = [{"apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": ["create"]}]
