@@ -109,28 +109,28 @@ def _builds(by: str, t: AlertThresholds, **matchers: str) -> str:
 def _builds_failing(site: Site) -> str:
     t = site.monitoring.alerts
     return (
-        f'{_builds(" by (app)", t, status="Failed")} >= {t.build_failures}\n'
+        f"{_builds(' by (app)', t, status='Failed')} >= {t.build_failures}\n"
         f"unless on (app)\n"
-        f'{_builds(" by (app)", t, status="Succeeded")} > 0'
+        f"{_builds(' by (app)', t, status='Succeeded')} > 0"
     )
 
 
 def _builds_erroring(site: Site) -> str:
     t = site.monitoring.alerts
-    return f'{_builds("", t, status="Error")} >= {t.build_errors}'
+    return f"{_builds('', t, status='Error')} >= {t.build_errors}"
 
 
 def _builds_failing_everywhere(site: Site) -> str:
     t = site.monitoring.alerts
     return (
-        f'{_builds("", t, status="Failed|Error")}\n/ {_builds("", t)} >= {t.failing_share}\n'
-        f'and {_builds("", t)} >= {t.build_failures}'
+        f"{_builds('', t, status='Failed|Error')}\n/ {_builds('', t)} >= {t.failing_share}\n"
+        f"and {_builds('', t)} >= {t.build_failures}"
     )
 
 
 def _events_lost(site: Site) -> str:
     t = site.monitoring.alerts
-    return f'{_decided("submitted|written-back", t.window)} >= {t.lost_events}'
+    return f"{_decided('submitted|written-back', t.window)} >= {t.lost_events}"
 
 
 def _sensor_dropped(site: Site) -> str:
@@ -154,18 +154,18 @@ def _writeback_refused(site: Site) -> str:
 
 def _verify_failed(site: Site) -> str:
     t = site.monitoring.alerts
-    return f'{_decided("verify-failed", t.window)} >= {t.verify_failures}'
+    return f"{_decided('verify-failed', t.window)} >= {t.verify_failures}"
 
 
 def _rolled_back(site: Site) -> str:
-    return f'{_decided("rolled-back", site.monitoring.alerts.window)} > 0'
+    return f"{_decided('rolled-back', site.monitoring.alerts.window)} > 0"
 
 
 def _hold_forgotten(site: Site) -> str:
     """Some app held at every pass for ``heldFor``: each step of the subquery (one period)
     asks whether a pass of the two periods before it counted a hold."""
     period = site.reconcile.period_seconds()
-    held = f'({_decided("held", _span(2 * period))} or vector(0))'
+    held = f"({_decided('held', _span(2 * period))} or vector(0))"
     return f"min_over_time({held}[{site.monitoring.alerts.held_for}:{_span(period)}]) > 0"
 
 
@@ -371,9 +371,7 @@ def _check_group_rules(rules: list[Any], at: str) -> list[tuple[str, str]]:
         name = rule.get("alert")
         if isinstance(name, str) and name:
             if name in alerts:
-                problems.append(
-                    (f"{where}.alert", f"{name} is already rules[{alerts[name]}]'s")
-                )
+                problems.append((f"{where}.alert", f"{name} is already rules[{alerts[name]}]'s"))
             alerts.setdefault(name, index)
         same = repr(sorted((k, repr(v)) for k, v in rule.items()))
         if same in seen:

@@ -182,7 +182,10 @@ def validate(
 
 @cli.command()
 @click.option(
-    "--out", "-o", type=click.Path(path_type=Path), help="Write the rules file here (default: stdout)."
+    "--out",
+    "-o",
+    type=click.Path(path_type=Path),
+    help="Write the rules file here (default: stdout).",
 )
 @pass_state
 def alerts(state: _State, out: Path | None) -> None:

@@ -72,11 +72,26 @@ def test_the_thresholds_come_from_the_site(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("overrides", "said"),
     [
-        ({"monitoring.alerts": {"window": "1 hour"}}, "monitoring.alerts.window: String should match"),
-        ({"monitoring.alerts": {"failingShare": 2}}, "monitoring.alerts.failingShare: Input should be less"),
-        ({"monitoring.alerts": {"missedPasses": 1}}, "monitoring.alerts.missedPasses: Input should be greater"),
-        ({"monitoring.labels": {"severity": "page"}}, "monitoring.labels: label 'severity': each alert"),
-        ({"monitoring.labels": {"a-b": "x"}}, "monitoring.labels: label 'a-b' must be a Prometheus"),
+        (
+            {"monitoring.alerts": {"window": "1 hour"}},
+            "monitoring.alerts.window: String should match",
+        ),
+        (
+            {"monitoring.alerts": {"failingShare": 2}},
+            "monitoring.alerts.failingShare: Input should be less",
+        ),
+        (
+            {"monitoring.alerts": {"missedPasses": 1}},
+            "monitoring.alerts.missedPasses: Input should be greater",
+        ),
+        (
+            {"monitoring.labels": {"severity": "page"}},
+            "monitoring.labels: label 'severity': each alert",
+        ),
+        (
+            {"monitoring.labels": {"a-b": "x"}},
+            "monitoring.labels: label 'a-b' must be a Prometheus",
+        ),
         ({"monitoring.docsUrl": "https://docs"}, "monitoring.docsUrl: String should match"),
     ],
 )
@@ -93,7 +108,8 @@ def test_the_default_tree_holds_no_prometheus_rule_and_the_switch_adds_one(
 ) -> None:
     assert not [p for p in render_tree(load_site(env={})) if p.startswith("monitoring/")]
     site = _site(
-        tmp_path, **{"monitoring.prometheusRule": True, "monitoring.ruleLabels": {"release": "prom"}}
+        tmp_path,
+        **{"monitoring.prometheusRule": True, "monitoring.ruleLabels": {"release": "prom"}},
     )
     tree = render_tree(site)
     (rule,) = tree["monitoring/prometheusrule.yaml"]
@@ -198,4 +214,3 @@ def test_the_prometheus_rule_is_a_kubernetes_object_of_the_control_namespace() -
     rule = prometheus_rule(load_site(env={}))
     assert (rule["apiVersion"], rule["kind"]) == ("monitoring.coreos.com/v1", "PrometheusRule")
     assert rule["metadata"]["labels"]["app.kubernetes.io/part-of"] == "fabrique"
-

@@ -554,9 +554,7 @@ class MonitoringConfig(_Model):
     # labels of the PrometheusRule object, such as the ones the operator's ruleSelector picks
     rule_labels: Annotated[dict[str, str], AfterValidator(_labels)] = Field(default_factory=dict)
     # labels every alert carries besides its severity (a team, a route)
-    labels: Annotated[dict[str, str], AfterValidator(_alert_labels)] = Field(
-        default_factory=dict
-    )
+    labels: Annotated[dict[str, str], AfterValidator(_alert_labels)] = Field(default_factory=dict)
     # where this site's copy of the documentation is served: each alert's runbook_url is
     # <docsUrl>operate/troubleshooting/#<the alert, lowercase>
     docs_url: Annotated[str, Field(pattern=r"^https?://[^\s/]+(/[^\s#?]*)?/$")] = (
