@@ -80,9 +80,8 @@ class Alert:
     severity: str
     summary: str
     description: str
+    # no ``for``: each condition is already a count over a window
     expr: Callable[[Site], str]
-    # how long the condition must hold; None: at once
-    hold: Callable[[Site], str] | None = None
 
     @property
     def anchor(self) -> str:
@@ -263,7 +262,6 @@ def rule_groups(site: Site) -> list[dict[str, Any]]:
         {
             "alert": alert.name,
             "expr": alert.expr(site),
-            **({"for": alert.hold(site)} if alert.hold else {}),
             "labels": {**site.monitoring.labels, "severity": alert.severity},
             "annotations": {
                 "summary": alert.summary,
