@@ -136,11 +136,29 @@ def render(state: _State, out: Path) -> None:
     help="An object the tree refers to that lives outside it (repeatable), such as "
     "ServiceAccount/fabrique-build/builder.",
 )
+@click.option(
+    "--rules",
+    multiple=True,
+    metavar="FILE",
+    type=click.Path(path_type=Path),
+    help="A Prometheus rules file to check too (repeatable), such as `fabrique alerts`' "
+    "(promtool check rules' structure; not its PromQL).",
+)
 def validate(
-    directory: Path, specs: str | None, k8s_version: str | None, external: tuple[str, ...]
+    directory: Path,
+    specs: str | None,
+    k8s_version: str | None,
+    external: tuple[str, ...],
+    rules: tuple[Path, ...],
 ) -> None:
     """Check every rendered document strictly; list every error with its place."""
-    from .validate import find_specs, kustomize_check, parse_external, validate_tree
+    from .validate import (
+        find_specs,
+        kustomize_check,
+        parse_external,
+        validate_rules_file,
+        validate_tree,
+    )
 
     outside = [parse_external(value) for value in external]
     problems = [
@@ -149,6 +167,7 @@ def validate(
             directory, find_specs(specs), k8s_version=k8s_version, external=outside
         )
     ]
+    problems += [str(p) for path in rules for p in validate_rules_file(path)]
     try:
         kustomize_error = kustomize_check(directory)
     except FileNotFoundError:
@@ -159,6 +178,30 @@ def validate(
     if problems:
         raise ValidationFailed(problems)
     click.echo(f"{directory}: valid")
+
+
+@cli.command()
+@click.option(
+    "--out",
+    "-o",
+    type=click.Path(path_type=Path),
+    help="Write the rules file here (default: stdout).",
+)
+@pass_state
+def alerts(state: _State, out: Path | None) -> None:
+    """Print the factory's alerts as a Prometheus rules file, thresholds from the site."""
+    from .alerts import rules_file
+    from .render import dump_documents
+
+    text = dump_documents([rules_file(state.site)], header=False)
+    if out is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        out.write_text(text, "utf-8")
+    except OSError as exc:
+        raise InputError(f"--out {out}: cannot write it ({exc.strerror})") from None
+    click.echo(f"wrote {len(text.splitlines())} lines of rules into {out}", err=True)
 
 
 @cli.command()

@@ -20,6 +20,8 @@
       mirror/                     CronWorkflow gitea-mirror-sync (control namespace) and its
                                   ServiceAccount
       netpol/                     default deny, and only what each pod needs (no wide net)
+      monitoring/                 PrometheusRule fabrique, the factory's alerts: only with
+                                  monitoring.prometheusRule (the Prometheus Operator's CRD)
 
 The tree is written whole or not at all: it is rendered into a temporary directory
 beside the target and swapped in, so a failure leaves the previous tree as it was.
@@ -375,6 +377,16 @@ def mirror_unit(site: Site) -> Tree:
     }
 
 
+def monitoring_unit(site: Site) -> Tree:
+    """The alerts as a PrometheusRule, when the site says its cluster has the CRD;
+    otherwise nothing (``fabrique alerts`` prints them as a rules file)."""
+    if not site.monitoring.prometheus_rule:
+        return {}
+    from .alerts import prometheus_rule
+
+    return {"monitoring/prometheusrule.yaml": [prometheus_rule(site)]}
+
+
 UNITS = (
     namespaces_unit,
     admission_unit,
@@ -386,6 +398,7 @@ UNITS = (
     verify_unit,
     mirror_unit,
     netpol_unit,
+    monitoring_unit,
 )
 
 

@@ -17,6 +17,9 @@
   for a custom resource; a server-side apply's ``managedFields`` come on top.
 - No object twice: two documents of one API group, kind, namespace and name are one object
   to the cluster, which keeps whichever was applied last (kustomize refuses the build).
+- A PrometheusRule's groups as ``promtool check rules`` checks their structure, and
+  each alert as fabrique writes it (``fabrique.alerts.check_rules``, which says what it
+  cannot check: PromQL and the annotations' templates).
 - The tree's kustomize structure through ``kubectl kustomize`` when kubectl is installed:
   every kustomization file as it is, over each file's first object of each kind (see
   ``kustomize_check``).
@@ -324,6 +327,15 @@ def check_document(doc: Any, schemas: Schemas, k8s_version: str) -> Iterator[tup
         and isinstance(doc.get("spec"), dict)
     ):
         yield from _check_pod_env(doc)
+    if (api_version, kind) == ("monitoring.coreos.com/v1", "PrometheusRule"):
+        # the operator's CRD is not vendored: its spec is a rules file's groups
+        from fabrique.alerts import check_rules
+
+        unknown = set(doc) - {"apiVersion", "kind", "metadata", "spec"}
+        yield from (("", f"unknown field {key!r}") for key in sorted(unknown))
+        for place, message in check_rules(doc.get("spec"), operator=True):
+            yield f"spec.{place}" if place else "spec", message
+        return
     validator = schemas.validator(api_version, kind)
     if validator is not None:
         for error in sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path)):
@@ -680,6 +692,21 @@ def validate_tree(
             if isinstance(doc, dict):
                 located.append(Located(relative, index, doc))
     return problems + check_references(located, external) + check_duplicates(located)
+
+
+def validate_rules_file(path: Path) -> list[Problem]:
+    """Every problem of a Prometheus rules file (``fabrique alerts``'), as for a tree's."""
+    from fabrique.alerts import check_rules
+
+    try:
+        spec = yaml.load(path.read_text("utf-8"), Loader=LOADER)
+    except OSError as exc:
+        raise InputError(f"--rules {path}: cannot read it ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f"line {mark.line + 1}: " if mark is not None else ""
+        return [Problem(str(path), 0, "rules", "", f"{line}not valid YAML")]
+    return [Problem(str(path), 0, "rules", where, why) for where, why in check_rules(spec)]
 
 
 def check_duplicates(documents: list[Located]) -> list[Problem]:

@@ -124,6 +124,10 @@ def test_the_versions_stamped_are_the_versions_required() -> None:
     # the kubectl it embeds: the client-go its replace block builds
     assert argocd.ldflags().endswith(".kubectlVersion=" + argocd.required("k8s.io/client-go"))
     assert argocd.required("k8s.io/client-go").startswith("v0.")
+    promtool = build.Peer("promtool", PEERS / "promtool")
+    # Prometheus' module v0.316.0 is its release 3.16.0: `promtool --version` says so
+    assert promtool.required("github.com/prometheus/prometheus") == "v0.316.0"
+    assert promtool.ldflags().startswith("-X github.com/prometheus/common/version.Version=3.16.0 ")
 
 
 def test_buildkitd_is_built_with_the_tags_of_its_release() -> None:

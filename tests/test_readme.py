@@ -31,6 +31,7 @@ FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 NEEDS: dict[str, str | None] = {
     "render": None,
     "validate": None,
+    "alerts": None,
     "vendor --check": None,
     "submit": "Gitea (--head) and the Kubernetes API",
     "vendor --update": "Internet access (the upstream release sites)",

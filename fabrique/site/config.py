@@ -502,6 +502,67 @@ class ReconcileConfig(_Model):
         return 3600
 
 
+# a Prometheus range: a whole number of minutes, hours or days (what a rule's window or
+# `for` is written in here)
+PromRange = Annotated[str, Field(pattern=r"^[1-9][0-9]*(m|h|d)$")]
+
+
+def _alert_labels(value: dict[str, str]) -> dict[str, str]:
+    """Prometheus label names (``[a-zA-Z_][a-zA-Z0-9_]*``, none of Prometheus' own
+    ``__``), ``severity`` left to each alert."""
+    for key in value:
+        if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", key) or key.startswith("__"):
+            raise ValueError(
+                f"label {key!r} must be a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*, "
+                "not starting with __)"
+            )
+        if key == "severity":
+            raise ValueError("label 'severity': each alert sets its own; remove it")
+    return value
+
+
+class AlertThresholds(_Model):
+    """When each of the factory's alerts fires (``monitoring.alerts``); the rules are
+    ``fabrique alerts``' (docs/operate/watching.md)."""
+
+    # the span every count below is taken over (builds, lost events, write-backs)
+    window: PromRange = "1h"
+    # failed builds of one app in the window, none of them a success, that page
+    build_failures: Annotated[int, Field(ge=1, le=1000)] = 3
+    # builds of any app that ended in Error (the infrastructure's kind) in the window
+    build_errors: Annotated[int, Field(ge=1, le=1000)] = 3
+    # the share of all builds in the window that did not succeed, that says "all apps"
+    failing_share: Annotated[float, Field(gt=0, le=1)] = 0.5
+    # builds the safety net submitted or wrote back itself in the window (lost events)
+    lost_events: Annotated[int, Field(ge=1, le=10000)] = 3
+    # reconcile periods with no pass counted before the safety net is said down
+    missed_passes: Annotated[int, Field(ge=2, le=100)] = 3
+    # write-backs of one app refused (failed) or rejected (a closed pull request)
+    writeback_refusals: Annotated[int, Field(ge=1, le=1000)] = 1
+    # verifications failed after a deploy (passes' verdicts) in the window
+    verify_failures: Annotated[int, Field(ge=1, le=1000)] = 1
+    # how long some app must have been held at every pass before a hold is called forgotten
+    held_for: PromRange = "7d"
+
+
+class MonitoringConfig(_Model):
+    """The factory's alerts (``fabrique alerts``; a PrometheusRule with ``prometheusRule``)."""
+
+    # true: render writes the alerts as a PrometheusRule (monitoring/), which needs the
+    # Prometheus Operator's CRD; false: `fabrique alerts` prints them as a rules file
+    prometheus_rule: bool = False
+    # labels of the PrometheusRule object, such as the ones the operator's ruleSelector picks
+    rule_labels: Annotated[dict[str, str], AfterValidator(_labels)] = Field(default_factory=dict)
+    # labels every alert carries besides its severity (a team, a route)
+    labels: Annotated[dict[str, str], AfterValidator(_alert_labels)] = Field(default_factory=dict)
+    # where this site's copy of the documentation is served: each alert's runbook_url is
+    # <docsUrl>operate/troubleshooting/#<the alert, lowercase>
+    docs_url: Annotated[str, Field(pattern=r"^https?://[^\s/]+(/[^\s#?]*)?/$")] = (
+        "https://fabrique.invalid/"
+    )
+    alerts: AlertThresholds = Field(default_factory=AlertThresholds)
+
+
 def _cidr(value: str) -> str:
     try:
         network = ipaddress.ip_network(value, strict=False)
@@ -1154,6 +1215,8 @@ class Site(_Model):
     verify: VerifyConfig = Field(default_factory=VerifyConfig)
     mirrors: list[Mirror] = Field(default_factory=list)
     mirror_sync: MirrorSync
+    # what the platform team is paged for (docs/operate/watching.md)
+    monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
     # the apps fabrique builds, at least one
     apps: Annotated[list[AppConfig], Field(min_length=1)]
 

@@ -167,6 +167,14 @@ class Peer:
         if self.name == "cosign":
             pkg = "sigs.k8s.io/release-utils/version"
             return f"-X {pkg}.gitVersion={self.required('github.com/sigstore/cosign/v2')}"
+        if self.name == "promtool":
+            # its .promu.yml's ldflags: `promtool --version` says the release, whose
+            # module version v0.3XY.Z is Prometheus 3.XY.Z (its VERSION file)
+            module = self.required("github.com/prometheus/prometheus")
+            minor, patch = module.removeprefix("v0.").split(".", 1)
+            version = f"{int(minor) // 100}.{int(minor) % 100}.{patch}"
+            pkg = "github.com/prometheus/common/version"
+            return f"-X {pkg}.Version={version} -X {pkg}.Branch=HEAD"
         return ""
 
     def tags(self) -> str:
@@ -178,6 +186,9 @@ class Peer:
             # no_btrfs: without cgo there is no btrfs snapshotter; urfave_cli_no_docs: its
             # Makefile always sets it
             return "no_btrfs urfave_cli_no_docs"
+        if self.name == "promtool":
+            # its .promu.yml's tags (builtinassets touches the web UI only, not promtool)
+            return "netgo builtinassets"
         return ""
 
     def toolchain(self) -> str | None:
