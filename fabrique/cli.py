@@ -190,7 +190,8 @@ def validate(
 @pass_state
 def alerts(state: _State, out: Path | None) -> None:
     """Print the factory's alerts as a Prometheus rules file, thresholds from the site."""
-    from .alerts import rules_file
+    from fabrique.decisions.alerts import rules_file
+
     from .render import dump_documents
 
     text = dump_documents([rules_file(state.site)], header=False)

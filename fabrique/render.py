@@ -382,7 +382,7 @@ def monitoring_unit(site: Site) -> Tree:
     otherwise nothing (``fabrique alerts`` prints them as a rules file)."""
     if not site.monitoring.prometheus_rule:
         return {}
-    from .alerts import prometheus_rule
+    from fabrique.decisions.alerts import prometheus_rule
 
     return {"monitoring/prometheusrule.yaml": [prometheus_rule(site)]}
 

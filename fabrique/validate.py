@@ -18,7 +18,7 @@
 - No object twice: two documents of one API group, kind, namespace and name are one object
   to the cluster, which keeps whichever was applied last (kustomize refuses the build).
 - A PrometheusRule's groups as ``promtool check rules`` checks their structure, and
-  each alert as fabrique writes it (``fabrique.alerts.check_rules``, which says what it
+  each alert as fabrique writes it (``fabrique.decisions.alerts.check_rules``, which says what it
   cannot check: PromQL and the annotations' templates).
 - The tree's kustomize structure through ``kubectl kustomize`` when kubectl is installed:
   every kustomization file as it is, over each file's first object of each kind (see
@@ -329,7 +329,7 @@ def check_document(doc: Any, schemas: Schemas, k8s_version: str) -> Iterator[tup
         yield from _check_pod_env(doc)
     if (api_version, kind) == ("monitoring.coreos.com/v1", "PrometheusRule"):
         # the operator's CRD is not vendored: its spec is a rules file's groups
-        from fabrique.alerts import check_rules
+        from fabrique.decisions.alerts import check_rules
 
         unknown = set(doc) - {"apiVersion", "kind", "metadata", "spec"}
         yield from (("", f"unknown field {key!r}") for key in sorted(unknown))
@@ -696,7 +696,7 @@ def validate_tree(
 
 def validate_rules_file(path: Path) -> list[Problem]:
     """Every problem of a Prometheus rules file (``fabrique alerts``'), as for a tree's."""
-    from fabrique.alerts import check_rules
+    from fabrique.decisions.alerts import check_rules
 
     try:
         spec = yaml.load(path.read_text("utf-8"), Loader=LOADER)

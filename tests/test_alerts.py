@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from fabrique.alerts import ALERTS, check_rules, prometheus_rule, rules_file
+from fabrique.decisions.alerts import ALERTS, check_rules, prometheus_rule, rules_file
 from fabrique.decisions.reconcile import DECISIONS
 from fabrique.render import render_tree
 from fabrique.site.config import load_site

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fabrique.alerts import ALERTS, check_rules
+from fabrique.decisions.alerts import ALERTS, check_rules
 
 from ..conftest import ROOT, run_cli, write_values
 from . import controlplane

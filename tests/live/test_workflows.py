@@ -224,6 +224,7 @@ RUN = "run"  # the build's one pod
 RUN_OUTPUTS = {
     "outcome": "changed",
     "commit": "c0" * 20,
+    "verify": "",  # no environment to look at after it (the site has none)
     "digest": DIGEST,
     "reason": "1 file(s) changed under dataops/citation-dagster: app.txt",
 }

@@ -1,5 +1,5 @@
 // promtool: Prometheus' rule checker, for `promtool check rules` and `promtool test rules`
-// of the factory's alerts (fabrique/alerts.py): the real PromQL parser and rule engine
+// of the factory's alerts (fabrique/decisions/alerts.py): the real PromQL parser and rule engine
 // judge every expression and every alert's firing.
 module fabrique.test/peers/promtool
 
