@@ -474,11 +474,9 @@ def _verify_after(site: Site, app: str, state: str) -> str:
     """The environment the build's own Workflow verifies after this write-back (its
     ``verify-deploy`` step): the first, when the digest was written there and its Argo CD
     runs in this cluster; "" for none (the pass verifies what else there is)."""
-    environments = site.app(app).environments
-    if state != "changed" or not environments:
+    if state != "changed":
         return ""
-    first = environments[0]
-    return first.name if site.targets[first.target].in_cluster else ""
+    return next((env.name for found, env in site.built_in_cluster() if found.name == app), "")
 
 
 @cli.group("status-report")
@@ -869,15 +867,13 @@ def verify(
     from fabrique.decisions.writeback import open_transport
     from fabrique.gestures.verify import VERIFY_EVERY, verify_environment
     from fabrique.site.errors import RemoteError
-    from fabrique.site.freeze import parse_duration, parse_span
 
     site = state.site
     config = site.app(app)
     environment = config.environment(env_name, option="--env")[0]
     token = token_from_env()
-    settings = site.verify_of(config, environment)
     # the verdict comes by the timeout (from the first look) and the soak after it
-    bound = parse_duration(settings.timeout) + parse_span(settings.soak)
+    bound = site.verify_of(config, environment).verdict_within()
     deadline = time.monotonic() + bound.total_seconds() + 60
     with (
         open_transport(site, token, writes=not dry_run) as transport,

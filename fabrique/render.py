@@ -99,11 +99,7 @@ def build_unit(site: Site) -> Tree:
     # the verification after the write-back (when the first environment's Argo CD runs
     # here): the one token of the namespace, mounted in that step alone, reading those
     # Applications and listing their pods
-    first = [
-        (app, app.environments[0])
-        for app in site.apps
-        if app.environments and site.targets[app.environments[0].target].in_cluster
-    ]
+    first = site.built_in_cluster()
     if first:
         rbac += [
             account(VERIFIER_ACCOUNT, ns),
@@ -284,12 +280,7 @@ def reconcile_unit(site: Site) -> Tree:
     # the Applications it reads, by name, in Argo CD's namespace of its own cluster: each
     # environment there it verifies after a deploy (and promote: auto checks the one
     # before); and the pods of the namespaces those run in, listed (what runs the digest)
-    verified = [
-        (app, env)
-        for app in site.apps
-        for env in app.environments
-        if site.targets[env.target].in_cluster
-    ]
+    verified = site.built_in_cluster() + site.promoted_in_cluster()
     before = [(app, previous) for app in site.apps for _, previous in app.auto_promotions()]
     rbac += environment_reader(
         SERVICE_ACCOUNT, site.namespaces.control, verified + before, verified

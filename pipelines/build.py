@@ -82,7 +82,6 @@ from fabrique.clients.git import TRANSIENT_ERE
 from fabrique.decisions.signature import KEY_FILE, SIGNING_MOUNT
 from fabrique.site.config import Site
 from fabrique.site.errors import TRANSIENT_EXIT_CODE, TRANSIENT_SAID
-from fabrique.site.freeze import parse_duration, parse_span
 from fabrique.site.names import (
     LABEL_APP,
     LABEL_MANAGED_BY,
@@ -113,6 +112,7 @@ from .steps import (
     site_sources,
     token,
     tools_step,
+    verify_deadline,
     writes_git,
 )
 
@@ -745,7 +745,8 @@ def build_template(site: Site) -> WorkflowTemplate:
         # Builds of one app run one at a time; other apps build in parallel.
         synchronization=m.Synchronization(mutexes=[m.Mutex(name="fabrique-build-" + APP)]),
         # the build's, and the verification's after it when there is one
-        active_deadline_seconds=site.build.active_deadline_seconds + (verify_bound(site) or 0),
+        active_deadline_seconds=site.build.active_deadline_seconds
+        + (verify_deadline(site, site.built_in_cluster()) or 0),
         pod_gc=m.PodGC(strategy="OnPodSuccess"),
         ttl_strategy=m.TTLStrategy(seconds_after_success=86400, seconds_after_failure=604800),
         security_context=pod_security(),
@@ -800,24 +801,6 @@ def build_template(site: Site) -> WorkflowTemplate:
 
 # a report that cannot be made never fails the build: the reconciler repairs the status
 CONTINUE = m.ContinueOn(failed=True, error=True)
-# beyond its verdict's own bound (verify.timeout and verify.soak), what the step may take
-# to start and to post it
-VERIFY_MARGIN_SECONDS = 120
-
-
-def verify_bound(site: Site) -> int | None:
-    """Seconds the ``verify-deploy`` step may run: the longest verdict of the first
-    environments it verifies, and a margin; None when no app's first environment is
-    deployed by an Argo CD of this cluster (the step is not in the template)."""
-    verdicts = [
-        parse_duration(config.timeout) + parse_span(config.soak)
-        for app in site.apps
-        if app.environments and site.targets[app.environments[0].target].in_cluster
-        for config in [site.verify_of(app, app.environments[0])]
-    ]
-    if not verdicts:
-        return None
-    return int(max(verdicts).total_seconds()) + VERIFY_MARGIN_SECONDS
 
 
 def _verify_deploy(site: Site) -> Container | None:
@@ -827,7 +810,7 @@ def _verify_deploy(site: Site) -> Container | None:
     environments' Applications by name and lists their namespaces' pods, nothing else.
     A failure rolls back or holds through the write-back's path, hence the Git
     credentials."""
-    bound = verify_bound(site)
+    bound = verify_deadline(site, site.built_in_cluster())
     if bound is None:
         return None
     env_name = f"{{{{inputs.parameters.{VERIFY_OUTPUT}}}}}"

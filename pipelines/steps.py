@@ -24,7 +24,7 @@ from hera.workflows import models as m
 
 from fabrique.clients.git import SIGNING_KEY_ENV
 from fabrique.clients.gitea import TOKEN_ENV
-from fabrique.site.config import Site
+from fabrique.site.config import AppConfig, Environment, Site
 from fabrique.site.errors import TRANSIENT_EXIT_CODE
 from fabrique.site.names import SITE_CONFIGMAP
 
@@ -221,6 +221,20 @@ def tools_step(
         termination_message_policy=LOG_TAIL_ON_ERROR,
         **extra,
     )
+
+
+# beyond a verdict's own bound (verify.timeout and verify.soak), what a look's step may
+# take to start and to post it
+VERIFY_MARGIN_SECONDS = 120
+
+
+def verify_deadline(site: Site, looked: list[tuple[AppConfig, Environment]]) -> int | None:
+    """Seconds a step running ``fabrique verify --wait`` on any of ``looked`` may take:
+    the longest verdict among them and a margin; None when there is none to look at."""
+    if not looked:
+        return None
+    longest = max(site.verify_of(app, env).verdict_within() for app, env in looked)
+    return int(longest.total_seconds()) + VERIFY_MARGIN_SECONDS
 
 
 def pod_security() -> m.PodSecurityContext:

@@ -22,7 +22,6 @@ from hera.workflows import Parameter, Steps, WorkflowTemplate
 from hera.workflows import models as m
 
 from fabrique.site.config import Site
-from fabrique.site.freeze import parse_duration, parse_span
 from fabrique.site.names import (
     LABEL_APP,
     LABEL_MANAGED_BY,
@@ -38,28 +37,15 @@ from .steps import (
     pod_security,
     retry,
     tools_step,
+    verify_deadline,
     writes_git,
 )
 
 SERVICE_ACCOUNT = "fabrique-promotion-verifier"
 ROLE = "verifier"
 POD_LABELS = {LABEL_PART_OF: "fabrique", "fabrique.io/role": ROLE}
-# beyond the verdict's own bound (verify.timeout and verify.soak): the pod's start, the
-# status posted
-MARGIN_SECONDS = 120
 APP = "{{workflow.parameters.app}}"
 ENV = "{{workflow.parameters.env}}"
-
-
-def bound(site: Site) -> int:
-    """Seconds a look may take: the longest verdict of those environments, and a margin."""
-    verdicts = [
-        parse_duration(config.timeout) + parse_span(config.soak)
-        for app, env in site.promoted_in_cluster()
-        for config in [site.verify_of(app, env)]
-    ]
-    longest = max(verdicts).total_seconds() if verdicts else parse_duration("10m").total_seconds()
-    return int(longest) + MARGIN_SECONDS
 
 
 def verify_template(site: Site) -> WorkflowTemplate:
@@ -84,7 +70,7 @@ def verify_template(site: Site) -> WorkflowTemplate:
             labels_from={LABEL_APP: m.LabelValueFrom(expression="workflow.parameters.app")},
         ),
         synchronization=m.Synchronization(mutexes=[m.Mutex(name=f"fabrique-verify-{APP}-{ENV}")]),
-        active_deadline_seconds=bound(site),
+        active_deadline_seconds=verify_deadline(site, site.promoted_in_cluster()),
         pod_gc=m.PodGC(strategy="OnPodSuccess"),
         ttl_strategy=m.TTLStrategy(seconds_after_success=86400, seconds_after_failure=604800),
         security_context=pod_security(),

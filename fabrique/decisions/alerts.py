@@ -135,7 +135,7 @@ def _events_lost(site: Site) -> str:
 def _sensor_dropped(site: Site) -> str:
     t = site.monitoring.alerts
     selector = _selector(SENSOR_GAVE_UP, namespace=site.namespaces.control, sensor_name=SENSOR)
-    return f"sum(increase({selector}[{t.window}])) > 0"
+    return f"sum({grown(selector, t.window)}) > 0"
 
 
 def _safety_net_down(site: Site) -> str:

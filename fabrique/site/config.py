@@ -993,6 +993,10 @@ class VerifyConfig(_Model):
     # the first environment, hold in the first
     on_failure: Literal["rollback", "hold", "none"] | None = None
 
+    def verdict_within(self) -> timedelta:
+        """How long a verdict may take from the first look: the timeout, then the soak."""
+        return parse_duration(self.timeout) + parse_span(self.soak)
+
     def over(self, own: VerifyConfig | None) -> VerifyConfig:
         """This, with the fields ``own`` sets."""
         if own is None:
@@ -1415,6 +1419,16 @@ class Site(_Model):
         ahead = moment + timedelta(seconds=self.reconcile.period_seconds())
         opening = sorted(start for w in windows for start in w.opened(moment, ahead))
         return frozen_at(windows, opening[0]) if opening else None
+
+    def built_in_cluster(self) -> list[tuple[AppConfig, Environment]]:
+        """Every app's first environment whose Argo CD runs in fabrique's cluster
+        (``targets.<name>.inCluster``): what a build's Workflow looks at after its
+        write-back (its ``verify-deploy`` step)."""
+        return [
+            (app, app.environments[0])
+            for app in self.apps
+            if app.environments and self.targets[app.environments[0].target].in_cluster
+        ]
 
     def promoted_in_cluster(self) -> list[tuple[AppConfig, Environment]]:
         """Every environment after an app's first whose Argo CD runs in fabrique's
