@@ -6,12 +6,14 @@ Gitea."""
 
 from __future__ import annotations
 
+import base64
+import json
 from pathlib import Path
 
 import httpx
 from click.testing import Result
 
-from fabrique.clients.gitea import GiteaClient
+from fabrique.clients.gitea import FILES_PAGE, FileContent, GiteaClient
 
 from .conftest import GITEA_TOKEN, Repo, run_cli, write_values
 from .doubles.gitea import GiteaDouble
@@ -151,3 +153,60 @@ def test_a_fork_s_pull_request_of_the_same_branch_name_is_not_fabrique_s() -> No
 
     with GiteaClient("http://gitea", "t", transport=httpx.MockTransport(answer)) as client:
         assert client.open_pull("atlas/apps", "main", "fabrique/citation") is None
+
+
+# ------------------------------------------------------------------ file-contents paging
+
+
+def _entry(path: str) -> dict[str, object]:
+    """A file's ContentsResponse, as far as fabrique reads it: its text is its path."""
+    content = base64.b64encode(path.encode()).decode()
+    return {"type": "file", "path": path, "sha": "b" * 40, "encoding": "base64",
+            "content": content, "size": len(path)}  # fmt: skip
+
+
+def _paged(most: int, asked: list[list[str]]) -> httpx.MockTransport:
+    """Gitea's file-contents answering at most ``most`` entries, recording what is asked."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/api/v1/repos/atlas/apps/file-contents", request.url
+        assert request.url.params["ref"] == "main"
+        paths = json.loads(request.content)["files"]
+        asked.append(paths)
+        return httpx.Response(200, json=[_entry(path) for path in paths[:most]])
+
+    return httpx.MockTransport(answer)
+
+
+def test_more_files_than_gitea_lists_at_once_are_asked_for_in_pages() -> None:
+    paths = [f"apps/{n}.yaml" for n in range(35)]
+    asked: list[list[str]] = []
+    with GiteaClient("http://gitea", "t", transport=_paged(FILES_PAGE, asked)) as client:
+        found = client.get_files("atlas/apps", [*paths, *paths[:3]], "main")
+    assert asked == [paths[:30], paths[30:]], "each path asked once, 30 at a time"
+    assert found == {path: FileContent(path, path, "b" * 40) for path in paths}
+
+
+def test_files_gitea_cut_from_a_large_answer_are_asked_for_again() -> None:
+    """GetContentsListFromTreePaths stops before the file that takes the answer past
+    [api] DEFAULT_MAX_RESPONSE_SIZE: fewer entries than asked, the rest asked again."""
+    paths = [f"apps/{n}.yaml" for n in range(35)]
+    asked: list[list[str]] = []
+    with GiteaClient("http://gitea", "t", transport=_paged(12, asked)) as client:
+        found = client.get_files("atlas/apps", paths, "main")
+    assert asked == [paths[:30], paths[12:35], paths[24:35]]
+    assert list(found) == paths and None not in found.values()
+
+
+def test_the_double_cuts_a_large_answer_as_gitea_does(code_repo: Repo, gitea: GiteaDouble) -> None:
+    files = {f"deploy/{n}.yaml": f"file {n}\n" for n in range(3)}
+    code_repo.commit(files)
+    gitea.max_response_size = 30  # room for two of the files' base64 (12 bytes each)
+    with GiteaClient(gitea.url, GITEA_TOKEN) as client:
+        found = client.get_files("atlas/atlas", [*files, "deploy/gone.yaml"], "main")
+    assert {path: read.text if read else None for path, read in found.items()} == {
+        **files,
+        "deploy/gone.yaml": None,
+    }
+    batches = [r for r in gitea.requests if r.path.endswith("/file-contents")]
+    assert [len(r.json()["files"]) for r in batches] == [4, 2]

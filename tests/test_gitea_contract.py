@@ -33,7 +33,7 @@ import httpx
 import pytest
 import yaml
 
-from fabrique.clients.gitea import CommitStatus, FileContent, GiteaClient, Identity
+from fabrique.clients.gitea import CommitStatus, FileChange, FileContent, GiteaClient, Identity
 from fabrique.decisions import review
 from fabrique.gestures import mirrors
 from fabrique.gestures.webhook import HOOK_NAME
@@ -390,6 +390,8 @@ def test_a_target_that_is_no_file_is_named_as_gitea_shows_it(
     repo.commit({}, "a symlink", links={"link.yaml": "README.md"})
     with pytest.raises(TargetError, match=f"is a {kind}, not a file"):
         client.get_file(repo.slug, path, "main")
+    with pytest.raises(TargetError, match=f"{path} in .*: is a {kind}, not a file"):
+        client.get_files(repo.slug, [TARGET, path], "main")
 
 
 def test_a_file_above_the_max_blob_size_is_refused_by_name(
@@ -398,6 +400,26 @@ def test_a_file_above_the_max_blob_size_is_refused_by_name(
     repo = server.repo({**SEED, "big.yaml": "#" * (MAX_BLOB_SIZE + 1)})
     with pytest.raises(TargetError, match=f"{MAX_BLOB_SIZE + 1} bytes, more than Gitea sends"):
         client.get_file(repo.slug, "big.yaml", "main")
+    with pytest.raises(TargetError, match=f"{MAX_BLOB_SIZE + 1} bytes, more than Gitea sends"):
+        client.get_files(repo.slug, [TARGET, "big.yaml"], "main")
+
+
+def test_files_are_read_together_and_a_missing_one_is_none(
+    server: Server, client: GiteaClient
+) -> None:
+    repo = server.repo(SEED)
+    missing = f"{APP}/missing.yaml"
+    found = client.get_files(repo.slug, [TARGET, missing, "README.md", TARGET], "main")
+    assert found == {
+        TARGET: FileContent(TARGET, KUSTOMIZATION, repo.blob(TARGET)),
+        missing: None,
+        "README.md": FileContent("README.md", "atlas\n", repo.blob("README.md")),
+    }
+    assert client.get_files(repo.slug, [missing], "main") == {missing: None}
+    with pytest.raises(GiteaError, match=r"branch 'gone' of .*: not found in Gitea"):
+        client.get_files(repo.slug, [TARGET], "gone")
+    with pytest.raises(GiteaError, match=r"branch 'gone' of .*: not found in Gitea"):
+        client.get_files(repo.slug, [missing], "gone")
 
 
 # -- writes --------------------------------------------------------------------------------
@@ -455,6 +477,76 @@ def test_a_write_to_a_missing_branch_is_named(server: Server, client: GiteaClien
     repo = server.repo(SEED)
     with pytest.raises(GiteaError, match="branch or repository not found"):
         client.create_file(repo.slug, "new.yaml", "gone", "a: 1\n", "add", AUTHOR)
+    with pytest.raises(GiteaError, match="branch or repository not found"):
+        client.change_files(
+            repo.slug, "gone", [FileChange("new.yaml", "a: 1\n", None)], "add", AUTHOR
+        )
+
+
+def _read(client: GiteaClient, repo: Clone, *paths: str) -> list[FileContent]:
+    found = client.get_files(repo.slug, paths, "main")
+    assert None not in found.values()
+    return [content for content in found.values() if content is not None]
+
+
+def test_files_are_updated_and_created_in_one_commit(server: Server, client: GiteaClient) -> None:
+    repo = server.repo(SEED)
+    before = repo.remote_head()
+    target, readme = _read(client, repo, TARGET, "README.md")
+    changes = [
+        FileChange(TARGET, "images: [a]\n", target.sha),
+        FileChange("README.md", "atlas, pinned\n", readme.sha),
+        FileChange("deploy/new.yaml", "images: []\n", None),
+    ]
+    commit = client.change_files(repo.slug, "main", changes, "pin three", AUTHOR)
+    assert commit == repo.remote_head() == client.branch_head(repo.slug, "main")
+    assert [client.get_file(repo.slug, c.path, "main") for c in changes] == [
+        FileContent(c.path, c.text, repo.blob(c.path)) for c in changes
+    ]
+    assert repo.git("rev-list", "--parents", f"{before}..{commit}") == f"{commit} {before}"
+    assert repo.git("log", "-1", "--format=%an <%ae> %cn <%ce> %s", commit) == (
+        "fabrique <fabrique@example.invalid> fabrique <fabrique@example.invalid> pin three"
+    )
+    changed = repo.git("diff", "--name-only", before, commit).splitlines()
+    assert sorted(changed) == sorted(c.path for c in changes)
+
+
+def test_a_stale_lease_in_a_batch_writes_none_of_it(server: Server, client: GiteaClient) -> None:
+    repo = server.repo(SEED)
+    target, readme = _read(client, repo, TARGET, "README.md")
+    moved = repo.commit({"README.md": "moved meanwhile\n"}, "a rival")
+    fresh = FileChange(TARGET, "images: [a]\n", target.sha)
+    stale = FileChange("README.md", "atlas, pinned\n", readme.sha)
+    created = FileChange("deploy/new.yaml", "images: []\n", None)
+    with pytest.raises(StaleWrite, match=r"changed since it was read \(HTTP 422\)"):
+        client.change_files(repo.slug, "main", [fresh, stale, created], "pin", AUTHOR)
+    assert repo.remote_head() == moved, "no commit made"
+    assert client.get_files(repo.slug, [TARGET, created.path], "main") == {
+        TARGET: target,
+        created.path: None,
+    }
+    deleted = repo.commit({}, "deleted meanwhile", remove=(TARGET,))
+    with pytest.raises(StaleWrite, match=r"gone since it was read \(HTTP 404\)"):
+        client.change_files(repo.slug, "main", [created, fresh], "pin", AUTHOR)
+    assert repo.remote_head() == deleted, "no commit made"
+
+
+def test_a_batch_creating_a_file_that_exists_is_stale(server: Server, client: GiteaClient) -> None:
+    repo = server.repo(SEED)
+    (target,) = _read(client, repo, TARGET)
+    fresh = FileChange(TARGET, "images: [a]\n", target.sha)
+    existing = FileChange("README.md", "atlas, again\n", None)
+    with pytest.raises(StaleWrite, match=r"changed since it was read \(HTTP 422\)"):
+        client.change_files(repo.slug, "main", [fresh, existing], "pin", AUTHOR)
+    with pytest.raises(TargetError, match=r"README.md/k.yaml in .*: Gitea refused the write"):
+        client.change_files(
+            repo.slug, "main", [FileChange("README.md/k.yaml", "a\n", None)], "add", AUTHOR
+        )
+    assert repo.remote_head() == repo.head()
+    assert client.get_files(repo.slug, [TARGET, "README.md"], "main") == {
+        TARGET: FileContent(TARGET, KUSTOMIZATION, target.sha),
+        "README.md": FileContent("README.md", "atlas\n", repo.blob("README.md")),
+    }
 
 
 # -- history -------------------------------------------------------------------------------
@@ -782,6 +874,9 @@ def test_a_token_without_the_scope_is_named_with_the_scope_it_lacks(
         assert reader.branch_head(repo.slug, "main") == repo.head()
         with pytest.raises(GiteaError) as refused:
             reader.create_file(repo.slug, "new.yaml", "main", "a: 1\n", "add", AUTHOR)
+        # file-contents is a read, but a POST: Gitea's tokenRequiresScopes asks write of it
+        with pytest.raises(GiteaError, match=r"lacks the scope write:repository \(HTTP 403\)"):
+            reader.get_files(repo.slug, [TARGET], "main")
     assert "lacks the scope write:repository (HTTP 403)" in str(refused.value)
     assert "(it has read:repository)" in str(refused.value)
     assert token not in str(refused.value)
@@ -1422,6 +1517,28 @@ def exchanges(server: Server, tmp_path: Path) -> dict[str, Any]:
         call("update stale", "PUT", f"{r}/contents/{TARGET}", json={**write, "sha": blob})
         call("update gone", "PUT", f"{r}/contents/gone.yaml", json={**write, "sha": blob})
         call("update a directory", "PUT", f"{r}/contents/{APP}", json={**write, "sha": blob})
+        files = f"{r}/file-contents"
+        on_main = {"ref": "main"}
+        call("files", "POST", files, params=on_main, json={"files": [TARGET, "gone.yaml"]})
+        call("files missing", "POST", files, params=on_main, json={"files": ["gone.yaml"]})
+        call("files a directory", "POST", files, params=on_main, json={"files": [APP]})
+        call("files a symlink", "POST", files, params=on_main, json={"files": ["link.yaml"]})
+        call("files on no branch", "POST", files, params={"ref": "gone"}, json={"files": [TARGET]})
+        batch = {key: value for key, value in write.items() if key != "content"}
+        now = raw.get(f"{r}/contents/{TARGET}", params={"ref": "main"}).json()["sha"]
+        update = {"operation": "update", "path": TARGET, "content": write["content"], "sha": now}
+        add = {"operation": "create", "path": "deploy/batch.yaml", "content": write["content"]}
+        call("change", "POST", f"{r}/contents", json={**batch, "files": [update, add]})
+        call("change stale", "POST", f"{r}/contents", json={**batch, "files": [update]})
+        call("change existing", "POST", f"{r}/contents", json={**batch, "files": [add]})
+        gone = {**update, "path": "gone.yaml"}
+        call("change gone", "POST", f"{r}/contents", json={**batch, "files": [gone]})
+        call(
+            "change on no branch",
+            "POST",
+            f"{r}/contents",
+            json={**batch, "branch": "gone", "files": [add]},
+        )
         propose = {**write, "new_branch": "fabrique/shape", "force_push": True}
         now = raw.get(f"{r}/contents/{TARGET}", params={"ref": "main"}).json()["sha"]
         call("propose", "PUT", f"{r}/contents/{TARGET}", json={**propose, "sha": now})

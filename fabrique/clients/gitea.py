@@ -10,7 +10,7 @@ import base64
 import binascii
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -29,6 +29,9 @@ PATH_PAGE = 50  # Gitea's [git] COMMITS_RANGE_SIZE: one page of commits listed b
 STATUS_PAGE = 50  # Gitea's [api] MAX_RESPONSE_ITEMS: the most contexts a page of statuses holds
 MAX_PULL_PAGES = 100  # 5 000 open pull requests into one branch: past that, gone wrong
 MAX_STATUS_PAGES = 400  # 20 000 contexts on one commit: past that, a server gone wrong
+# Gitea's [api] DEFAULT_PAGING_NUM: the most entries one file-contents answer holds (it
+# stops there, and earlier at [api] DEFAULT_MAX_RESPONSE_SIZE, whatever was asked)
+FILES_PAGE = 30
 _T = TypeVar("_T")
 
 
@@ -46,6 +49,17 @@ class FileContent:
     path: str
     text: str
     sha: str  # the blob sha: what an update must name
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """One file of a ``change_files`` commit: its new text, and the blob sha it replaces
+    (the lease: the commit is refused if the file is no longer that blob), or None to
+    create it (refused if a file is there)."""
+
+    path: str
+    text: str
+    sha: str | None
 
 
 @dataclass(frozen=True)
@@ -146,25 +160,48 @@ class GiteaClient(JsonApi):
         if response.status_code == 404:
             self.branch_head(repo, branch)  # raises, naming the branch, if it is missing
             return None
-        data = self._check(response, what)
-        if not isinstance(data, dict) or data.get("type") != "file":
-            # Gitea answers a directory with the list of its entries
-            kind = data.get("type") if isinstance(data, dict) else "directory"
-            raise TargetError(f"{what}: is a {kind}, not a file; a target must be a file")
-        sha, content = data.get("sha"), data.get("content")
-        if content is None and data.get("encoding") is None and isinstance(data.get("size"), int):
-            # above [api] DEFAULT_MAX_BLOB_SIZE Gitea lists the file without its content
+        return _file_content(self._check(response, what), path, what)
+
+    def get_files(self, repo: str, paths: Sequence[str], ref: str) -> dict[str, FileContent | None]:
+        """Each of ``paths`` at the head of branch ``ref``: its FileContent, or None if
+        there is no file there; read as ``get_file`` reads one, FILES_PAGE at a time.
+
+        Gitea answers a path it cannot read with null (GetContentsListFromTreePaths), an
+        unknown ref with 404, and stops early once the answer is large: the rest is asked
+        again. A None comes, as get_file's, from a branch seen to be there: a file found
+        shows it, else ``branch_head`` is asked (and raises, naming the branch)."""
+        pending = list(dict.fromkeys(paths))
+        found: dict[str, FileContent | None] = {}
+        while pending:
+            asked = pending[:FILES_PAGE]
+            entries = self._file_entries(repo, asked, ref)
+            for path, entry in zip(asked, entries, strict=False):
+                what = f"{path} in {repo}@{ref}"
+                found[path] = None if entry is None else _file_content(entry, path, what)
+            pending = pending[len(entries) :]
+        if found and all(content is None for content in found.values()):
+            self.branch_head(repo, ref)
+        return found
+
+    def _file_entries(self, repo: str, paths: list[str], ref: str) -> list[Any]:
+        """Gitea's file-contents answer for ``paths``: an entry or null for each of the
+        first of them (at least one)."""
+        what = f"{len(paths)} files in {repo}@{ref}"
+        response = self.request(
+            "POST", f"/repos/{repo}/file-contents", params={"ref": ref}, json={"files": paths}
+        )
+        if response.status_code == 404:
+            self.branch_head(repo, ref)  # raises, naming the branch, if it is missing
+        entries = self._check(response, what)
+        if not isinstance(entries, list) or len(entries) > len(paths):
+            raise GiteaError(f"{what}: Gitea answered something that is not a list of them")
+        if not entries:
+            # even the first file alone is above [api] DEFAULT_MAX_RESPONSE_SIZE
             raise TargetError(
-                f"{what}: {data['size']} bytes, more than Gitea sends through the Contents "
-                "API ([api] DEFAULT_MAX_BLOB_SIZE); a write-back target must be a small file"
+                f"{paths[0]} in {repo}@{ref}: more than Gitea sends in one answer "
+                "([api] DEFAULT_MAX_RESPONSE_SIZE); a write-back target must be a small file"
             )
-        if data.get("encoding") != "base64" or not isinstance(content, str) or not sha:
-            raise GiteaError(f"{what}: Gitea answered without base64 content and sha")
-        try:
-            text = base64.b64decode(content, validate=False).decode("utf-8")
-        except (binascii.Error, UnicodeDecodeError):
-            raise GiteaError(f"{what}: content is not UTF-8 text") from None
-        return FileContent(path, text, str(sha))
+        return entries
 
     def resolve_commit(self, repo: str, ref: str) -> str | None:
         """The full commit id of ``ref`` (a short or full sha), or None if unknown."""
@@ -569,25 +606,60 @@ class GiteaClient(JsonApi):
             "POST", repo, path, branch, self._write_body(branch, text, message, author, onto)
         )
 
+    def change_files(
+        self,
+        repo: str,
+        branch: str,
+        changes: Sequence[FileChange],
+        message: str,
+        author: Identity,
+    ) -> str:
+        """Create and update ``changes`` in one commit on ``branch``; all or none.
+        StaleWrite if any file changed since it was read (or appeared, for a create).
+        Returns the commit."""
+        paths = [change.path for change in changes]
+        if not paths or len(set(paths)) != len(paths):
+            raise ValueError(f"change_files: no change, or a path twice: {paths}")
+        files = [
+            {
+                "operation": "create" if change.sha is None else "update",
+                "path": change.path,
+                "content": _base64(change.text),
+            }
+            | ({} if change.sha is None else {"sha": change.sha})
+            for change in changes
+        ]
+        body = self._commit_fields(branch, message, author) | {"files": files}
+        named = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+        response = self.request(
+            "POST", f"/repos/{repo}/contents", json=body, answered=frozenset({500})
+        )
+        update = any(change.sha is not None for change in changes)
+        return self._written(response, f"{named} in {repo}@{branch}", branch, named, update)
+
     @staticmethod
-    def _write_body(
-        branch: str, text: str, message: str, author: Identity, onto: str | None = None
-    ) -> dict[str, Any]:
+    def _commit_fields(branch: str, message: str, author: Identity) -> dict[str, Any]:
         person = {"name": author.name, "email": author.email}
+        return {"branch": branch, "message": message, "author": person, "committer": person}
+
+    @classmethod
+    def _write_body(
+        cls, branch: str, text: str, message: str, author: Identity, onto: str | None = None
+    ) -> dict[str, Any]:
         forced = {"new_branch": onto, "force_push": True} if onto else {}
-        return {
-            "branch": branch,
-            "content": base64.b64encode(text.encode("utf-8")).decode("ascii"),
-            "message": message,
-            "author": person,
-            "committer": person,
-        } | forced
+        return cls._commit_fields(branch, message, author) | {"content": _base64(text)} | forced
 
     def _write(self, method: str, repo: str, path: str, branch: str, body: dict[str, Any]) -> str:
-        what = f"{path} in {repo}@{branch}"
         response = self.request(
             method, f"/repos/{repo}/contents/{_path(path)}", json=body, answered=frozenset({500})
         )
+        return self._written(response, f"{path} in {repo}@{branch}", branch, path, method == "PUT")
+
+    def _written(
+        self, response: httpx.Response, what: str, branch: str, paths: str, update: bool
+    ) -> str:
+        """The commit of a Contents API write (ChangeRepoFiles), or the error its answer
+        means; ``update``: it replaced a file read before (a 404 is then that file gone)."""
         message = _message(response)
         if response.status_code == 422 and not STALE_MESSAGE.match(message):
             # an invalid path or name (a file where a directory is, a malformed component):
@@ -604,9 +676,9 @@ class GiteaClient(JsonApi):
         if response.status_code == 403 and PROTECTION_MESSAGE.search(message):
             raise GiteaError(
                 f"{what}: branch protection refused the write ({message}); let the token's "
-                f"user push to {branch}, or unprotect {path}"
+                f"user push to {branch}, or unprotect {paths}"
             )
-        if response.status_code == 404 and method == "PUT":
+        if response.status_code == 404 and update:
             # the update of a file that is gone (deleted since it was read): stale, and the
             # re-read says what is there now (no file, or no branch)
             raise StaleWrite(f"{what}: gone since it was read (HTTP 404)")
@@ -711,6 +783,35 @@ def last_status_page(response: httpx.Response, page: int, count: int) -> bool:
     or X-Total-Count says no more follow."""
     total = response.headers.get("X-Total-Count", "")
     return count < STATUS_PAGE or (total.isdigit() and page * STATUS_PAGE >= int(total))
+
+
+def _file_content(data: Any, path: str, what: str) -> FileContent:
+    """The FileContent of Gitea's ContentsResponse of ``path`` (TargetError for what is no
+    file, or a file too large for Gitea to send; GiteaError for an answer without it)."""
+    if not isinstance(data, dict) or data.get("type") != "file":
+        # the contents of a directory are the list of its entries; file-contents gives
+        # its entry, of type "dir"
+        kind = data.get("type") if isinstance(data, dict) else "directory"
+        kind = "directory" if kind == "dir" else kind
+        raise TargetError(f"{what}: is a {kind}, not a file; a target must be a file")
+    sha, content = data.get("sha"), data.get("content")
+    if content is None and data.get("encoding") is None and isinstance(data.get("size"), int):
+        # above [api] DEFAULT_MAX_BLOB_SIZE Gitea lists the file without its content
+        raise TargetError(
+            f"{what}: {data['size']} bytes, more than Gitea sends through the Contents "
+            "API ([api] DEFAULT_MAX_BLOB_SIZE); a write-back target must be a small file"
+        )
+    if data.get("encoding") != "base64" or not isinstance(content, str) or not sha:
+        raise GiteaError(f"{what}: Gitea answered without base64 content and sha")
+    try:
+        text = base64.b64decode(content, validate=False).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        raise GiteaError(f"{what}: content is not UTF-8 text") from None
+    return FileContent(path, text, str(sha))
+
+
+def _base64(text: str) -> str:
+    return base64.b64encode(text.encode("utf-8")).decode("ascii")
 
 
 def _head(data: Any, what: str) -> str:

@@ -1,7 +1,9 @@
 """A Gitea API double over real bare git repositories. Not Gitea.
 
 It serves the subset of ``/api/v1`` that fabrique uses: branch GET, contents GET, PUT
-and POST, ``git/commits/{sha}``, compare, commits filtered by path, commit statuses
+and POST, several files' contents at once (``file-contents``: at most 30 entries, null
+for a path it cannot read) and several files changed in one commit (POST ``contents``),
+``git/commits/{sha}``, compare, commits filtered by path, commit statuses
 (create, list, combined), hooks, a repository, and pull mirrors (migrate, edit, sync).
 Every request and every answer is checked against Gitea 1.27.1's Swagger document
 (``doubles.swagger``); a violation is recorded and fails the test that caused it. The
@@ -44,7 +46,7 @@ request's ``merge_failed`` records what Gitea only logs: it stays open, schedule
 Faults can be injected: ``faults`` is a queue of (method, fault) consumed by the next
 matching request, where fault is an HTTP status, ``"drop"`` (close the connection with no
 answer), ``"lost"`` (do the work, then close the connection: a timeout the server
-outlived) or ``("slow", seconds)``; ``race_rate`` answers a PUT with 422 at that rate, as if
+outlived) or ``("slow", seconds)``; ``race_rate`` answers a write that updates a file with 422 at that rate, as if
 another writer had just won. ``latency`` (seconds) is added to every answer, as a Gitea
 across a cluster network would, so that the number of requests shows up in time; every
 request is counted in ``requests`` on the double's side.
@@ -79,6 +81,8 @@ INVALID_REF = re.compile(
 )
 # [mirror] MIN_INTERVAL
 MIRROR_MIN_SECONDS = 600
+# [api] DEFAULT_PAGING_NUM: where GetContentsListFromTreePaths stops, whatever was asked
+FILES_PAGE = 30
 # the user the double's tokens belong to, as Gitea's ToUser shows a user
 USER = {
     "id": 1,
@@ -182,6 +186,7 @@ class GiteaDouble:
         self.push_races = 0  # writes answered 500: the branch moved under Gitea's push
         self.before_push: Callable[[str, str], None] | None = None  # a rival, in a test
         self.max_blob_size = 10 * 1024 * 1024  # [api] DEFAULT_MAX_BLOB_SIZE
+        self.max_response_size = 100 * 1024 * 1024  # [api] DEFAULT_MAX_RESPONSE_SIZE
         # answers that a commit id fixes for good (a tree entry, a blob, a path's last
         # commit at that commit): git objects never change, so each is asked of git once,
         # as Gitea's own last-commit cache does; a double is there to be fast
@@ -346,6 +351,10 @@ class GiteaDouble:
                 return self._write_contents(
                     repo, file_path, request.json(), create=method == "POST"
                 )
+        if rest == "contents" and method == "POST":
+            return self._change_files(repo, request.json())
+        if rest == "file-contents" and method == "POST":
+            return self._file_contents(repo, request.query.get("ref"), request.json())
         if method == "GET" and rest.startswith("git/commits/"):
             return self._commit(repo, unquote(rest[len("git/commits/") :]), request.query)
         if method == "GET" and rest.startswith("compare/"):
@@ -489,7 +498,10 @@ class GiteaDouble:
             "url": url,
             "html_url": html,
             "git_url": git_url,
-            "download_url": f"{self.url}/{repo}/raw/commit/{commit}/{file_path}",
+            # a file's or a symlink's only (getFileContentsByEntryInternal)
+            "download_url": None
+            if kind in ("dir", "submodule")
+            else f"{self.url}/{repo}/raw/commit/{commit}/{file_path}",
             "submodule_git_url": None,
             "_links": {"self": url, "git": git_url, "html": html},
         }
@@ -507,14 +519,48 @@ class GiteaDouble:
                 self._bare(repo), "ls-tree", "-l", commit, "--", file_path.rstrip("/") + "/"
             )
             return 200, [self._listed(repo, commit, line) for line in entries.splitlines()]
-        if listed and listed.split()[0] == "120000":
-            entry = self._listed(repo, commit, listed)
-            entry["target"] = git(self._bare(repo), "cat-file", "blob", listed.split()[2])
-            return 200, entry
-        found = self._contents(repo, commit, file_path)
+        found = self._file_entry(repo, commit, file_path)
         if found is None:
             return self._not_found(NO_OBJECT.format(id="", path=file_path))
         return 200, found
+
+    def _file_entry(self, repo: str, commit: str, file_path: str) -> dict[str, Any] | None:
+        """GetFileContents: the entry of whatever ``file_path`` is (a file with its
+        content, a symlink with its target, a directory without its entries), or None."""
+        listed = self._at(repo, "ls-tree", "-l", commit, "--", file_path.rstrip("/"))
+        if not listed:
+            return None
+        if listed.split()[0] == "120000":
+            entry = self._listed(repo, commit, listed)
+            entry["target"] = git(self._bare(repo), "cat-file", "blob", listed.split()[2])
+            return entry
+        if listed.split()[1] != "blob":
+            return self._listed(repo, commit, listed)
+        return self._contents(repo, commit, file_path)
+
+    def _contents_list(self, repo: str, commit: str, paths: list[str]) -> list[Any]:
+        """GetContentsListFromTreePaths: an entry for each path, null for one it cannot
+        read; it stops after FILES_PAGE entries, and before the one whose content takes
+        the answer past ``max_response_size``."""
+        entries: list[Any] = []
+        size = 0
+        for file_path in paths:
+            entry = self._file_entry(repo, commit, file_path)
+            size += len((entry or {}).get("content") or "")
+            if size > self.max_response_size:
+                break
+            entries.append(entry)
+            if len(entries) == FILES_PAGE:
+                break
+        return entries
+
+    def _file_contents(self, repo: str, ref: str | None, body: Any) -> tuple[int, Any]:
+        """GetFileContentsPost: the entries of the files asked, at ``ref``."""
+        ref = ref or self._default_branch(repo)
+        commit = self._resolve(repo, ref)
+        if commit is None:
+            return self._not_found(NO_OBJECT.format(id=ref, path=""))
+        return 200, self._contents_list(repo, commit, list((body or {}).get("files") or []))
 
     def _listed(self, repo: str, commit: str, line: str) -> dict[str, Any]:
         """The entry of one ``git ls-tree -l`` line."""
@@ -1027,55 +1073,88 @@ class GiteaDouble:
     def _write_contents(
         self, repo: str, file_path: str, body: dict[str, Any], *, create: bool
     ) -> tuple[int, Any]:
-        """ChangeRepoFiles, as Gitea runs it: no lock. It checks the sha on the tip it
-        read, commits in a temporary clone and pushes; a tip that moved in between makes
-        the push fail (ErrPushOutOfDate), which the API answers 500. An update looks up
-        what it replaces first (gone: 404; another sha, even a directory's: 422), then
-        the path; a creation the path first, then whether something is there."""
-        if not create and self._random.random() < self.race_rate:
+        """CreateFile (POST) and UpdateFile (PUT: an update if it names a sha, else a
+        creation): ChangeRepoFiles of one file, answered with that file."""
+        create = create or not body.get("sha")
+        change = {"operation": "create" if create else "update", "path": file_path}
+        change |= {"content": body.get("content", ""), "sha": body.get("sha")}
+        written = self._change_repo_files(repo, body, [change])
+        if isinstance(written, tuple):
+            return written
+        return (201 if create else 200), {
+            "content": self._contents(repo, written, file_path),
+            "commit": self._file_commit(repo, written),
+            "verification": UNSIGNED,
+        }
+
+    def _change_files(self, repo: str, body: dict[str, Any]) -> tuple[int, Any]:
+        """ChangeFiles: every operation of ``files`` in one commit, answered with the
+        entries of those files (as file-contents lists them) and the commit."""
+        files = list(body.get("files") or [])
+        if any(f.get("operation") not in ("create", "update") for f in files):
+            raise SpecViolation("POST contents: the double serves create and update only")
+        written = self._change_repo_files(repo, body, files)
+        if isinstance(written, tuple):
+            return written
+        return 201, {
+            "files": self._contents_list(repo, written, [f["path"] for f in files]),
+            "commit": self._file_commit(repo, written),
+            "verification": UNSIGNED,
+        }
+
+    def _change_repo_files(
+        self, repo: str, body: dict[str, Any], files: list[dict[str, Any]]
+    ) -> str | tuple[int, Any]:
+        """ChangeRepoFiles, as Gitea runs it: no lock. It checks each file on the tip it
+        read, in order, commits them all in a temporary clone and pushes; a tip that
+        moved in between makes the push fail (ErrPushOutOfDate), which the API answers
+        500. An update looks up what it replaces first (gone: 404; another sha, even a
+        directory's: 422), then the path; a creation the path first, then whether
+        something is there. The commit made, or the error answer."""
+        updates = any(f.get("operation") == "update" for f in files)
+        if updates and self._random.random() < self.race_rate:
             self.races += 1
             return self._error(422, "sha does not match [injected race]")
         branch = body.get("branch") or self._default_branch(repo)
         onto = body.get("new_branch") or None  # the commit goes there, made on branch's tip
         if onto and self._resolve(repo, f"refs/heads/{onto}") and not body.get("force_push"):
             return self._error(422, f"branch already exists [name: {onto}]")
-        refused = self._protection(repo, onto or branch, file_path)
-        if refused:
-            return self._error(403, refused)
+        for change in files:
+            refused = self._protection(repo, onto or branch, change["path"])
+            if refused:
+                return self._error(403, refused)
         tip = self._resolve(repo, f"refs/heads/{branch}")
         if tip is None:
             repo_id = list(self.repos).index(repo) + 1
             return self._not_found(f"branch does not exist [repo_id: {repo_id} name: {branch}]")
-        if not create:
-            listed = git(self._bare(repo), "ls-tree", tip, "--", file_path)
-            if not listed:
-                return self._not_found(NO_OBJECT.format(id="", path=file_path))
-            if body.get("sha") != listed.split()[2]:
-                given, expected = body.get("sha"), listed.split()[2]
-                return self._error(
-                    422, f"sha does not match [given: {given}, expected: {expected}]"
-                )
-        invalid = self._invalid_path(repo, tip, file_path)
-        if invalid:
-            return self._error(422, invalid)
-        current = self._blob(repo, tip, file_path)
-        if create and current is not None:
-            return self._error(422, f"repository file already exists [path: {file_path}]")
-        content = base64.b64decode(body["content"])
+        written: list[tuple[str, bytes, str]] = []
+        for change in files:
+            file_path = change["path"]
+            if change["operation"] == "update":
+                listed = git(self._bare(repo), "ls-tree", tip, "--", file_path)
+                if not listed:
+                    return self._not_found(NO_OBJECT.format(id="", path=file_path))
+                given, expected = change.get("sha"), listed.split()[2]
+                if given and given != expected:  # no sha: nothing to check it against
+                    return self._error(
+                        422, f"sha does not match [given: {given}, expected: {expected}]"
+                    )
+            invalid = self._invalid_path(repo, tip, file_path)
+            if invalid:
+                return self._error(422, invalid)
+            current = self._blob(repo, tip, file_path)
+            if change["operation"] == "create" and current is not None:
+                return self._error(422, f"repository file already exists [path: {file_path}]")
+            content = base64.b64decode(change.get("content") or "")
+            written.append((file_path, content, current[1] if current else "100644"))
         try:
-            commit = self._commit_file(
-                repo, tip, branch, file_path, content, body, current[1] if current else "100644"
-            )
+            commit = self._commit_files(repo, tip, branch, written, body)
             if onto:  # forced there, whatever it held (force_push)
                 git(self._bare(repo), "update-ref", f"refs/heads/{onto}", commit)
         except subprocess.CalledProcessError:
             self.push_races += 1
             return self._error(500, "failed to push: the branch moved (ErrPushOutOfDate)")
-        return (201 if create else 200), {
-            "content": self._contents(repo, commit, file_path),
-            "commit": self._file_commit(repo, commit),
-            "verification": UNSIGNED,
-        }
+        return commit
 
     def _file_commit(self, repo: str, sha: str) -> dict[str, Any]:
         """GetFileCommitResponse: the commit a write made, its tree its own, and no
@@ -1103,32 +1182,33 @@ class GiteaDouble:
             "tree": {"url": f"{api}/trees/{tree}", "sha": tree, "created": zero},
         }
 
-    def _commit_file(
+    def _commit_files(
         self,
         repo: str,
         tip: str,
         branch: str,
-        file_path: str,
-        content: bytes,
+        files: list[tuple[str, bytes, str]],
         body: dict[str, Any],
-        mode: str,
     ) -> str:
+        """One commit on ``tip`` of ``files`` (path, content, mode), moved onto ``branch``
+        only if it is still at ``tip``."""
         bare = self._bare(repo)
-        blob = (
-            subprocess.run(
-                ["git", "-C", str(bare), "hash-object", "-w", "--stdin"],
-                input=content,
-                capture_output=True,
-                check=True,
-            )
-            .stdout.decode()
-            .strip()
-        )
         with tempfile.TemporaryDirectory() as scratch:  # one index per writer, as a clone
             index = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
             git(bare, "read-tree", tip, env=index)
-            entry = f"{mode},{blob},{file_path}"
-            git(bare, "update-index", "--add", "--cacheinfo", entry, env=index)
+            for file_path, content, mode in files:
+                blob = (
+                    subprocess.run(
+                        ["git", "-C", str(bare), "hash-object", "-w", "--stdin"],
+                        input=content,
+                        capture_output=True,
+                        check=True,
+                    )
+                    .stdout.decode()
+                    .strip()
+                )
+                entry = f"{mode},{blob},{file_path}"
+                git(bare, "update-index", "--add", "--cacheinfo", entry, env=index)
             tree = git(bare, "write-tree", env=index)
         author = body.get("author") or {"name": "gitea", "email": "gitea@example.invalid"}
         committer = body.get("committer") or author
@@ -1138,7 +1218,7 @@ class GiteaDouble:
             "GIT_COMMITTER_NAME": committer["name"],
             "GIT_COMMITTER_EMAIL": committer["email"],
         }
-        message = body.get("message") or f"Update {file_path}"
+        message = body.get("message") or f"Update {', '.join(f[0] for f in files)}"
         commit = git(
             bare, "commit-tree", tree, "-p", tip, "-F", "-", input_text=message, env=identity
         )
