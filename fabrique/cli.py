@@ -24,7 +24,7 @@ from fabrique.site.errors import (
     NotPassed,
     ValidationFailed,
 )
-from fabrique.site.names import WRITEBACK_OUTCOMES
+from fabrique.site.names import WRITEBACK_OUTCOMES, check_label_value
 
 if TYPE_CHECKING:
     from fabrique.decisions.reconcile import Reconciler
@@ -373,37 +373,163 @@ def submit(
 @cli.command("plan-push")
 @click.option("--before", required=True, help="The branch's commit before the push (zeros: new).")
 @click.option("--after", required=True, help="The pushed commit: the branch's head after it.")
+@click.option(
+    "--group",
+    help="The push's Workflow: the builds whose write-backs meet there (writeback.batch) "
+    "carry its name, and write nothing themselves.",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    help="Also write how many builds meet (file 'grouped'), the step's output.",
+)
 @click.option("--dry-run", is_flag=True, help="Say which builds it would ask for; create none.")
 @kube_context_option
 @pass_state
 def plan_push(
-    state: _State, before: str, after: str, dry_run: bool, kube_context: str | None
+    state: _State,
+    before: str,
+    after: str,
+    group: str | None,
+    out: Path | None,
+    dry_run: bool,
+    kube_context: str | None,
 ) -> None:
     """Create the build of every app a push of the site's branch may have changed.
 
     The step of the push's Workflow (the Sensor makes one per push): it lists the
     commits the push brought and dropped, and asks for fabrique-<app>-<sha12> of each
-    app a changed file lies under; one that exists already is success. One line per
-    app, then why. Exits 75 when the API server did not answer (the step is retried).
+    app a changed file lies under; one that exists already is success. With --group,
+    the builds of apps that write into one repository and branch leave their write-back
+    to that Workflow (fabrique writeback-group). One line per app, then why. Exits 75
+    when the API server did not answer (the step is retried).
     """
     from fabrique.clients.gitea import GiteaClient, token_from_env
     from fabrique.clients.kube import KubeClient
-    from fabrique.decisions.push import ask_builds, check_push, raise_for_failures, touched
+    from fabrique.decisions.plan import write_atomic
+    from fabrique.decisions.push import (
+        ask_builds,
+        check_push,
+        meeting,
+        raise_for_failures,
+        touched,
+    )
 
     check_push(before, after)
     site = state.site
+    if group is not None:
+        check_label_value(group, "--group")
     with GiteaClient.for_site(site, token_from_env()) as gitea:
         found = touched(site, gitea, before, after)
+    meets = meeting(site, found.apps) if group else frozenset()
     if dry_run:
         for app in found.apps:
-            click.echo(f"would ask: {app}")
+            click.echo(f"would ask: {app}" + (f" (written by {group})" if app in meets else ""))
     else:
-        asked = ask_builds(site, KubeClient.for_site(site, kube_context), found.apps, after)
+        kube = KubeClient.for_site(site, kube_context)
+        asked = ask_builds(site, kube, found.apps, after, group=group)
         for one in asked:
             word = "failed" if one.error else "created" if one.created else "already exists"
-            click.echo(f"{one.app}: {word}: workflow {site.namespaces.build}/{one.name}")
+            said = f" (written by {group})" if one.app in meets else ""
+            click.echo(f"{one.app}: {word}: workflow {site.namespaces.build}/{one.name}{said}")
         raise_for_failures(asked)
+    if out is not None:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            write_atomic(out / "grouped", str(len(meets)))
+        except OSError as exc:
+            raise InputError(f"--out {out}: {exc.strerror}") from None
     click.echo(f"{len(found.apps)} of {len(site.apps)} app(s): {found.reason}")
+    if meets:
+        click.echo(f"{len(meets)} build(s) write back together, through {group}")
+
+
+@cli.command("writeback-group")
+@click.option(
+    "--push",
+    help="The push's Workflow: wait for the builds it asked for (label fabrique.io/push), "
+    "and write those that built.",
+)
+@click.option(
+    "--from",
+    "source",
+    type=click.File("r"),
+    help='Write these now instead: a JSON list of {"app", "revision", "digest"} ("-": stdin).',
+)
+@click.option("--dry-run", is_flag=True, help="Print the diffs that would be committed.")
+@kube_context_option
+@pass_state
+def writeback_group(
+    state: _State, push: str | None, source: Any, dry_run: bool, kube_context: str | None
+) -> None:
+    """Write several apps' digests, one commit per repository and branch.
+
+    The last step of a push's Workflow (writeback.batch): every build of the push that
+    meets there has ended, or maxWait has passed since the first ended; those that built
+    are written, each judged as its own write-back would be (held, frozen, superseded,
+    unchanged), and each app's status is posted. A build that failed is left out and
+    said. One line per app. Exits 2 when an app's write-back was refused (the others are
+    written), 75 when Gitea did not answer.
+    """
+    from fabrique.clients.gitea import GiteaClient, token_from_env
+    from fabrique.clients.registry import RegistryClient
+    from fabrique.decisions.signature import signature_gate
+    from fabrique.decisions.status import StatusReporter
+    from fabrique.decisions.writeback import Outcome, open_transport
+    from fabrique.gestures.group import wait_and_write, write_batch
+
+    site = state.site
+    if (push is None) == (source is None):
+        raise InputError("writeback-group: give --push or --from, one of them")
+    states = None if source is None else _deploys_file(source)
+    if push is not None:
+        check_label_value(push, "--push")
+    token = token_from_env()
+    with (
+        open_transport(site, token, writes=not dry_run) as transport,
+        GiteaClient.for_site(site, token) as gitea,
+        RegistryClient.for_site(site) as registry,  # only asked when the site signs
+    ):
+        statuses = None if dry_run else StatusReporter(site, gitea, token)
+        gate = signature_gate(site, registry)
+
+        kube = None
+        if push is not None:
+            from fabrique.clients.kube import KubeClient
+
+            kube = KubeClient.for_site(site, kube_context)
+
+        def look(app: Any, env: Any, outcome: Any) -> str | None:
+            from fabrique.gestures.promote import look_after
+
+            if kube is None:  # --from, by hand: the pass looks
+                return None
+            return look_after(site, lambda _: kube, app, env, outcome)
+
+        def write(builds: Any) -> Any:
+            landed = write_batch(
+                site, transport, statuses, builds, gate=gate, dry_run=dry_run, look=look
+            )
+            for one in landed:
+                if isinstance(one.outcome, Outcome) and one.outcome.diff:
+                    click.echo(one.outcome.diff, nl=False)
+                click.echo(one.line())
+            return landed
+
+        running: list[str] = []
+        if states is not None:
+            landed = write(states)
+        else:
+            assert push is not None and kube is not None
+            landed, running = wait_and_write(site, kube, push, write)
+    if running:
+        click.echo(
+            f"still building when the wait ended: {', '.join(running)}; the safety net writes them"
+        )
+    click.echo(f"{len(landed)} build(s) of the push: {_landed_summary(landed)}")
+    failed = [one.outcome for one in landed if isinstance(one.outcome, FabriqueError)]
+    if failed:
+        raise failed[0]
 
 
 @cli.command()
@@ -468,6 +594,53 @@ def writeback(
         except OSError as exc:
             raise InputError(f"--out {out}: {exc.strerror}") from None
     click.echo(outcome.line())
+
+
+def _deploys_file(source: Any) -> list[Any]:
+    """``--from``'s JSON list of deploys, as the builds' records they stand for; a
+    one-line error naming the entry and field otherwise."""
+    import json
+
+    from fabrique.clients.kube import WorkflowState
+    from fabrique.site.names import check_digest, check_revision, workflow_name
+
+    try:
+        items = json.load(source)
+    except ValueError as exc:
+        raise InputError(f"--from {source.name}: not JSON ({exc})") from None
+    if not isinstance(items, list):
+        raise InputError(f"--from {source.name}: must be a JSON list of deploys")
+    states = []
+    for i, item in enumerate(items):
+        where = f"--from {source.name}[{i}]"
+        if not isinstance(item, dict) or set(item) - {"app", "revision", "digest", "workflow"}:
+            raise InputError(f"{where}: an object of app, revision, digest (and workflow)")
+        for key in ("app", "revision", "digest"):
+            if not isinstance(item.get(key), str):
+                raise InputError(f"{where}.{key}: missing, or not a string")
+        check_revision(item["revision"])
+        check_digest(item["digest"], what=f"{where}.digest")
+        name = item.get("workflow") or workflow_name(item["app"], item["revision"])
+        states.append(
+            WorkflowState(name, "Succeeded", item["revision"], item["digest"], "", app=item["app"])
+        )
+    return states
+
+
+def _landed_summary(landed: Any) -> str:
+    from collections import Counter
+
+    from fabrique.decisions.writeback import Outcome
+
+    counted = Counter(
+        one.outcome.state
+        if isinstance(one.outcome, Outcome)
+        else "failed"
+        if one.outcome is not None
+        else "left out"
+        for one in landed
+    )
+    return ", ".join(f"{n} {state}" for state, n in sorted(counted.items())) or "none"
 
 
 def _verify_after(site: Site, app: str, state: str) -> str:

@@ -229,8 +229,10 @@ def push_unit(site: Site) -> Tree:
     from pipelines.push import push_template
 
     # it runs in the control namespace and creates builds in the build namespace, and
-    # nothing else there (admission admits only references to fabrique-build)
-    rules = [{"apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": ["create"]}]
+    # nothing else there (admission admits only references to fabrique-build); it lists
+    # them when it writes back the builds that meet (writeback.batch)
+    verbs = ["create", "list"] if site.writeback.batch.enabled else ["create"]
+    rules = [{"apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": verbs}]
     return {
         "push/rbac.yaml": service_account(
             PLANNER_ACCOUNT,
@@ -333,10 +335,11 @@ def environment_reader(
 
 def verify_unit(site: Site) -> Tree:
     """Where a promotion's look runs (``fabrique-verify``), when an environment after an
-    app's first is deployed by this cluster's Argo CD: the template, its account (get
-    those Applications, list their pods), and the reconciler's right to start one in
-    the control namespace (admission holds it to that template)."""
-    looked = site.promoted_in_cluster()
+    app's first is deployed by this cluster's Argo CD, and a push's write-back's look at
+    an app's first (``writeback.batch``): the template, its account (get those
+    Applications, list their pods), and the reconciler's and the planner's right to
+    start one in the control namespace (admission holds them to that template)."""
+    looked = site.looked_by_workflow()
     if not looked:
         return {}
     from pipelines.reconcile_cron import SERVICE_ACCOUNT as RECONCILER
@@ -345,7 +348,12 @@ def verify_unit(site: Site) -> Tree:
     ns = site.namespaces.control
     rbac = [account(SERVICE_ACCOUNT, ns), *environment_reader(SERVICE_ACCOUNT, ns, looked, looked)]
     start = [{"apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": ["create"]}]
-    rbac += service_account(RECONCILER, ns, start, role=f"{RECONCILER}-start-verifications")[1:]
+    if site.promoted_in_cluster():
+        rbac += service_account(RECONCILER, ns, start, role=f"{RECONCILER}-start-verifications")[1:]
+    if site.grouped_in_cluster():  # the push's write-back starts the look at what it wrote
+        rbac += service_account(
+            PLANNER_ACCOUNT, ns, start, role=f"{PLANNER_ACCOUNT}-start-verifications"
+        )[1:]
     return {
         "verify/rbac.yaml": rbac,
         "verify/workflowtemplate.yaml": [verify_template(site).to_dict()],

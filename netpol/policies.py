@@ -243,13 +243,24 @@ def control_namespace(site: Site) -> list[dict[str, Any]]:
             ingress=[],
             egress=[_dns(site), _peer(site.netpol.gitea), _peer(site.netpol.registry), _api(site)],
         ),
-        # a push's plan lists its commits in Gitea and creates builds through the API
+        # a push's plan lists its commits in Gitea and creates builds through the API; its
+        # write-back (writeback.batch) writes to Gitea, and checks signatures in the
+        # registry where the site signs
         _policy(
             "planner",
             ns,
             PLANNER_POD,
             ingress=[],
-            egress=[_dns(site), _peer(site.netpol.gitea), _api(site)],
+            egress=[
+                _dns(site),
+                _peer(site.netpol.gitea),
+                *(
+                    [_peer(site.netpol.registry)]
+                    if site.signing.enabled and site.writeback.batch.enabled
+                    else []
+                ),
+                _api(site),
+            ],
         ),
         # a promotion's look (fabrique-verify) reads Gitea, the registry (a rollback
         # checks the image) and the API, as the reconciler does; no ingress
@@ -268,7 +279,7 @@ def control_namespace(site: Site) -> list[dict[str, Any]]:
                     ],
                 )
             ]
-            if site.promoted_in_cluster()
+            if site.looked_by_workflow()
             else []
         ),
         # the mirror sync only calls Gitea's API (and its executor reports to the API)

@@ -9,7 +9,7 @@ template but overrides its pod fields (``podSpecPatch``, ``serviceAccountName``,
 
 A ``ValidatingAdmissionPolicy`` bound to the build namespace refuses, at CREATE, every
 Workflow whose spec is anything but ``workflowTemplateRef: {name: fabrique-build}`` and
-``arguments.parameters`` among ``app``, ``revision``, ``force``, or whose name is not
+``arguments.parameters`` among ``app``, ``revision``, ``force``, ``group``, or whose name is not
 ``fabrique-<app>-<sha12>`` of its own parameters (the name is what makes a second
 Workflow of one commit a 409): exactly what the push planner, the reconciler and
 ``fabrique submit`` create (``fabrique.decisions.workflow``).
@@ -36,6 +36,7 @@ from typing import Any
 
 from fabrique.site.config import Site
 from fabrique.site.names import (
+    PLANNER_ACCOUNT,
     PUSH_PARAMETERS,
     PUSH_PREFIX,
     PUSH_TEMPLATE,
@@ -55,6 +56,7 @@ POLICY = "fabrique-build-workflows"
 SENSOR_CREATES = "fabrique-sensor-creates-pushes"
 SENSOR_POLICY = "fabrique-sensor-changes-nothing"
 RECONCILER_STARTS = "fabrique-reconciler-starts-verifications"
+PLANNER_STARTS = "fabrique-planner-starts-verifications"
 # what the Sensor's UPDATE must leave as it found it
 SENSOR_RULE = (
     "object.spec == oldObject.spec && "
@@ -66,7 +68,7 @@ SENSOR_RULE = (
     ),
     "the Sensor may find a Workflow here as it is (a redelivered push), never change it",
 )
-PARAMETERS = ("app", "revision", "force")
+PARAMETERS = ("app", "revision", "force", "group")
 
 
 def _references(template: str, parameters: tuple[str, ...]) -> list[tuple[str, str]]:
@@ -213,5 +215,12 @@ def workflow_admission(site: Site) -> list[dict[str, Any]]:
         documents += [
             _policy(RECONCILER_STARTS, "CREATE", VERIFY_RULES, reconciler, "the-reconciler"),
             _binding(RECONCILER_STARTS, control),
+        ]
+    if site.grouped_in_cluster():
+        # and the push's write-back, the look at what it wrote (writeback.batch)
+        planner = f"system:serviceaccount:{control}:{PLANNER_ACCOUNT}"
+        documents += [
+            _policy(PLANNER_STARTS, "CREATE", VERIFY_RULES, planner, "the-planner"),
+            _binding(PLANNER_STARTS, control),
         ]
     return documents

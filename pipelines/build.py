@@ -29,7 +29,10 @@ in order, each held by Argo's executor until the one before it has ended well:
 - ``write-back`` (``fabrique writeback``) writes that digest into the app's target in
   Git: changed, unchanged (a replay), superseded (never a rollback), held or frozen
   (a freeze window: ``freeze[]``); with
-  ``signing`` it refuses a digest whose signature does not verify.
+  ``signing`` it refuses a digest whose signature does not verify. A build a push asked
+  for with its other builds into one repository and branch (the ``group`` parameter,
+  ``writeback.batch``) writes nothing (``grouped``): the push's Workflow writes them
+  all in one commit and posts their statuses (``fabrique writeback-group``).
 - ``main`` posts the ``success`` status and holds the pod's outputs (Argo reads a
   containerSet's outputs from its ``main`` container alone): the write-back's outcome
   and commit, and the verified digest, the record the safety net trusts.
@@ -83,6 +86,7 @@ from fabrique.decisions.signature import KEY_FILE, SIGNING_MOUNT
 from fabrique.site.config import Site
 from fabrique.site.errors import TRANSIENT_EXIT_CODE, TRANSIENT_SAID
 from fabrique.site.names import (
+    GROUP_PARAMETER,
     LABEL_APP,
     LABEL_MANAGED_BY,
     LABEL_PART_OF,
@@ -153,6 +157,7 @@ CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 APP = "{{workflow.parameters.app}}"
 REVISION = "{{workflow.parameters.revision}}"
 FORCE = "{{workflow.parameters.force}}"
+GROUP = "{{workflow.parameters.group}}"  # the push's Workflow that writes it, or ""
 # the revision label holds the sha12 (a label value holds at most 63 characters, a
 # SHA-256 commit 64); the whole revision is the Workflow's annotation and parameter
 SHORT_REVISION_EXPRESSION = f"sprig.trunc({SHORT_SHA_LEN}, workflow.parameters.revision)"
@@ -511,6 +516,12 @@ def _volumes(site: Site) -> list[Any]:
 
 # a write-back that fails says so in its outcome, which the metrics count
 WRITE_BACK_SCRIPT = """mkdir -p "$WRITEBACK_DIR"
+if [ -n "$GROUP" ]; then
+  # the push's Workflow writes it with the push's other builds, and reports it
+  printf grouped >"$WRITEBACK_DIR/outcome"
+  echo "write-back: written with the push's other builds, by $GROUP"
+  exit 0
+fi
 fabrique "$@" --digest "$(cat "$DIGEST_FILE")" --out "$WRITEBACK_DIR" || {
   status=$?
   printf failed >"$WRITEBACK_DIR/outcome"
@@ -519,7 +530,11 @@ fabrique "$@" --digest "$(cat "$DIGEST_FILE")" --out "$WRITEBACK_DIR" || {
 """
 # ``main``: the success status, from the write-back's own outputs; a report that cannot
 # be made never fails the build (the reconciler repairs it)
-REPORT_SUCCESS_SCRIPT = """fabrique "$@" --digest "$(cat "$DIGEST_FILE")" \
+REPORT_SUCCESS_SCRIPT = """if [ "$(cat "$WRITEBACK_DIR/outcome")" = grouped ]; then
+  echo "main: the push's Workflow posts the status once it wrote the digest"
+  exit 0
+fi
+fabrique "$@" --digest "$(cat "$DIGEST_FILE")" \
   --outcome "$(cat "$WRITEBACK_DIR/outcome")" --commit "$(cat "$WRITEBACK_DIR/commit")" \
   || echo "main: the success status was not posted; the next reconcile pass repairs it" >&2"""
 # ``report-pending``: pending when the plan builds, skipped's success when it does not
@@ -674,7 +689,7 @@ def _run(site: Site) -> ContainerSet:
             ],
             extra_env=[
                 *git["extra_env"],
-                *env(DIGEST_FILE=DIGEST_FILE, WRITEBACK_DIR=WRITEBACK_DIR),
+                *env(DIGEST_FILE=DIGEST_FILE, WRITEBACK_DIR=WRITEBACK_DIR, GROUP=GROUP),
             ],
             mounts=[
                 VERIFIED_MOUNT,
@@ -729,6 +744,9 @@ def build_template(site: Site) -> WorkflowTemplate:
             Parameter(name="app"),
             Parameter(name="revision"),
             Parameter(name="force", value="false"),
+            # set by a push's plan when the push's Workflow writes this build's digest
+            # with its other builds' (writeback.batch): its own write-back writes nothing
+            Parameter(name=GROUP_PARAMETER, value=""),
         ],
         service_account_name=SERVICE_ACCOUNT,
         # No step's own container talks to the Kubernetes API: none gets a token (the

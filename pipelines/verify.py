@@ -70,7 +70,7 @@ def verify_template(site: Site) -> WorkflowTemplate:
             labels_from={LABEL_APP: m.LabelValueFrom(expression="workflow.parameters.app")},
         ),
         synchronization=m.Synchronization(mutexes=[m.Mutex(name=f"fabrique-verify-{APP}-{ENV}")]),
-        active_deadline_seconds=verify_deadline(site, site.promoted_in_cluster()),
+        active_deadline_seconds=verify_deadline(site, site.looked_by_workflow()),
         pod_gc=m.PodGC(strategy="OnPodSuccess"),
         ttl_strategy=m.TTLStrategy(seconds_after_success=86400, seconds_after_failure=604800),
         security_context=pod_security(),
@@ -93,4 +93,4 @@ def verify_template(site: Site) -> WorkflowTemplate:
 # `hera generate yaml pipelines/` finds this object, where the site has such an
 # environment (as `fabrique render`, which calls verify_template() with its site)
 _SITE = site_from_env()
-workflow_template = verify_template(_SITE) if _SITE.promoted_in_cluster() else None
+workflow_template = verify_template(_SITE) if _SITE.looked_by_workflow() else None

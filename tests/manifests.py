@@ -59,17 +59,23 @@ def rendered_step(site: Any, name: str) -> dict[str, Any]:
 
 
 def step_env(
-    container: dict[str, Any], revision: str, inputs: dict[str, str], plan: Path | None = None
+    container: dict[str, Any],
+    revision: str,
+    inputs: dict[str, str],
+    plan: Path | None = None,
+    group: str = "",
 ) -> dict[str, str]:
     """The container's environment as Argo fills it in (secrets left out). With ``plan``,
     the plan's files as the ``plan`` stage leaves them for the later ones: ``inputs``,
     ``build`` true, in that folder, which ``PLAN`` then names; a transient failure is
-    tried again at once (``BACKOFF_SECONDS``)."""
+    tried again at once (``BACKOFF_SECONDS``). ``group``: the build's ``group``
+    parameter (its default: none)."""
     env = {}
     for item in container["env"]:
         if "value" not in item:
             continue
         value = item["value"].replace("{{workflow.parameters.revision}}", revision)
+        value = value.replace("{{workflow.parameters.group}}", group)
         for name, input_value in inputs.items():
             value = value.replace(f"{{{{inputs.parameters.{name}}}}}", input_value)
         env[item["name"]] = value

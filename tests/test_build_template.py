@@ -94,6 +94,7 @@ def test_the_stages_run_in_order_in_one_pod(template: dict[str, Any]) -> None:
         {"name": "app"},
         {"name": "revision"},
         {"name": "force", "value": "false"},
+        {"name": "group", "value": ""},
     ]
 
 

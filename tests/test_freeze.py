@@ -13,7 +13,13 @@ import pytest
 
 from fabrique.decisions.holds import Hold
 from fabrique.decisions.reconcile import DECISIONS, STATUS, decide
-from fabrique.decisions.writeback import Deploy, open_transport, write_back, write_back_file
+from fabrique.decisions.writeback import (
+    Deploy,
+    Outcome,
+    open_transport,
+    write_back,
+    write_back_many,
+)
 from fabrique.site.config import load_site, parse_site
 from fabrique.site.errors import ConfigError
 from fabrique.site.freeze import Frozen, Window, frozen_at, parse_duration
@@ -221,6 +227,7 @@ def test_one_app_frozen_in_a_shared_file_leaves_the_others_written(
     )
     deploys = [Deploy("citation", revision, DIGEST), Deploy("other", revision, DIGEST)]
     with open_transport(site, GITEA_TOKEN) as transport:
-        citation, other = write_back_file(site, transport, deploys)
+        citation, other = write_back_many(site, transport, deploys)
+    assert isinstance(citation, Outcome) and isinstance(other, Outcome)
     assert citation.state == "changed"
     assert other.state == "frozen" and "INC-7 freeze" in other.detail

@@ -294,8 +294,9 @@ def test_the_sensor_holds_no_right_in_the_build_namespace() -> None:
     ]
     assert planner == [(BUILD_NS, "fabrique-planner-create-workflows")]
     role = find(TREE, "Role", "fabrique-planner-create-workflows", BUILD_NS)
+    # it lists them too: the push's write-back waits for the builds that meet there
     assert role["rules"] == [
-        {"apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": ["create"]}
+        {"apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": ["create", "list"]}
     ]
     policy = find(TREE, "NetworkPolicy", "planner", CONTROL_NS)
     reached = [rule["ports"][0]["port"] for rule in policy["spec"]["egress"]]

@@ -198,7 +198,7 @@ def test_one_app_changed_costs_its_own_questions_and_its_write_back(world: World
     assert counts == (nothing_changed[0] + 1, nothing_changed[1] + 1, 0)
 
 
-def test_apps_of_one_file_written_back_in_one_commit(world: World) -> None:
+def test_apps_of_one_repository_written_back_in_one_commit(world: World) -> None:
     world.reconcile()
     changed = ["app-00", "app-03", "app-06", "app-01"]  # three share group 0; one is group 1
     revisions = {app: world.code_repo.commit({f"apps/{app}/src.txt": "v2\n"}) for app in changed}
@@ -207,27 +207,22 @@ def test_apps_of_one_file_written_back_in_one_commit(world: World) -> None:
     states, _ = world.reconcile()
     assert states == _all("ok") | {app: "written-back" for app in changed}
     commits = world.code_repo.git("rev-list", "--reverse", f"{head}..main").split()
-    touched = [
-        world.code_repo.git("show", "--format=", "--name-only", commit).strip()
-        for commit in commits
-    ]
-    assert sorted(touched) == [_target(0), _target(1)], "one commit per file"
-    group = commits[touched.index(_target(0))]
-    message = world.code_repo.git("log", "-1", "--format=%B", group)
+    assert len(commits) == 1, "one commit per repository and branch, whatever the files"
+    touched = world.code_repo.git("show", "--format=", "--name-only", commits[0]).split()
+    assert sorted(touched) == [_target(0), _target(1)]
+    message = world.code_repo.git("log", "-1", "--format=%B", commits[0])
     assert message.splitlines()[0] == (
-        f"fabrique: deploy 3 images into {_target(0)} (app-00, app-03, app-06)"
+        "fabrique: deploy 4 images into 2 files of atlas/atlas (app-00, app-01, app-03 and 1 more)"
     )
-    for app in ("app-00", "app-03", "app-06"):
+    for app in changed:
         assert f"App: {app}\n" in message
         assert f"Source-Revision: {revisions[app]}\n" in message
     pins = {p["name"]: p for p in yaml.safe_load(world.code_repo.show(_target(0)))["images"]}
     for app in ("app-00", "app-03", "app-06"):
         assert pins[app]["digest"] == digests[app]
         assert pins[app]["newTag"] == revisions[app][:12]
-    single = commits[touched.index(_target(1))]
-    assert world.code_repo.git("log", "-1", "--format=%s", single).strip() == (
-        f"fabrique: deploy app-01 {revisions['app-01'][:12]} for app-01"
-    )
+    pins = {p["name"]: p for p in yaml.safe_load(world.code_repo.show(_target(1)))["images"]}
+    assert pins["app-01"]["digest"] == digests["app-01"]
 
 
 def _rewind(repo: Repo, commit: str) -> None:

@@ -439,10 +439,10 @@ def test_without_signing_there_is_no_sign_step() -> None:
 def test_one_commit_for_several_apps_checks_every_signature(
     tmp_path: Path, code_repo: Repo, gitea: GiteaDouble, registry: Registry
 ) -> None:
-    """The safety net writes the apps of one target file in one commit: each digest in
-    it must be signed, or none is written (fail closed)."""
+    """The safety net writes the apps of one target file in one commit: an unsigned
+    digest is never written (fail closed), and holds back no signed one."""
     from fabrique.decisions.signature import signature_gate
-    from fabrique.decisions.writeback import Deploy, open_transport, write_back_file
+    from fabrique.decisions.writeback import Deploy, Outcome, open_transport, write_back_many
 
     _, pem, signer = _ec()
     values = _two_apps_one_file(tmp_path, gitea, registry, pem)
@@ -453,9 +453,13 @@ def test_one_commit_for_several_apps_checks_every_signature(
     deploys = [Deploy("citation", revision, signed), Deploy("worker", revision, unsigned)]
     with open_transport(site, GITEA_TOKEN) as transport, _client(registry) as client:
         gate = signature_gate(site, client)
-        with pytest.raises(ProvenanceError, match=r"citation-worker@sha256:.*unsigned"):
-            write_back_file(site, transport, deploys, gate=gate)
-        assert code_repo.head() == head
+        first, refused = write_back_many(site, transport, deploys, gate=gate)
+        assert isinstance(first, Outcome) and first.state == "changed"
+        assert isinstance(refused, ProvenanceError)
+        assert re.search(r"citation-worker@sha256:.*unsigned", str(refused))
+        assert code_repo.head() == first.commit != head
+        assert unsigned not in code_repo.show(KUSTOMIZATION)
+        head = code_repo.head()
         push_signature(
             registry.url,
             "citation-worker",
@@ -463,6 +467,6 @@ def test_one_commit_for_several_apps_checks_every_signature(
             signer,
             payload(f"{registry.host}/citation-worker", unsigned),
         )
-        outcomes = write_back_file(site, transport, deploys, gate=gate)
-    assert [o.state for o in outcomes] == ["changed", "changed"]
-    assert outcomes[0].commit == outcomes[1].commit == code_repo.head() != head
+        outcomes = write_back_many(site, transport, deploys, gate=gate)
+    assert [getattr(o, "state", o) for o in outcomes] == ["unchanged", "changed"]
+    assert outcomes[1].commit == code_repo.head() != head

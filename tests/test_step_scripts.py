@@ -423,7 +423,13 @@ AFTER_THE_PLAN = ("checkout", "build", "verify-digest", "sign", "write-back", "m
 
 
 def _run_stage(
-    tmp_path: Path, name: str, exits: tuple[int, ...] = (), *, build: str = "true"
+    tmp_path: Path,
+    name: str,
+    exits: tuple[int, ...] = (),
+    *,
+    build: str = "true",
+    group: str = "",
+    outcome: str | None = None,
 ) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     """Run container ``name`` of the pod as its script runs, the command it wraps a fake
     exiting ``exits`` in turn, the plan's ``build`` decision ``build``: (the run, the
@@ -436,7 +442,7 @@ def _run_stage(
         (bin_dir / command).chmod(0o755)
     (tmp_path / "exits").write_text("".join(f"{code}\n" for code in exits))
     plan = tmp_path / "plan"
-    env = step_env(container, "a" * 40, PLAN, plan=plan) | {
+    env = step_env(container, "a" * 40, PLAN, plan=plan, group=group) | {
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
         "CALLS": str(tmp_path / "calls"),
         "EXITS": str(tmp_path / "exits"),
@@ -448,6 +454,10 @@ def _run_stage(
     (plan / "build").write_text(build)
     (plan / "reason").write_text("no change under dataops/citation-dagster")
     (tmp_path / "digest").write_text("sha256:" + "d" * 64)
+    if outcome is not None:
+        (tmp_path / "writeback").mkdir(exist_ok=True)
+        (tmp_path / "writeback" / "outcome").write_text(outcome)
+        (tmp_path / "writeback" / "commit").write_text("")
     result = subprocess.run(
         [*container["command"], *container.get("args", [])],
         env=env,
@@ -545,6 +555,24 @@ def test_a_write_back_that_fails_says_failed_in_its_outcome(tmp_path: Path) -> N
         " --revision {{workflow.parameters.revision}}"
         " --workflow {{workflow.name}} --digest sha256:" + "d" * 64 + f" --out {tmp_path}/writeback"
     ]
+
+
+def test_a_build_that_meets_its_push_writes_nothing_and_main_reports_nothing(
+    tmp_path: Path,
+) -> None:
+    """A build a push asked for with its other builds into one repository (``group``):
+    the push's Workflow writes the digests and posts the statuses."""
+    result, calls = _run_stage(tmp_path, "write-back", (1,), group="fabrique-push-a-b")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert calls == []
+    assert (tmp_path / "writeback" / "outcome").read_text() == "grouped"
+    assert "written with the push's other builds, by fabrique-push-a-b" in result.stdout
+    result, calls = _run_stage(tmp_path, "main", (1,), outcome="grouped")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert calls == []
+    # a build of its own posts its success as before
+    result, calls = _run_stage(tmp_path, "main", (0,), outcome="changed")
+    assert result.returncode == 0 and calls[0].startswith("fabrique status-report success ")
 
 
 @pytest.mark.parametrize(("build", "kind"), [("true", "pending"), ("false", "skipped")])

@@ -187,8 +187,9 @@ def test_verify_in_cluster_refuses_an_environment_read_through_a_context(
 # -- after a promotion: a Workflow of its own (fabrique-verify) ------------------------------
 
 
-def _promoted_tree(tmp_path: Path, prod_in_cluster: bool) -> Path:
+def _promoted_tree(tmp_path: Path, prod_in_cluster: bool, *, batch: bool = True) -> Path:
     site = load_site(env={}).to_values()
+    site["writeback"]["batch"]["enabled"] = batch
     site["targets"]["bench"] = {"context": "cluster-bench", "inCluster": True}
     site["targets"]["prod"]["inCluster"] = prod_in_cluster
     app = site["apps"][0]
@@ -228,7 +229,8 @@ def test_a_promotion_into_this_cluster_is_looked_at_by_a_workflow_of_its_own(
         *("--env", "{{workflow.parameters.env}}", "--wait", "--in-cluster"),
     ]
     assert step["metadata"]["labels"]["fabrique.io/role"] == "verifier"
-    # its account reads prod's Application and lists prod's pods, nothing else
+    # its account reads the Applications it looks at and lists their pods, nothing else:
+    # prod's (a promotion's) and bench's (a push's write-back's, writeback.batch)
     bindings = {
         (d["metadata"]["namespace"], d["roleRef"]["name"])
         for d in documents(tree)
@@ -239,6 +241,7 @@ def test_a_promotion_into_this_cluster_is_looked_at_by_a_workflow_of_its_own(
     assert bindings == {
         ("argocd", "fabrique-promotion-verifier-read-applications"),
         ("dagster-prod", "fabrique-promotion-verifier-list-pods"),
+        ("dagster", "fabrique-promotion-verifier-list-pods"),
     }
     # the reconciler (promote: auto) may start one there; its NetworkPolicy lets it out
     # to DNS, Gitea, the registry and the API only
@@ -284,12 +287,34 @@ def test_admission_holds_the_reconciler_to_the_look_it_starts(tmp_path: Path) ->
 
 
 def test_nothing_of_it_where_promotions_go_to_another_cluster(tmp_path: Path) -> None:
-    tree = _promoted_tree(tmp_path, False)
+    tree = _promoted_tree(tmp_path, False, batch=False)
     names = {(d["kind"], d.get("metadata", {}).get("name")) for d in documents(tree)}
     assert ("WorkflowTemplate", "fabrique-verify") not in names
     assert ("NetworkPolicy", "verifier") not in names
     assert ("ValidatingAdmissionPolicy", "fabrique-reconciler-starts-verifications") not in names
     assert ("Role", "fabrique-reconciler-start-verifications") not in names
+
+
+def test_a_push_s_write_back_starts_the_look_at_what_it_wrote_in_this_cluster(
+    tmp_path: Path,
+) -> None:
+    """Builds that meet in their push's Workflow (writeback.batch) have no look of their
+    own: the push's write-back starts fabrique-verify at bench, as a promotion does at
+    prod; the planner may start that and nothing else, the reconciler nothing here."""
+    tree = _promoted_tree(tmp_path, False)
+    valid = run_cli("--values", str(tmp_path / "site.yaml"), "validate", str(tree))
+    assert valid.exit_code == 0, valid.stdout + valid.stderr
+    names = {(d["kind"], d.get("metadata", {}).get("name")) for d in documents(tree)}
+    assert ("WorkflowTemplate", "fabrique-verify") in names
+    assert ("NetworkPolicy", "verifier") in names
+    assert ("ValidatingAdmissionPolicy", "fabrique-planner-starts-verifications") in names
+    assert ("Role", "fabrique-planner-start-verifications") in names
+    assert ("Role", "fabrique-reconciler-start-verifications") not in names
+    policy = find(tree, "ValidatingAdmissionPolicy", "fabrique-planner-starts-verifications")
+    (condition,) = policy["spec"]["matchConditions"]
+    assert condition["expression"] == (
+        "request.userInfo.username == 'system:serviceaccount:fabrique:fabrique-planner'"
+    )
 
 
 def test_promote_into_this_cluster_starts_the_look_and_a_replay_starts_none(

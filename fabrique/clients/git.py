@@ -23,7 +23,7 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -208,12 +208,23 @@ class GitRemote:
     def commit_file(self, parent: str, path: str, text: str, message: str, author: Author) -> str:
         """A new commit on ``parent`` in which ``path`` holds ``text``; nothing else changes.
         Signed with the SSH key of ``signing_key`` when there is one."""
-        listed = self._git("ls-tree", parent, "--", path).split()
-        mode = listed[0] if listed else "100644"
-        blob = self._git("hash-object", "-w", "--stdin", input_text=text).strip()
+        return self.commit_files(parent, {path: text}, message, author)
+
+    def commit_files(
+        self, parent: str, files: Mapping[str, str], message: str, author: Author
+    ) -> str:
+        """A new commit on ``parent`` in which each path of ``files`` holds its text;
+        nothing else changes (a file keeps its mode). Signed with the SSH key of
+        ``signing_key`` when there is one."""
         index = {"GIT_INDEX_FILE": str(self.workdir / "fabrique.index")}
         self._git("read-tree", parent, extra_env=index)
-        self._git("update-index", "--add", "--cacheinfo", f"{mode},{blob},{path}", extra_env=index)
+        for path, text in files.items():
+            listed = self._git("ls-tree", parent, "--", path).split()
+            mode = listed[0] if listed else "100644"
+            blob = self._git("hash-object", "-w", "--stdin", input_text=text).strip()
+            self._git(
+                "update-index", "--add", "--cacheinfo", f"{mode},{blob},{path}", extra_env=index
+            )
         tree = self._git("write-tree", extra_env=index).strip()
         identity = {
             "GIT_AUTHOR_NAME": author.name,

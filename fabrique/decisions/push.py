@@ -35,6 +35,7 @@ from fabrique.site.config import AppConfig, Site
 from fabrique.site.errors import FabriqueError, InputError, KubeError, RemoteError
 from fabrique.site.names import PUSH_SUBMITTER, REVISION_RE, check_revision
 
+from . import review
 from .changes import fabrique_paths
 from .workflow import build_workflow
 
@@ -113,19 +114,42 @@ class Asked:
     error: FabriqueError | None = None
 
 
+def meeting(site: Site, apps: Sequence[str]) -> frozenset[str]:
+    """The apps of a push whose write-backs meet in the push's own Workflow
+    (``writeback.batch``): those that commit (a pull request is proposed per app) into a
+    repository and branch that another of them writes too. An app alone there writes its
+    own commit, from its build, as a single-app push does."""
+    if not site.writeback.batch.enabled:
+        return frozenset()
+    by_branch: dict[tuple[str, str], list[str]] = {}
+    for name in apps:
+        app = site.app(name)
+        if review.in_review(site, app):
+            continue
+        target = app.writeback
+        by_branch.setdefault((target.repo, site.branch_of(target)), []).append(name)
+    return frozenset(name for names in by_branch.values() if len(names) > 1 for name in names)
+
+
 def ask_builds(
     site: Site,
     kube: Creator,
     apps: Sequence[str],
     after: str,
     *,
+    group: str | None = None,
     pool: Callable[[int], ThreadPoolExecutor] = ThreadPoolExecutor,
 ) -> list[Asked]:
     """Create each app's build of ``after``; one that exists already is asked for too.
-    Every app is tried whatever another's answer; the caller raises for the failures."""
+    Every app is tried whatever another's answer; the caller raises for the failures.
+    ``group``: the push's Workflow, which writes the digests of the apps that meet
+    (``meeting``) with one commit per repository and branch."""
+    meets = meeting(site, apps) if group else frozenset()
 
     def one(app: str) -> Asked:
-        body = build_workflow(site, app, after, submitted_by=PUSH_SUBMITTER)
+        body = build_workflow(
+            site, app, after, submitted_by=PUSH_SUBMITTER, group=group if app in meets else None
+        )
         try:
             result = kube.create_workflow(body)
         except FabriqueError as err:

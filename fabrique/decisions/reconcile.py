@@ -60,9 +60,7 @@ from fabrique.site.config import AppConfig, Site
 from fabrique.site.errors import (
     FabriqueError,
     ImageNotFound,
-    ProvenanceError,
     RemoteError,
-    TargetError,
 )
 from fabrique.site.names import (
     LABEL_MANAGED_BY,
@@ -95,7 +93,7 @@ from .writeback import (
     desired_pin,
     target_where,
     withdraw_later,
-    write_back_file,
+    write_back_many,
 )
 
 log = logging.getLogger("fabrique.reconcile")
@@ -403,7 +401,7 @@ class Reconciler:
         return self._repair(submitted, "act")
 
     def _write_back(self, transport: Transport, todos: Sequence[_Pending]) -> list[AppResult]:
-        """The write-backs of one target file, in one commit."""
+        """The write-backs of one repository and branch, in one commit."""
         deploys = []
         for todo in todos:
             facts = todo.facts
@@ -414,19 +412,16 @@ class Reconciler:
             )
         try:
             gate = signature_gate(self.site, self.registry)
-            outcomes = write_back_file(self.site, transport, deploys, gate=gate)
-        except (TargetError, ProvenanceError) as err:
-            if len(todos) == 1:
-                return [error_result(todos[0].app.name, err)]
             # one app's refusal (its deployed tag names no commit, its digest is unsigned)
-            # must not hold back the others of the file: each is written alone, and only
-            # that one fails
-            log.warning("%s; writing the %d pins one by one", err, len(todos))
-            return [result for todo in todos for result in self._write_back(transport, [todo])]
+            # is its result alone: the others of the repository are written
+            outcomes = write_back_many(self.site, transport, deploys, gate=gate)
         except FabriqueError as err:
             return [error_result(todo.app.name, err) for todo in todos]
         results = []
         for todo, outcome in zip(todos, outcomes, strict=True):
+            if isinstance(outcome, FabriqueError):
+                results.append(error_result(todo.app.name, outcome))
+                continue
             if outcome.state in ("held", "frozen"):  # since the facts were read
                 results.append(AppResult(todo.app.name, outcome.state, outcome.detail, todo.facts))
                 continue
@@ -507,14 +502,15 @@ class Reconciler:
             )
             results: dict[str, AppResult] = {r.app: r for r in decided if isinstance(r, AppResult)}
             pending = [r for r in decided if isinstance(r, _Pending)]
-            by_file: dict[tuple[str, str, str], list[_Pending]] = {}
+            # a repository and branch takes one commit, whatever the apps and files
+            by_branch: dict[tuple[str, str], list[_Pending]] = {}
             for todo in pending:
                 if todo.action == "write-back":
                     t = todo.app.writeback
-                    by_file.setdefault((t.repo, site.branch_of(t), t.path), []).append(todo)
+                    by_branch.setdefault((t.repo, site.branch_of(t)), []).append(todo)
             submits = [todo for todo in pending if todo.action == "submit"]
             for group in pool.map(
-                lambda todos: self._write_back(transport, todos), by_file.values()
+                lambda todos: self._write_back(transport, todos), by_branch.values()
             ):
                 results |= {r.app: r for r in group}
             results |= {r.app: r for r in pool.map(self._submit, submits)}

@@ -122,20 +122,52 @@ class PassTransport:
         try:
             return self.inner.write(repo, branch, path, text, snapshot, message)
         finally:  # written, or lost to another writer: either way what was read is stale
+            self._written(repo, branch, {path})
 
-            def keep(key: Hashable) -> bool:
-                if not isinstance(key, tuple):
-                    return True
-                if key[0] == "head":
-                    # every branch head: a write lost to a newer build's write-back means
-                    # a newer push, in the code repository, whatever repository the target
-                    # lives in; the never-roll-back guard compares with the head now
-                    return False
-                if key[1:3] != (repo, branch):
-                    return True
-                return key[0] != "read" or (self._lease_is_file and key[3] != path)
+    def read_many(self, repo: str, branch: str, paths: Sequence[str]) -> dict[str, Snapshot]:
+        """What this pass read already, and the rest in one request. Over git every file
+        must come from one tip, one lease: all are read again unless all were kept."""
+        wanted = list(dict.fromkeys(paths))
+        with self._lock:
+            entries = {p: self._answers.get(("read", repo, branch, p)) for p in wanted}
+        kept = {p: e.value for p, e in entries.items() if e is not None and e.done}
+        if not self._lease_is_file and (
+            len(kept) < len(wanted) or len({str(s.lease) for s in kept.values()}) > 1
+        ):
+            kept = {}  # over git every file comes from one tip, one lease
+        missing = [p for p in wanted if p not in kept]
+        read = self.inner.read_many(repo, branch, missing) if missing else {}
+        for p, snapshot in read.items():
+            once = _Once()
+            once.value, once.done = snapshot, True
+            with self._lock:
+                self._answers[("read", repo, branch, p)] = once
+        return kept | read
 
-            self._forget(keep)
+    def write_many(
+        self, repo: str, branch: str, files: Sequence[tuple[str, str, Snapshot]], message: str
+    ) -> str:
+        try:
+            return self.inner.write_many(repo, branch, files, message)
+        finally:
+            self._written(repo, branch, {path for path, _, _ in files})
+
+    def _written(self, repo: str, branch: str, paths: set[str]) -> None:
+        """Written, or lost to another writer: either way what was read is stale."""
+
+        def keep(key: Hashable) -> bool:
+            if not isinstance(key, tuple):
+                return True
+            if key[0] == "head":
+                # every branch head: a write lost to a newer build's write-back means
+                # a newer push, in the code repository, whatever repository the target
+                # lives in; the never-roll-back guard compares with the head now
+                return False
+            if key[1:3] != (repo, branch):
+                return True
+            return key[0] != "read" or (self._lease_is_file and key[3] not in paths)
+
+        self._forget(keep)
 
     def head(self, repo: str, branch: str) -> str:
         return self._once(("head", repo, branch), lambda: self.inner.head(repo, branch))

@@ -13,9 +13,11 @@ from typing import Any
 from fabrique.site.config import Site
 from fabrique.site.names import (
     ANNOTATION_REVISION,
+    GROUP_PARAMETER,
     LABEL_APP,
     LABEL_MANAGED_BY,
     LABEL_PART_OF,
+    LABEL_PUSH,
     LABEL_REVISION,
     LABEL_SUBMITTED_BY,
     SHORT_SHA_LEN,
@@ -30,11 +32,19 @@ API_VERSION = "argoproj.io/v1alpha1"
 
 
 def build_workflow(
-    site: Site, app: str, revision: str, *, submitted_by: str, force: bool = False
+    site: Site,
+    app: str,
+    revision: str,
+    *,
+    submitted_by: str,
+    force: bool = False,
+    group: str | None = None,
 ) -> dict[str, Any]:
     """The Workflow for building ``app`` at ``revision`` from the ``fabrique-build`` template.
 
     ``force`` builds even if nothing under the app's context changed (the plan step's check).
+    ``group``: the push's Workflow that writes this build's digest with its other builds'
+    (``writeback.batch``); the build itself then writes nothing.
     """
     site.app(app)
     body = workflow_object(
@@ -42,6 +52,9 @@ def build_workflow(
     )
     if force:
         body["spec"]["arguments"]["parameters"].append({"name": "force", "value": "true"})
+    if group:
+        body["metadata"]["labels"][LABEL_PUSH] = group
+        body["spec"]["arguments"]["parameters"].append({"name": GROUP_PARAMETER, "value": group})
     return body
 
 

@@ -37,9 +37,9 @@ from pathlib import Path
 from typing import Literal, Protocol, TypeVar
 
 from fabrique.clients.git import SIGNING_KEY_ENV, Author, GitRemote, ssh_signing_key
-from fabrique.clients.gitea import Commit, FileContent, GiteaClient, Identity
+from fabrique.clients.gitea import Commit, FileChange, FileContent, GiteaClient, Identity
 from fabrique.site.config import AppConfig, Environment, Site
-from fabrique.site.errors import ProvenanceError, StaleWrite, TargetError
+from fabrique.site.errors import FabriqueError, ProvenanceError, StaleWrite, TargetError
 from fabrique.site.freeze import Frozen
 from fabrique.site.names import check_digest, check_revision, short_sha, workflow_name
 from fabrique.site.retry import RetryPolicy
@@ -81,6 +81,17 @@ class Transport(Protocol):
     def write(
         self, repo: str, branch: str, path: str, text: str, snapshot: Snapshot, message: str
     ) -> str: ...
+
+    def read_many(self, repo: str, branch: str, paths: Sequence[str]) -> dict[str, Snapshot]:
+        """Several files of one branch, each with the lease its write presents."""
+        ...
+
+    def write_many(
+        self, repo: str, branch: str, files: Sequence[tuple[str, str, Snapshot]], message: str
+    ) -> str:
+        """One commit in which each ``(path, text, snapshot)`` holds its text, leased on
+        what each snapshot read; StaleWrite when someone wrote first."""
+        ...
 
     def head(self, repo: str, branch: str) -> str: ...
 
@@ -321,7 +332,7 @@ class Deploy:
     workflow: str | None = None
 
 
-def write_back_file(
+def write_back_many(
     site: Site,
     transport: Transport,
     deploys: Sequence[Deploy],
@@ -329,117 +340,213 @@ def write_back_file(
     dry_run: bool = False,
     sleep: Callable[[float], None] = time.sleep,
     gate: Callable[[str, str], None] | None = None,
-) -> list[Outcome]:
-    """Write the digests of several apps that share one target file, in one commit.
+) -> list[Outcome | FabriqueError]:
+    """Write the digests of several apps, one commit per repository and branch.
 
-    Each app is judged as ``write_back`` judges it (``held``, ``unchanged``,
-    ``superseded``, or its pin applied), and the pins applied make one commit whose
-    message names every app. One app alone gets the very commit ``write_back`` makes.
-    The outcomes follow ``deploys``. Apps written through pull requests are proposed
-    each in its own."""
-    if len(deploys) == 1 or any(review.in_review(site, site.app(d.app)) for d in deploys):
-        return [
-            write_back(
-                *(site, transport, d.app, d.revision, d.digest),
-                workflow=d.workflow,
-                dry_run=dry_run,
-                sleep=sleep,
-                gate=gate,
-            )
-            for d in deploys
-        ]
+    Each app is judged as ``write_back`` judges it (``frozen``, ``held``, ``unchanged``,
+    ``superseded``, or its pin applied), and the pins applied into the target files of
+    one repository and branch make one commit, whose message names every app, image, tag
+    and digest it writes. One app alone gets the very commit ``write_back`` makes. Apps
+    written through pull requests are proposed each in its own, as ``write_back`` does.
+    The results follow ``deploys``: an app refused on its own (its deployed tag names no
+    commit, its target cannot take the pin, its digest is unsigned) gets its error, and
+    holds back no other."""
     apps = [site.app(d.app) for d in deploys]
-    where = target_where(site, apps[0])
-    for app in apps[1:]:
-        if target_where(site, app) != where:
-            raise TargetError(f"{app.name}: its target is not {where}; one file per write-back")
-    pins = []
-    for app, d in zip(apps, deploys, strict=True):
+    for d in deploys:
         check_revision(d.revision)
-        pins.append(desired_pin(site, app, d.revision, d.digest))
+    outcomes: dict[int, Outcome | FabriqueError] = {}
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, app in enumerate(apps):
+        if review.in_review(site, app):
+            outcomes[i] = _alone(site, transport, deploys[i], dry_run, sleep, gate)
+            continue
+        groups.setdefault((app.writeback.repo, site.branch_of(app.writeback)), []).append(i)
+    for (repo, branch), members in groups.items():
+        if len(members) == 1:
+            outcomes[members[0]] = _alone(
+                site, transport, deploys[members[0]], dry_run, sleep, gate
+            )
+            continue
+        written = _write_group(
+            *(site, transport, repo, branch),
+            [(apps[i], deploys[i]) for i in members],
+            dry_run=dry_run,
+            sleep=sleep,
+            gate=gate,
+        )
+        outcomes |= dict(zip(members, written, strict=True))
+    return [outcomes[i] for i in range(len(deploys))]
+
+
+def _alone(
+    site: Site,
+    transport: Transport,
+    d: Deploy,
+    dry_run: bool,
+    sleep: Callable[[float], None],
+    gate: Callable[[str, str], None] | None,
+) -> Outcome | FabriqueError:
+    try:
+        return write_back(
+            *(site, transport, d.app, d.revision, d.digest),
+            workflow=d.workflow,
+            dry_run=dry_run,
+            sleep=sleep,
+            gate=gate,
+        )
+    except (TargetError, ProvenanceError) as err:
+        return err
+
+
+def _write_group(
+    site: Site,
+    transport: Transport,
+    repo: str,
+    branch: str,
+    members: Sequence[tuple[AppConfig, Deploy]],
+    *,
+    dry_run: bool,
+    sleep: Callable[[float], None],
+    gate: Callable[[str, str], None] | None,
+) -> list[Outcome | FabriqueError]:
+    """The pins of ``members``, whose targets are files of ``repo@branch``, in one
+    commit; re-read, re-judged and retried whole when someone wrote first."""
+    pins = [desired_pin(site, app, d.revision, d.digest) for app, d in members]
+    wheres = [target_where(site, app) for app, _ in members]
+    paths = list(dict.fromkeys(app.writeback.path for app, _ in members))
     # the apps whose first environment is in a freeze: judged once, before any read
-    frozen = {app.name: f for app in apps if (f := site.frozen(app, None)) is not None}
-    if len(frozen) == len(apps):
+    frozen = {app.name: f for app, _ in members if (f := site.frozen(app, None)) is not None}
+    if len(frozen) == len(members):
         return [
             Outcome("frozen", app.name, where, pin, detail=frozen[app.name].describe())
-            for app, pin in zip(apps, pins, strict=True)
+            for (app, _), where, pin in zip(members, wheres, pins, strict=True)
         ]
-    decided: list[Outcome | None] = []
+    newer = functools.lru_cache(maxsize=None)(
+        lambda revision, tag: _newer_deployed(site, transport, revision, tag)
+    )  # a push's apps share their revision, and mostly what they deploy
     gated: set[str] = set()
 
-    def edit(old: str | None) -> str | list[Outcome]:
-        decided.clear()
-        if old is None:
-            refused = [app.name for app in apps if not app.writeback.create]
-            if refused:
-                raise TargetError(
-                    f"{where}: file not found (set apps[].writeback.create: true to create it; "
-                    f"not set for {', '.join(refused)})"
+    def signed(app: AppConfig, pin: ImagePin) -> None:
+        if site.signing.enabled and app.name not in gated:
+            if gate is None:  # a caller that cannot check must not write
+                raise ProvenanceError(
+                    f"{target_where(site, app)}: signing is on, and this write-back has no "
+                    "signature check; nothing written"
                 )
-        text = old
-        for app, d, pin in zip(apps, deploys, pins, strict=True):
-            if app.name in frozen:
-                detail = frozen[app.name].describe()
-                decided.append(Outcome("frozen", app.name, where, pin, detail=detail))
-                continue
-            held = None if old is None else read_hold(old, where, app.name)
-            if held is not None:  # this app's hold, or the file-wide one: the others go on
-                log.warning("%s: %s; not writing %s", where, held.describe(), pin.reference)
-                decided.append(Outcome("held", app.name, where, pin, detail=held.describe()))
-                continue
-            if text is None:
-                deployed, new_text = None, new_target(app.writeback.kind, pin, where=where)
-            else:
-                deployed = target_pin(text, app.writeback, pin, where=where)
-                new_text = pin_target(text, app.writeback, pin, where=where)
-            if new_text == text:
-                decided.append(Outcome("unchanged", app.name, where, pin))
-                continue
-            if deployed is not None and deployed.tag and deployed.tag != pin.tag:
-                newer = _newer_deployed(site, transport, d.revision, deployed.tag)
-                if newer:
-                    log.warning("%s: %s; not rolling back", where, newer)
-                    decided.append(Outcome("superseded", app.name, where, pin, detail=newer))
-                    continue
-            text = new_text
-            decided.append(None)
-        if text == old or text is None:
+            gate(app.image, pin.digest or "")
+            gated.add(app.name)
+
+    backoff = backoff_of(site)
+    where_all = f"{repo}@{branch}"
+    for attempt in range(1, site.writeback.attempts + 1):
+        snapshots = transport.read_many(repo, branch, paths)
+        texts = {path: snapshots[path].text for path in paths}
+        decided: list[Outcome | FabriqueError | None] = []
+        for (app, d), where, pin in zip(members, wheres, pins, strict=True):
+            try:
+                decided.append(
+                    _judge(site, app, d, where, pin, texts, frozen.get(app.name), newer, signed)
+                )
+            except (TargetError, ProvenanceError) as err:  # this app's alone
+                log.warning("%s", err)
+                decided.append(err)
+        changed = [p for p in paths if texts[p] != snapshots[p].text]
+        if not changed:
             return [o for o in decided if o is not None]
-        for app, pin, o in zip(apps, pins, decided, strict=True):
-            if o is None and site.signing.enabled and app.name not in gated:
-                if gate is None:  # a caller that cannot check must not write
-                    raise ProvenanceError(
-                        f"{where}: signing is on, and this write-back has no signature "
-                        "check; nothing written"
-                    )
-                gate(app.image, pin.digest or "")
-                gated.add(app.name)
-        return text
-
-    def message() -> str:
+        if dry_run:
+            diff = "".join(diff_of(p, snapshots[p].text, texts[p] or "") for p in changed)
+            return [
+                o or Outcome("would-change", app.name, where, pin, diff=diff)
+                for (app, _), where, pin, o in zip(members, wheres, pins, decided, strict=True)
+            ]
         written = [
-            (a, p, d) for a, p, d, o in zip(apps, pins, deploys, decided, strict=True) if o is None
+            (a, p, d) for (a, d), p, o in zip(members, pins, decided, strict=True) if o is None
         ]
-        blocks = [
-            commit_message(a, p, d.revision, d.workflow or workflow_name(a.name, d.revision))
-            for a, p, d in written
+        message = group_message(written, repo, changed)
+        try:
+            commit = transport.write_many(
+                repo, branch, [(p, texts[p] or "", snapshots[p]) for p in changed], message
+            )
+        except StaleWrite as exc:
+            if attempt == site.writeback.attempts:
+                raise StaleWrite(
+                    f"{where_all}: still losing the write race after {attempt} attempt(s); "
+                    "run the write-back again"
+                ) from exc
+            delay = backoff.delay(attempt)
+            log.info(
+                "%s: someone wrote first; re-reading %d file(s) (attempt %d, %.2fs)",
+                *(where_all, len(paths), attempt + 1, delay),
+            )
+            sleep(delay)
+            continue
+        log.info("%s: %s (commit %s)", where_all, message.splitlines()[0], commit)
+        return [
+            o or Outcome("changed", app.name, where, pin, commit=commit)
+            for (app, _), where, pin, o in zip(members, wheres, pins, decided, strict=True)
         ]
-        if len(blocks) == 1:
-            return blocks[0]
-        names = [a.name for a, _, _ in written]
-        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-        path = apps[0].writeback.path
-        subject = f"fabrique: deploy {len(names)} images into {path} ({shown})"
-        return subject + "\n\n" + "\n".join(block.split("\n\n", 1)[1] for block in blocks)
+    raise AssertionError("unreachable")  # pragma: no cover
 
-    done = commit_edit(site, transport, apps[0], edit, message, dry_run=dry_run, sleep=sleep)
-    if isinstance(done, list):
-        return done
-    state: State = "would-change" if done.commit is None else "changed"
-    return [
-        o or Outcome(state, app.name, where, pin, commit=done.commit, diff=done.diff)
-        for app, pin, o in zip(apps, pins, decided, strict=True)
+
+def _judge(
+    site: Site,
+    app: AppConfig,
+    d: Deploy,
+    where: str,
+    pin: ImagePin,
+    texts: dict[str, str | None],
+    frozen: Frozen | None,
+    newer: Callable[[str, str], str | None],
+    signed: Callable[[AppConfig, ImagePin], None],
+) -> Outcome | None:
+    """One app of a group, judged as ``write_back`` judges it: its outcome, or None when
+    its pin is applied to ``texts`` (edited in place)."""
+    if frozen is not None:
+        return Outcome("frozen", app.name, where, pin, detail=frozen.describe())
+    target = app.writeback
+    text = texts[target.path]
+    held = None if text is None else read_hold(text, where, app.name)
+    if held is not None:  # this app's hold, or the file-wide one: the others go on
+        log.warning("%s: %s; not writing %s", where, held.describe(), pin.reference)
+        return Outcome("held", app.name, where, pin, detail=held.describe())
+    if text is None:
+        if not target.create:
+            raise TargetError(
+                f"{where}: file not found (set apps[].writeback.create: true to create it)"
+            )
+        deployed, new_text = None, new_target(target.kind, pin, where=where)
+    else:
+        deployed = target_pin(text, target, pin, where=where)
+        new_text = pin_target(text, target, pin, where=where)
+    if new_text == text:
+        return Outcome("unchanged", app.name, where, pin)
+    if deployed is not None and deployed.tag and deployed.tag != pin.tag:
+        why = newer(d.revision, deployed.tag)
+        if why:
+            log.warning("%s: %s; not rolling back", where, why)
+            return Outcome("superseded", app.name, where, pin, detail=why)
+    signed(app, pin)
+    texts[target.path] = new_text
+    return None
+
+
+def group_message(
+    written: Sequence[tuple[AppConfig, ImagePin, Deploy]], repo: str, paths: Sequence[str]
+) -> str:
+    """One commit's message for several apps: a subject that counts them, then each
+    app's block (app, image and tag, digest, source revision, Workflow). One app alone
+    gets ``write_back``'s own message."""
+    blocks = [
+        commit_message(a, p, d.revision, d.workflow or workflow_name(a.name, d.revision))
+        for a, p, d in written
     ]
+    if len(blocks) == 1:
+        return blocks[0]
+    names = [a.name for a, _, _ in written]
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    into = paths[0] if len(paths) == 1 else f"{len(paths)} files of {repo}"
+    subject = f"fabrique: deploy {len(names)} images into {into} ({shown})"
+    return subject + "\n\n" + "\n".join(block.split("\n\n", 1)[1] for block in blocks)
 
 
 def _propose(
@@ -838,6 +945,26 @@ class GiteaTransport:
             return self.client.update_file(repo, branch, snapshot.lease, text, message, self.author)
         return self.client.create_file(repo, path, branch, text, message, self.author)
 
+    def read_many(self, repo: str, branch: str, paths: Sequence[str]) -> dict[str, Snapshot]:
+        found = self.client.get_files(repo, paths, branch)
+        # Gitea answers null for a file it could not read as for one that is not there:
+        # those few are asked alone, which tells the two apart
+        return {
+            path: Snapshot(f.text, f) if f else self.read(repo, branch, path)
+            for path, f in found.items()
+        }
+
+    def write_many(
+        self, repo: str, branch: str, files: Sequence[tuple[str, str, Snapshot]], message: str
+    ) -> str:
+        if len(files) == 1:  # one file: the very request a single write-back makes
+            return self.write(repo, branch, files[0][0], files[0][1], files[0][2], message)
+        changes = [
+            FileChange(path, text, s.lease.sha if isinstance(s.lease, FileContent) else None)
+            for path, text, s in files
+        ]
+        return self.client.change_files(repo, branch, changes, message, self.author)
+
     def propose(
         self,
         repo: str,
@@ -946,6 +1073,29 @@ class GitTransport:
         tip = str(snapshot.lease)
         author = self.site.writeback.author
         commit = remote.commit_file(tip, path, text, message, Author(author.name, author.email))
+        remote.push(commit, tip)
+        return commit
+
+    @_locked
+    def read_many(self, repo: str, branch: str, paths: Sequence[str]) -> dict[str, Snapshot]:
+        remote = self._remote(repo, branch)
+        tip = remote.fetch_tip()  # one fetch: every file read at one tip, one lease
+        return {path: Snapshot(remote.show(tip, path), tip) for path in paths}
+
+    @_locked
+    def write_many(
+        self, repo: str, branch: str, files: Sequence[tuple[str, str, Snapshot]], message: str
+    ) -> str:
+        self._signed()
+        tips = {str(s.lease) for _, _, s in files}
+        if len(tips) != 1:  # read at several tips: no one lease covers them all
+            raise StaleWrite(f"{repo}@{branch}: files read at different tips; read again")
+        tip = tips.pop()
+        remote = self._remote(repo, branch)
+        author = self.site.writeback.author
+        commit = remote.commit_files(
+            tip, {path: text for path, text, _ in files}, message, Author(author.name, author.email)
+        )
         remote.push(commit, tip)
         return commit
 

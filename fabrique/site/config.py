@@ -885,6 +885,38 @@ class PullRequests(_Model):
         return self
 
 
+def _seconds(value: str) -> str:
+    seconds_of(value)
+    return value
+
+
+def seconds_of(text: str) -> float:
+    """``2s``, ``500ms``, ``5m``: seconds; ValueError, saying the form, otherwise."""
+    found = re.fullmatch(r"(\d+)(ms|s|m)", text)
+    if found is None:
+        raise ValueError(f"{text!r}: a wait is a whole number of ms, s or m, as 2s or 5m")
+    return int(found[1]) * {"ms": 0.001, "s": 1.0, "m": 60.0}[found[2]]
+
+
+class Batch(_Model):
+    """How the write-backs of one push meet (``writeback.batch``): the builds of a push
+    that write into one repository and branch land as one commit, written by the push's
+    own Workflow once every build of it has ended, and never later than ``maxWait`` after
+    the first ended; builds still running then land together, ``window`` after the last
+    of them ends unless another ends meanwhile."""
+
+    # false: each build writes its own commit, as a single-app push does
+    enabled: bool = True
+    window: Annotated[str, Field(max_length=12), AfterValidator(_seconds)] = "2s"
+    max_wait: Annotated[str, Field(max_length=12), AfterValidator(_seconds)] = "5m"
+
+    @model_validator(mode="after")
+    def _window_within(self) -> Batch:
+        if seconds_of(self.window) > seconds_of(self.max_wait):
+            raise ValueError(f"window: {self.window} is longer than maxWait ({self.max_wait})")
+        return self
+
+
 class CommitSigning(_Model):
     """Signed write-back commits (``writeback.signing``): an SSH private key (no
     passphrase) in a Secret, with which every commit the git transport makes is signed."""
@@ -902,6 +934,7 @@ class WriteBackConfig(_Model):
     signing: CommitSigning | None = None
     mode: WriteBackMode = "commit"  # each target's, unless it says (apps[].writeback.mode)
     pull_request: PullRequests = Field(default_factory=PullRequests)
+    batch: Batch = Field(default_factory=Batch)
 
     @model_validator(mode="after")
     def _signed_over_git(self) -> WriteBackConfig:
@@ -1440,6 +1473,17 @@ class Site(_Model):
             for env in app.environments[1:]
             if self.targets[env.target].in_cluster
         ]
+
+    def grouped_in_cluster(self) -> list[tuple[AppConfig, Environment]]:
+        """Every app's first environment a push's write-back may write into
+        (``writeback.batch``) whose Argo CD runs in fabrique's cluster: what the push's
+        Workflow starts a ``fabrique-verify`` look at, in place of the build's own."""
+        return self.built_in_cluster() if self.writeback.batch.enabled else []
+
+    def looked_by_workflow(self) -> list[tuple[AppConfig, Environment]]:
+        """What a ``fabrique-verify`` Workflow may look at: the environments a promotion
+        writes into, and those a push's write-back writes into."""
+        return self.grouped_in_cluster() + self.promoted_in_cluster()
 
     def verify_of(self, app: AppConfig, env: Environment) -> VerifyConfig:
         """How ``env`` of ``app`` verifies: its own fields over the site's, and what a

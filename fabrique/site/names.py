@@ -39,6 +39,12 @@ LABEL_SUBMITTED_BY = "fabrique.io/submitted-by"
 # label selector of those builds
 PUSH_SUBMITTER = "push"
 PUSH_MADE = f"{LABEL_PART_OF}=fabrique,{LABEL_SUBMITTED_BY}={PUSH_SUBMITTER}"
+# The builds of one push whose write-backs meet (``writeback.batch``): each carries the
+# push's Workflow name in this label and in its ``group`` parameter; its own write-back
+# then writes nothing, and the push's Workflow writes them all, one commit per repository
+# and branch (fabrique/gestures/group.py).
+LABEL_PUSH = "fabrique.io/push"
+GROUP_PARAMETER = "group"
 
 TEMPLATE_NAME = "fabrique-build"
 # The container of fabrique-build that checks the pushed digest against the registry; the
@@ -58,6 +64,17 @@ def check_revision(revision: str) -> str:
             "(40 characters, or 64 in a SHA-256 repository)"
         )
     return revision
+
+
+def check_label_value(value: str, what: str) -> str:
+    """Return ``value`` if it can be a label's value (a Workflow's name up to 63
+    characters, as a push's is), else raise InputError naming ``what``."""
+    if len(value) > 63 or not DNS_LABEL_RE.fullmatch(value):
+        raise InputError(
+            f"{what} {value!r}: must be a Workflow name of at most 63 characters "
+            "(lowercase letters, digits and '-'), as fabrique-push-<after12>-<before12>"
+        )
+    return value
 
 
 def check_digest(digest: str, *, what: str = "digest") -> str:

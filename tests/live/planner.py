@@ -29,6 +29,7 @@ from .cluster import Cluster
 
 FABRIQUE = str(Path(sys.executable).parent / "fabrique")
 ROLE = f"fabrique.io/role={PLANNER_ROLE}"
+EXECUTOR = "system:serviceaccount:{namespace}:fabrique-executor"
 POLL_SECONDS = 0.1
 
 
@@ -41,6 +42,7 @@ class Planner:
         cluster.plane.write_kubeconfig(
             self.kubeconfig, namespace, token=cluster.token(namespace, PLANNER_ACCOUNT)
         )
+        self.folder = folder
         self.played: dict[str, subprocess.CompletedProcess[str]] = {}  # pod name -> its run
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -55,10 +57,17 @@ class Planner:
         ]
 
     def play(self, pod: dict[str, Any]) -> subprocess.CompletedProcess[str]:
-        """Run the pod's main container's command here, then end the pod as it ended."""
+        """Run the pod's main container's command here, then end the pod as it ended;
+        what it wrote under ``--out`` is reported as its outputs, as Argo's executor
+        reports a step's output files (a folder of its own here, not the pod's /tmp)."""
         (main,) = [c for c in pod["spec"]["containers"] if c["name"] == "main"]
+        args = list(main["args"])
+        out: Path | None = None
+        if "--out" in args:
+            out = self.folder / pod["metadata"]["name"]
+            args[args.index("--out") + 1] = str(out)
         done = subprocess.run(
-            [FABRIQUE, *main["args"]],
+            [FABRIQUE, *args],
             env={
                 **os.environ,
                 "FABRIQUE_VALUES": str(self.values),
@@ -67,10 +76,16 @@ class Planner:
             },
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=300,  # a push's write-back waits for its builds
             check=False,
         )
         self.played[pod["metadata"]["name"]] = done
+        if out is not None and done.returncode == 0:
+            outputs = {f.name: f.read_text() for f in out.iterdir()} if out.is_dir() else {}
+            answer = self.cluster.report_outputs(
+                pod, outputs, as_user=EXECUTOR.format(namespace=self.namespace)
+            )
+            assert answer.status == 201, answer.message
         self.cluster.finish(pod, done.returncode)
         return done
 

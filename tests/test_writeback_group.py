@@ -1,0 +1,366 @@
+"""The write-backs of a push that touches many apps land together (``writeback.batch``):
+one commit per repository and branch, every per-app guard still held inside the group,
+the push's Workflow waiting for its builds within bounds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fabrique.clients.kube import WorkflowState
+from fabrique.decisions.holds import Hold
+from fabrique.decisions.push import meeting
+from fabrique.decisions.workflow import build_workflow
+from fabrique.decisions.writeback import (
+    Deploy,
+    Outcome,
+    open_transport,
+    set_hold,
+    write_back,
+    write_back_many,
+)
+from fabrique.gestures.group import Landed, wait_and_write
+from fabrique.site.config import Site, load_site, parse_site
+from fabrique.site.errors import ConfigError, TargetError
+
+from .conftest import GITEA_TOKEN, Repo, run_cli
+from .doubles.gitea import GiteaDouble
+
+DIGESTS = ["sha256:" + c * 64 for c in "abcdef0123"]
+SEED = """\
+# {app}: deployed by digest
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+images:
+  - name: {app}-image
+    newTag: "0.1"
+"""
+
+
+def _target(app: str) -> str:
+    return f"deploy/{app}/kustomization.yaml"
+
+
+def _site(gitea_url: str, names: list[str], **writeback: Any) -> Site:
+    values = load_site(env={}).to_values()
+    values["gitea"]["url"] = gitea_url
+    values["writeback"] |= writeback
+    values["apps"] = [
+        {
+            "name": name,
+            "image": f"{name}-image",
+            "context": f"src/{name}",
+            "writeback": {"kind": "kustomize-images", "repo": "atlas/atlas", "path": _target(name)},
+        }
+        for name in names
+    ]
+    return parse_site(values)
+
+
+NAMES = ["alpha", "beta", "gamma"]
+
+
+@pytest.fixture()
+def seeded(code_repo: Repo) -> str:
+    """Three apps, each its own kustomization in atlas/atlas; a commit touching all."""
+    code_repo.commit({_target(a): SEED.format(app=a) for a in NAMES}, "the apps' targets")
+    return code_repo.commit({f"src/{a}/Dockerfile": "FROM scratch\n" for a in NAMES}, "all")
+
+
+@pytest.fixture(params=["gitea", "git"])
+def transport_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture()
+def site(gitea: GiteaDouble, transport_kind: str, git_daemon: Any) -> Site:
+    if transport_kind == "git":
+        return _site(gitea.url, NAMES, transport="git", gitUrl=f"git://127.0.0.1:{git_daemon.port}")
+    return _site(gitea.url, NAMES)
+
+
+def _deploys(revision: str, names: list[str] = NAMES) -> list[Deploy]:
+    return [
+        Deploy(n, revision, DIGESTS[i], f"fabrique-{n}-{revision[:12]}")
+        for i, n in enumerate(names)
+    ]
+
+
+def _commits_since(repo: Repo, base: str) -> list[str]:
+    return repo.git("rev-list", f"{base}..main").split()
+
+
+def test_the_apps_of_one_repository_and_branch_land_as_one_commit(
+    site: Site, code_repo: Repo, seeded: str
+) -> None:
+    before = code_repo.head()
+    with open_transport(site, GITEA_TOKEN) as transport:
+        outcomes = write_back_many(site, transport, _deploys(seeded))
+    assert [getattr(o, "state", o) for o in outcomes] == ["changed"] * 3
+    commits = _commits_since(code_repo, before)
+    assert len(commits) == 1
+    assert {o.commit for o in outcomes if isinstance(o, Outcome)} == {commits[0]}
+    message = code_repo.git("log", "-1", "--format=%B", commits[0])
+    assert message.startswith("fabrique: deploy 3 images into 3 files of atlas/atlas")
+    for i, name in enumerate(NAMES):
+        assert f"App: {name}\n" in message
+        assert f"Image: registry:80/{name}-image:{seeded[:12]}\n" in message
+        assert f"Digest: {DIGESTS[i]}\n" in message
+        text = code_repo.show(_target(name))
+        assert f"digest: {DIGESTS[i]}" in text and text.startswith(f"# {name}: deployed")
+    # a replay writes nothing
+    with open_transport(site, GITEA_TOKEN) as transport:
+        again = write_back_many(site, transport, _deploys(seeded))
+    assert [getattr(o, "state", o) for o in again] == ["unchanged"] * 3
+    assert len(_commits_since(code_repo, before)) == 1
+
+
+def test_one_app_alone_gets_the_commit_a_single_write_back_makes(
+    gitea: GiteaDouble, code_repo: Repo, seeded: str, tmp_path: Path
+) -> None:
+    site = _site(gitea.url, NAMES)
+    before = code_repo.head()
+    with open_transport(site, GITEA_TOKEN) as transport:
+        (outcome,) = write_back_many(site, transport, _deploys(seeded, ["beta"]))
+    assert isinstance(outcome, Outcome) and outcome.state == "changed"
+    message = code_repo.git("log", "-1", "--format=%B", "main")
+    assert message.startswith(f"fabrique: deploy beta-image {seeded[:12]} for beta\n")
+    assert len(_commits_since(code_repo, before)) == 1
+
+
+def test_held_superseded_and_refused_apps_are_left_out_and_the_others_land(
+    gitea: GiteaDouble, code_repo: Repo, seeded: str
+) -> None:
+    site = _site(gitea.url, [*NAMES, "delta"])
+    # alpha is held; beta deploys a newer commit; gamma deploys an older one; delta's
+    # deployed tag names no commit, and the push is no longer the branch's head
+    older = code_repo.git("rev-parse", f"{seeded}~1").strip()[:12]
+    code_repo.commit(
+        {
+            _target("delta"): SEED.format(app="delta"),
+            _target("gamma"): SEED.format(app="gamma").replace('"0.1"', older),
+        },
+        "delta's target; gamma deploys an older build",
+    )
+    with open_transport(site, GITEA_TOKEN) as transport:
+        set_hold(site, transport, "alpha", Hold("ops", "2026-12-06T10:00:00Z", "INC-1"), by="ops")
+        newer = code_repo.commit({"src/beta/app.txt": "v3\n"}, "beta again")
+        write_back(site, transport, "beta", newer, DIGESTS[9])
+        before = code_repo.head()
+        outcomes = write_back_many(site, transport, _deploys(seeded, [*NAMES, "delta"]))
+    held, superseded, changed, refused = outcomes
+    assert isinstance(held, Outcome) and held.state == "held"
+    assert isinstance(superseded, Outcome) and superseded.state == "superseded"
+    assert isinstance(changed, Outcome) and changed.state == "changed"
+    # delta's deployed tag "0.1" is no commit, and the push's commit is not the head
+    assert isinstance(refused, TargetError) and "'0.1'" in str(refused)
+    assert _commits_since(code_repo, before) == [changed.commit]
+    assert DIGESTS[9] in code_repo.show(_target("beta"))
+    assert "digest:" not in code_repo.show(_target("alpha"))
+
+
+def test_a_rival_edit_is_read_again_and_the_group_retried(
+    gitea: GiteaDouble, code_repo: Repo, seeded: str
+) -> None:
+    site = _site(gitea.url, NAMES, attempts=10)
+    gitea.race_rate = 0.5  # Gitea answers "sha does not match" to half the writes
+    with open_transport(site, GITEA_TOKEN) as transport:
+        outcomes = write_back_many(site, transport, _deploys(seeded), sleep=lambda _: None)
+    assert [getattr(o, "state", o) for o in outcomes] == ["changed"] * 3
+    for i, name in enumerate(NAMES):
+        assert DIGESTS[i] in code_repo.show(_target(name))
+
+
+def test_a_dry_run_says_the_one_diff_and_writes_nothing(
+    gitea: GiteaDouble, code_repo: Repo, seeded: str
+) -> None:
+    site = _site(gitea.url, NAMES)
+    before = code_repo.head()
+    with open_transport(site, GITEA_TOKEN, writes=False) as transport:
+        outcomes = write_back_many(site, transport, _deploys(seeded), dry_run=True)
+    states = {o.state for o in outcomes if isinstance(o, Outcome)}
+    assert states == {"would-change"}
+    first = outcomes[0]
+    assert isinstance(first, Outcome)
+    assert all(f"b/{_target(n)}" in first.diff for n in NAMES)
+    assert code_repo.head() == before
+
+
+# ----------------------------------------------------------------------- who meets
+
+
+def test_a_push_s_apps_meet_when_they_write_into_one_repository_and_branch(
+    gitea: GiteaDouble,
+) -> None:
+    site = _site(gitea.url, [*NAMES, "solo"])
+    values = site.to_values()
+    values["apps"][3]["writeback"]["repo"] = "cluster/apps"
+    values["apps"][2]["writeback"]["mode"] = "pull-request"
+    site = parse_site(values)
+    # gamma proposes a pull request of its own; solo is alone in cluster/apps
+    assert meeting(site, [*NAMES, "solo"]) == {"alpha", "beta"}
+    assert meeting(site, ["alpha"]) == frozenset()
+    values["writeback"]["batch"] = {"enabled": False}
+    assert meeting(parse_site(values), NAMES) == frozenset()
+
+
+def test_a_build_that_meets_carries_the_push_s_name(gitea: GiteaDouble, seeded: str) -> None:
+    site = _site(gitea.url, NAMES)
+    body = build_workflow(site, "alpha", seeded, submitted_by="push", group="fabrique-push-x")
+    assert body["metadata"]["labels"]["fabrique.io/push"] == "fabrique-push-x"
+    assert {"name": "group", "value": "fabrique-push-x"} in body["spec"]["arguments"]["parameters"]
+    alone = build_workflow(site, "alpha", seeded, submitted_by="push")
+    assert "fabrique.io/push" not in alone["metadata"]["labels"]
+
+
+@pytest.mark.parametrize(
+    ("batch", "said"),
+    [
+        ({"window": "2h"}, r"writeback\.batch\.window: '2h': a wait is a whole number"),
+        ({"window": "10m", "maxWait": "5m"}, r"window: 10m is longer than maxWait \(5m\)"),
+        ({"maxWait": "soon"}, r"writeback\.batch\.maxWait: 'soon'"),
+    ],
+)
+def test_a_bad_batch_setting_is_refused_naming_it(
+    gitea: GiteaDouble, batch: dict[str, str], said: str
+) -> None:
+    values = _site(gitea.url, NAMES).to_values()
+    values["writeback"]["batch"] = batch
+    with pytest.raises(ConfigError, match=said):
+        parse_site(values)
+
+
+# ----------------------------------------------------------------------- the wait
+
+
+class _Builds:
+    """The push's builds as the API server lists them, phases moved by the test's clock."""
+
+    def __init__(self, ends: dict[str, float | None], clock: list[float]) -> None:
+        self.ends, self.clock, self.asked = ends, clock, 0
+
+    def workflows(self, namespace: str, selector: str) -> list[WorkflowState]:
+        assert selector == "fabrique.io/push=fabrique-push-p"
+        self.asked += 1
+        now = self.clock[0]
+        return [
+            WorkflowState(
+                f"fabrique-{app}-x",
+                "Succeeded" if end is not None and end <= now else "Running",
+                "a" * 40,
+                DIGESTS[0],
+                "",
+                app=app,
+            )
+            for app, end in self.ends.items()
+        ]
+
+
+def _wait(
+    site: Site, ends: dict[str, float | None]
+) -> tuple[list[tuple[float, list[str]]], list[str]]:
+    clock = [0.0]
+    batches: list[tuple[float, list[str]]] = []
+
+    def write(builds: Any) -> list[Landed]:
+        batches.append((clock[0], sorted(b.app for b in builds)))
+        return [Landed(b.app, b.name, left="test") for b in builds]
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+
+    _, running = wait_and_write(
+        site, _Builds(ends, clock), "fabrique-push-p", write, clock=lambda: clock[0], sleep=sleep
+    )
+    return batches, running
+
+
+def test_the_group_is_written_once_every_build_of_the_push_has_ended(gitea: GiteaDouble) -> None:
+    site = _site(gitea.url, NAMES)
+    batches, running = _wait(site, {"alpha": 3, "beta": 40, "gamma": 12})
+    assert batches == [(40, ["alpha", "beta", "gamma"])] and running == []
+
+
+def test_past_max_wait_what_ended_lands_and_the_late_builds_land_together(
+    gitea: GiteaDouble,
+) -> None:
+    values = _site(gitea.url, NAMES).to_values()
+    values["writeback"]["batch"] = {"window": "5s", "maxWait": "1m"}
+    site = parse_site(values)
+    batches, running = _wait(site, {"alpha": 10, "beta": 100, "gamma": 103, "delta": 200})
+    # alpha waited a minute from its end; then beta and gamma, a window after the last
+    # of them, and delta once it ended, the last (no window when nothing runs)
+    assert batches == [(70, ["alpha"]), (108, ["beta", "gamma"]), (200, ["delta"])]
+    assert running == []
+
+
+def test_a_build_that_never_ends_is_left_to_the_safety_net(gitea: GiteaDouble) -> None:
+    values = _site(gitea.url, NAMES).to_values()
+    values["build"]["activeDeadlineSeconds"] = 600
+    site = parse_site(values)
+    batches, running = _wait(site, {"alpha": 1, "beta": None})
+    assert batches[0] == (301, ["alpha"])
+    assert running == ["fabrique-beta-x"]
+
+
+# ----------------------------------------------------------------------- the command
+
+
+def test_the_command_writes_a_list_of_deploys_in_one_commit(
+    gitea: GiteaDouble, code_repo: Repo, seeded: str, tmp_path: Path
+) -> None:
+    values = tmp_path / "values.json"
+    values.write_text(json.dumps(_site(gitea.url, NAMES).to_values()))
+    deploys = tmp_path / "deploys.json"
+    deploys.write_text(
+        json.dumps(
+            [{"app": d.app, "revision": d.revision, "digest": d.digest} for d in _deploys(seeded)]
+        )
+    )
+    before = code_repo.head()
+    result = run_cli(
+        "--values", str(values), "writeback-group", "--from", str(deploys),
+        env={"FABRIQUE_GITEA_TOKEN": GITEA_TOKEN},
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert len(_commits_since(code_repo, before)) == 1
+    assert result.output.count("changed: ") == 3
+    assert "3 build(s) of the push: 3 changed" in result.output
+    # each app's status, as its build's main would have posted it
+    statuses = gitea.statuses[("atlas/atlas", seeded)]
+    assert {s["context"] for s in statuses} == {f"fabrique/{n}" for n in NAMES}
+    assert all(s["status"] == "success" for s in statuses)
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        ("{", "not JSON"),
+        ("{}", "must be a JSON list of deploys"),
+        ('[{"app": "alpha"}]', r"\[0\]\.revision: missing"),
+        ('[{"app": "alpha", "revision": "' + "a" * 40 + '", "digest": "latest"}]', "digest"),
+        ('[{"app": "alpha", "tag": "x"}]', r"\[0\]: an object of app, revision, digest"),
+    ],
+)
+def test_a_bad_list_of_deploys_is_one_line_naming_the_entry(
+    gitea: GiteaDouble, tmp_path: Path, content: str, said: str
+) -> None:
+    values = tmp_path / "values.json"
+    values.write_text(json.dumps(_site(gitea.url, NAMES).to_values()))
+    deploys = tmp_path / "deploys.json"
+    deploys.write_text(content)
+    result = run_cli("--values", str(values), "writeback-group", "--from", str(deploys))
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line]
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    assert __import__("re").search(said, lines[0]), lines[0]
+
+
+def test_the_command_wants_one_source(gitea: GiteaDouble, tmp_path: Path) -> None:
+    values = tmp_path / "values.json"
+    values.write_text(json.dumps(_site(gitea.url, NAMES).to_values()))
+    result = run_cli("--values", str(values), "writeback-group")
+    assert result.exit_code == 2 and "give --push or --from" in result.output
