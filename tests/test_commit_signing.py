@@ -148,6 +148,8 @@ def test_the_key_is_mounted_in_the_writing_steps_alone() -> None:
                         mounted[f"{path}:{container['name']}"] = key
     assert mounted == {
         "build/workflowtemplate.yaml:write-back": "/etc/fabrique/writeback-signing/key",
+        # a push's write-back of the builds that meet there (writeback.batch)
+        "push/workflowtemplate.yaml:write-back": "/etc/fabrique/writeback-signing/key",
         "reconcile/cronworkflow-fabrique-reconcile.yaml:reconcile": (
             "/etc/fabrique/writeback-signing/key"
         ),

@@ -280,6 +280,7 @@ def _globals(revision: str) -> dict[str, str]:
         "{{workflow.parameters.app}}": "citation",
         "{{workflow.parameters.revision}}": revision,
         "{{workflow.parameters.force}}": "false",
+        "{{workflow.parameters.group}}": "",  # a build of its own, not a push's group
         "{{workflow.name}}": f"fabrique-citation-{revision[:12]}",
     }
 

@@ -421,9 +421,6 @@ def _write_group(
             Outcome("frozen", app.name, where, pin, detail=frozen[app.name].describe())
             for (app, _), where, pin in zip(members, wheres, pins, strict=True)
         ]
-    newer = functools.lru_cache(maxsize=None)(
-        lambda revision, tag: _newer_deployed(site, transport, revision, tag)
-    )  # a push's apps share their revision, and mostly what they deploy
     gated: set[str] = set()
 
     def signed(app: AppConfig, pin: ImagePin) -> None:
@@ -439,6 +436,11 @@ def _write_group(
     backoff = backoff_of(site)
     where_all = f"{repo}@{branch}"
     for attempt in range(1, site.writeback.attempts + 1):
+        # asked once per attempt: a push's apps share their revision, and mostly what
+        # they deploy; the branch head it may ask moves between attempts
+        newer = functools.lru_cache(maxsize=None)(
+            lambda revision, tag: _newer_deployed(site, transport, revision, tag)
+        )
         snapshots = transport.read_many(repo, branch, paths)
         texts = {path: snapshots[path].text for path in paths}
         decided: list[Outcome | FabriqueError | None] = []

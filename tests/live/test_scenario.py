@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -369,20 +370,9 @@ def test_prod_gets_what_bench_verified_and_a_bench_build_that_crashes_is_rolled_
             )
         )
     )
-    # as the bench's workstation runs it: the site's names through the hosts file
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(plane.kubeconfig),
-        "FABRIQUE_GITEA_TOKEN": bench.gitea.token,
-        "FABRIQUE_WEBHOOK_TOKEN": bench.bearer,
-    }
 
     def fabrique(*args: str) -> subprocess.CompletedProcess[str]:
-        argv = [str(ROOT / ".venv" / "bin" / "fabrique"), "--values", str(values), *args]
-        return subprocess.run(
-            resolving(bench.hosts, argv),
-            env=env, capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
+        return _fabrique(bench, values, *args)
 
     def promote() -> subprocess.CompletedProcess[str]:
         return fabrique("promote", "--app", APP, "--to", "prod")
@@ -398,22 +388,10 @@ def test_prod_gets_what_bench_verified_and_a_bench_build_that_crashes_is_rolled_
         return (found[0]["status"], found[0]["description"]) if found else ("", "")
 
     def target(path: str) -> str:
-        with bench.gitea.admin() as gitea:
-            answer = gitea.get(f"/repos/{CODE_REPO}/raw/{path}", params={"ref": BRANCH})
-        assert answer.status_code == 200, answer.text
-        return answer.text
+        return _read(bench, path)
 
     def seed(target: str, name: str) -> None:
-        """``fabrique seed`` there, then Argo CD's root Application takes its file."""
-        done = fabrique("seed", "--app", APP, "--target", target, "--yes")
-        assert done.returncode == 0, done.stdout + done.stderr
-        assert f"application {target}: changed (created " in done.stdout, done.stdout
-        argocd.refresh("root")
-        cluster.wait(
-            f"Argo CD to take Application {name} from the apps repository",
-            lambda: argocd.application(name),
-            timeout=60,
-        )
+        _seed(bench, cluster, values, APP, target, name)
 
     try:
         # the tree of this site: its Roles and NetworkPolicies go into the environments'
@@ -533,6 +511,195 @@ def test_prod_gets_what_bench_verified_and_a_bench_build_that_crashes_is_rolled_
     finally:
         cluster.apply_tree(render(bench.values, bench.folder / "manifests"))
         cluster.http.close()
+
+
+def _fabrique(bench: Bench, values: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``fabrique --values VALUES …`` as the bench's workstation runs it: the site's
+    names through the hosts file, the plane's kubeconfig, the site's tokens."""
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(bench.plane.kubeconfig),
+        "FABRIQUE_GITEA_TOKEN": bench.gitea.token,
+        "FABRIQUE_WEBHOOK_TOKEN": bench.bearer,
+    }
+    argv = [str(ROOT / ".venv" / "bin" / "fabrique"), "--values", str(values), *args]
+    return subprocess.run(
+        resolving(bench.hosts, argv),
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def _seed(bench: Bench, cluster: Cluster, values: Path, app: str, target: str, name: str) -> None:
+    """``fabrique seed`` of ``app`` there, then Argo CD's root Application takes its
+    file (Application ``name``)."""
+    done = _fabrique(bench, values, "seed", "--app", app, "--target", target, "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"application {target}: changed (created " in done.stdout, done.stdout
+    bench.argocd.refresh("root")
+    cluster.wait(
+        f"Argo CD to take Application {name} from the apps repository",
+        lambda: bench.argocd.application(name),
+        timeout=60,
+    )
+
+
+def _read(bench: Bench, path: str) -> str:
+    with bench.gitea.admin() as gitea:
+        answer = gitea.get(f"/repos/{CODE_REPO}/raw/{path}", params={"ref": BRANCH})
+    assert answer.status_code == 200, answer.text
+    return answer.text
+
+
+# -- one push, one commit ---------------------------------------------------------------------
+
+SHELF = ("shelf-1", "shelf-2", "shelf-3")  # apps of one repository, built by one push
+
+
+def test_a_push_touching_several_apps_lands_as_one_commit_each_application_on_its_digest(
+    bench: Bench,
+) -> None:
+    """Three apps of the code repository, each its own context, kustomization and
+    Application; one push touches all three (``writeback.batch``). Their builds run on
+    the real node and write nothing; the push's Workflow, once the three have ended,
+    writes the three digests in one commit naming them all, and posts each app's
+    status; Argo CD, told by Gitea's hook, syncs each Application to its own digest, its
+    pod Ready on it. A second push whose one build fails writes the other two, in one
+    commit, and says which was left out."""
+    plane, argocd = bench.plane, bench.argocd
+    cluster = Cluster(plane)
+    site = load_site(env={})
+    base = images.pinned(images.APP_BASE, plane.images)
+    apps = [
+        {
+            "name": name,
+            "image": name,
+            "context": f"apps/{name}",
+            "writeback": {
+                "kind": "kustomize-images",
+                "repo": CODE_REPO,
+                "path": f"apps/{name}/deploy/overlays/prod/kustomization.yaml",
+            },
+            "application": {
+                "path": f"apps/{name}.yaml",
+                "namespace": DERIVED[0],
+                "sourcePath": f"apps/{name}/deploy/overlays/prod",
+            },
+        }
+        for name in SHELF
+    ]
+    values = bench.folder / "shelf.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            site_values(
+                plane,
+                targets={"prod": {"context": "fabrique-live", "argoCdWebhook": argocd.webhook_url}},
+                apps=[site.to_values()["apps"][0], *apps],
+            )
+        )
+    )
+    shelf = load_site(values, env={})
+    files: dict[str, str] = {}
+    for name in SHELF:
+        one = SimpleNamespace(apps=[shelf.app(name)])
+        made = app_files(one, base)  # type: ignore[arg-type]
+        deployment = f"apps/{name}/deploy/base/deployment.yaml"
+        made[deployment] = made[deployment].replace("citation-dagster", name)
+        files |= made
+    try:
+        cluster.apply_tree(render(values, bench.folder / "shelf-manifests"))
+        cluster.wait_templates_seen()
+        first = bench.gitea.commit(CODE_REPO, BRANCH, files, "three apps of one repository")
+        push = cluster.wait(
+            "the push's write-back to end",
+            lambda: _pushed(cluster, first),
+            timeout=420,
+        )
+        assert push["status"]["phase"] == "Succeeded", push["status"]
+        with bench.gitea.admin() as gitea:
+            listed = gitea.get(
+                f"/repos/{CODE_REPO}/commits", params={"sha": BRANCH, "not": first, "stat": "false"}
+            ).json()
+        (commit,) = listed
+        message = commit["commit"]["message"]
+        assert message.startswith("fabrique: deploy 3 images into 3 files of atlas/atlas"), message
+        digests = {}
+        for name in SHELF:
+            found = re.search(
+                rf"App: {name}\nImage: [^\n]+\nDigest: (sha256:[0-9a-f]{{64}})", message
+            )
+            assert found, message
+            digests[name] = found[1]
+            assert f"digest: {digests[name]}" in _read(
+                bench, apps[SHELF.index(name)]["writeback"]["path"]
+            )
+        with bench.gitea.admin() as gitea:
+            statuses = gitea.get(f"/repos/{CODE_REPO}/commits/{first}/status").json()["statuses"]
+        said = {s["context"]: (s["status"], s["description"]) for s in statuses}
+        for name in SHELF:
+            state, description = said[f"fabrique/{name}"]
+            assert state == "success" and description.startswith(f"deployed {digests[name]}"), said
+        for name in SHELF:
+            _seed(bench, cluster, values, name, "prod", name)
+        for name in SHELF:
+            cluster.wait(
+                f"{name} Synced and Healthy on its digest",
+                lambda name=name: _runs(argocd.application(name), first),
+                timeout=180,
+            )
+            pods = [
+                p for p in cluster.items(f"/api/v1/namespaces/{DERIVED[0]}/pods")
+                if any(c["image"].endswith(f"@{digests[name]}") for c in p["spec"]["containers"])
+            ]  # fmt: skip
+            assert pods and all(
+                s.get("ready") for p in pods for s in p["status"].get("containerStatuses") or []
+            ), pods
+
+        # one build breaks: the other two land, in one commit; the push says which
+        broken = SHELF[1]
+        second = bench.gitea.commit(
+            CODE_REPO,
+            BRANCH,
+            {
+                f"apps/{name}/Dockerfile": files[f"apps/{name}/Dockerfile"]
+                + ("RUN exit 3\n" if name == broken else "LABEL stage=second\n")
+                for name in SHELF
+            },
+            "the three again; one build breaks",
+        )
+        push = cluster.wait(
+            "the second push's write-back to end", lambda: _pushed(cluster, second), timeout=420
+        )
+        assert push["status"]["phase"] == "Succeeded", push["status"]
+        with bench.gitea.admin() as gitea:
+            (commit,) = gitea.get(
+                f"/repos/{CODE_REPO}/commits",
+                params={"sha": BRANCH, "not": second, "stat": "false"},
+            ).json()
+        message = commit["commit"]["message"]
+        assert message.startswith("fabrique: deploy 2 images into 2 files"), message
+        assert f"App: {broken}\n" not in message
+        assert f"newTag: {second[:12]}" not in _read(bench, apps[1]["writeback"]["path"])
+        # the broken build reported its failure itself (its exit handler); the others
+        # are reported by the push's write-back
+        with bench.gitea.admin() as gitea:
+            statuses = gitea.get(f"/repos/{CODE_REPO}/commits/{second}/status").json()["statuses"]
+        said = {s["context"]: (s["status"], s["description"]) for s in statuses}
+        assert said[f"fabrique/{broken}"][0] == "failure", said
+        for name in SHELF:
+            if name != broken:
+                assert said[f"fabrique/{name}"][0] == "success", said
+    finally:
+        cluster.apply_tree(render(bench.values, bench.folder / "manifests"))
+        cluster.http.close()
+
+
+def _pushed(cluster: Cluster, after: str) -> dict[str, Any] | None:
+    """The push Workflow of ``after`` once it has ended."""
+    for found in cluster.items(f"/apis/argoproj.io/v1alpha1/namespaces/{CONTROL}/workflows"):
+        if found["metadata"]["name"].startswith(f"fabrique-push-{after[:12]}-"):
+            if (found.get("status") or {}).get("phase") in ("Succeeded", "Failed", "Error"):
+                return found
+    return None
 
 
 def _looked(cluster: Cluster, revision: str) -> list[str]:
