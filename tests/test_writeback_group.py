@@ -5,10 +5,12 @@ the push's Workflow waiting for its builds within bounds."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import Result
 
 from fabrique.clients.kube import WorkflowState
 from fabrique.decisions.holds import Hold
@@ -309,22 +311,24 @@ def test_a_build_that_never_ends_is_left_to_the_safety_net(gitea: GiteaDouble) -
 # ----------------------------------------------------------------------- the command
 
 
+def _command(gitea: GiteaDouble, tmp_path: Path, deploys: str) -> Result:
+    """``fabrique writeback-group --from`` a file holding ``deploys``."""
+    values = tmp_path / "values.json"
+    values.write_text(json.dumps(_site(gitea.url, NAMES).to_values()))
+    listed = tmp_path / "deploys.json"
+    listed.write_text(deploys)
+    return run_cli(
+        "--values", str(values), "writeback-group", "--from", str(listed),
+        env={"FABRIQUE_GITEA_TOKEN": GITEA_TOKEN},
+    )  # fmt: skip
+
+
 def test_the_command_writes_a_list_of_deploys_in_one_commit(
     gitea: GiteaDouble, code_repo: Repo, seeded: str, tmp_path: Path
 ) -> None:
-    values = tmp_path / "values.json"
-    values.write_text(json.dumps(_site(gitea.url, NAMES).to_values()))
-    deploys = tmp_path / "deploys.json"
-    deploys.write_text(
-        json.dumps(
-            [{"app": d.app, "revision": d.revision, "digest": d.digest} for d in _deploys(seeded)]
-        )
-    )
     before = code_repo.head()
-    result = run_cli(
-        "--values", str(values), "writeback-group", "--from", str(deploys),
-        env={"FABRIQUE_GITEA_TOKEN": GITEA_TOKEN},
-    )  # fmt: skip
+    listed = [{"app": d.app, "revision": d.revision, "digest": d.digest} for d in _deploys(seeded)]
+    result = _command(gitea, tmp_path, json.dumps(listed))
     assert result.exit_code == 0, result.output
     assert len(_commits_since(code_repo, before)) == 1
     assert result.output.count("changed: ") == 3
@@ -348,15 +352,11 @@ def test_the_command_writes_a_list_of_deploys_in_one_commit(
 def test_a_bad_list_of_deploys_is_one_line_naming_the_entry(
     gitea: GiteaDouble, tmp_path: Path, content: str, said: str
 ) -> None:
-    values = tmp_path / "values.json"
-    values.write_text(json.dumps(_site(gitea.url, NAMES).to_values()))
-    deploys = tmp_path / "deploys.json"
-    deploys.write_text(content)
-    result = run_cli("--values", str(values), "writeback-group", "--from", str(deploys))
+    result = _command(gitea, tmp_path, content)
     assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.splitlines() if line]
+    lines = [line for line in result.stderr.splitlines() if line]
     assert len(lines) == 1 and lines[0].startswith("error: ")
-    assert __import__("re").search(said, lines[0]), lines[0]
+    assert re.search(said, lines[0]), lines[0]
 
 
 def test_the_command_wants_one_source(gitea: GiteaDouble, tmp_path: Path) -> None:

@@ -433,7 +433,6 @@ def _write_group(
             gate(app.image, pin.digest or "")
             gated.add(app.name)
 
-    backoff = backoff_of(site)
     where_all = f"{repo}@{branch}"
     for attempt in range(1, site.writeback.attempts + 1):
         # asked once per attempt: a push's apps share their revision, and mostly what
@@ -470,17 +469,7 @@ def _write_group(
                 repo, branch, [(p, texts[p] or "", snapshots[p]) for p in changed], message
             )
         except StaleWrite as exc:
-            if attempt == site.writeback.attempts:
-                raise StaleWrite(
-                    f"{where_all}: still losing the write race after {attempt} attempt(s); "
-                    "run the write-back again"
-                ) from exc
-            delay = backoff.delay(attempt)
-            log.info(
-                "%s: someone wrote first; re-reading %d file(s) (attempt %d, %.2fs)",
-                *(where_all, len(paths), attempt + 1, delay),
-            )
-            sleep(delay)
+            lost_race(site, where_all, attempt, exc, sleep, f"{len(paths)} file(s)")
             continue
         log.info("%s: %s (commit %s)", where_all, message.splitlines()[0], commit)
         return [
@@ -669,6 +658,29 @@ def diff_of(path: str, old: str | None, new: str) -> str:
     )
 
 
+def lost_race(
+    site: Site,
+    where: str,
+    attempt: int,
+    lost: StaleWrite,
+    sleep: Callable[[float], None],
+    what: str = "",
+) -> None:
+    """After a write lost to another writer: past the last attempt, say so (StaleWrite);
+    otherwise pause (jittered, growing) before the caller reads ``what`` again."""
+    if attempt == site.writeback.attempts:
+        raise StaleWrite(
+            f"{where}: still losing the write race after {attempt} attempt(s); "
+            "run the write-back again"
+        ) from lost
+    delay = backoff_of(site).delay(attempt)
+    log.info(
+        "%s: someone wrote first; re-reading%s (attempt %d, %.2fs)",
+        *(where, f" {what}" if what else "", attempt + 1, delay),
+    )
+    sleep(delay)
+
+
 def commit_edit(
     site: Site,
     transport: Transport,
@@ -686,7 +698,6 @@ def commit_edit(
     target = app.writeback
     branch = site.branch_of(target)
     where = target_where(site, app)
-    backoff = backoff_of(site)
     for attempt in range(1, site.writeback.attempts + 1):
         snapshot = transport.read(target.repo, branch, target.path)
         edited = edit(snapshot.text)
@@ -699,16 +710,7 @@ def commit_edit(
         try:
             commit = transport.write(target.repo, branch, target.path, edited, snapshot, text)
         except StaleWrite as exc:
-            if attempt == site.writeback.attempts:
-                raise StaleWrite(
-                    f"{where}: still losing the write race after {attempt} attempt(s); "
-                    "run the write-back again"
-                ) from exc
-            delay = backoff.delay(attempt)
-            log.info(
-                "%s: someone wrote first; re-reading (attempt %d, %.2fs)", where, attempt + 1, delay
-            )
-            sleep(delay)
+            lost_race(site, where, attempt, exc, sleep)
             continue
         log.info("%s: %s (commit %s)", where, text.splitlines()[0], commit)
         return Written(commit)
