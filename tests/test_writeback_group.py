@@ -24,7 +24,7 @@ from fabrique.decisions.writeback import (
     write_back,
     write_back_many,
 )
-from fabrique.gestures.group import Landed, wait_and_write
+from fabrique.gestures.group import Landed, wait_and_write, write_batch
 from fabrique.site.config import Site, load_site, parse_site
 from fabrique.site.errors import ConfigError, TargetError
 
@@ -364,3 +364,38 @@ def test_the_command_wants_one_source(gitea: GiteaDouble, tmp_path: Path) -> Non
     values.write_text(json.dumps(_site(gitea.url, NAMES).to_values()))
     result = run_cli("--values", str(values), "writeback-group")
     assert result.exit_code == 2 and "give --push or --from" in result.output
+
+
+def test_the_push_s_write_back_starts_the_look_a_build_of_its_own_would_have_made(
+    gitea: GiteaDouble, code_repo: Repo, seeded: str
+) -> None:
+    """Builds that meet have no verify-deploy step: what the push's write-back wrote into
+    a first environment deployed in this cluster is looked at (fabrique-verify); what it
+    did not write, or wrote elsewhere, is not."""
+    values = _site(gitea.url, NAMES).to_values()
+    values["targets"]["bench"] = {"context": "cluster-bench", "inCluster": True}
+    values["targets"]["far"] = {"context": "cluster-far"}
+    values["apps"][0]["environments"] = [{"name": "bench", "target": "bench"}]
+    values["apps"][1]["environments"] = [{"name": "far", "target": "far"}]
+    site = parse_site(values)
+    looked: list[tuple[str, str, str]] = []
+    builds = [
+        WorkflowState(f"fabrique-{n}-x", "Succeeded", seeded, DIGESTS[i], "", app=n)
+        for i, n in enumerate(NAMES)
+    ]
+    with open_transport(site, GITEA_TOKEN) as transport:
+        landed = write_batch(
+            site,
+            transport,
+            None,
+            builds,
+            look=lambda app, env, outcome: (
+                looked.append((app.name, env.name, outcome.state)) or f"verifying in {env.name}"
+            ),
+        )
+        assert looked == [("alpha", "bench", "changed")]
+        again = write_batch(site, transport, None, builds, look=lambda *_: "looked again")
+    assert [one.line() for one in again if "looked" in one.line()] == []  # unchanged
+    lines = {one.app: one.line() for one in landed}
+    assert lines["alpha"].endswith("; verifying in bench")
+    assert "verifying" not in lines["gamma"]

@@ -120,7 +120,7 @@ def write_batch(
     """The digests of ``builds`` that built, written one commit per repository and
     branch, each app's status posted as its build's ``main`` would have; the others
     said. ``look(app, env, outcome)`` starts the look at a first environment a new
-    digest went into whose Argo CD runs in this cluster (the build's own
+    digest went into (``changed``) whose Argo CD runs in this cluster (the build's own
     ``verify-deploy`` when it writes alone), and says so."""
     first = {app.name: env for app, env in site.grouped_in_cluster()}
     landed: list[Landed] = []
@@ -137,7 +137,12 @@ def write_batch(
     results = write_back_many(site, transport, [d for _, d in deploys], gate=gate, dry_run=dry_run)
     for (b, d), result in zip(deploys, results, strict=True):
         looked = None
-        if look is not None and isinstance(result, Outcome) and d.app in first and not dry_run:
+        if (
+            look is not None
+            and isinstance(result, Outcome)
+            and result.state == "changed"
+            and d.app in first
+        ):
             looked = look(site.app(d.app), first[d.app], result)
         landed.append(Landed(d.app, b.name, result, looked=looked))
         if statuses is None or dry_run:
