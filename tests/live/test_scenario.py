@@ -608,11 +608,16 @@ def test_a_push_touching_several_apps_lands_as_one_commit_each_application_on_it
     try:
         cluster.apply_tree(render(values, bench.folder / "shelf-manifests"))
         cluster.wait_templates_seen()
+        # webhook #2 (scenario 34's script seeds it; a replay changes nothing)
+        hooked = _fabrique(bench, values, "seed-webhook")
+        assert hooked.returncode == 0, hooked.stdout + hooked.stderr
         first = bench.gitea.commit(CODE_REPO, BRANCH, files, "three apps of one repository")
-        push = cluster.wait(
+        push = until(
             "the push's write-back to end",
             lambda: _pushed(cluster, first),
-            timeout=420,
+            420,
+            every=0.5,
+            detail=lambda: _pushing(cluster, first),
         )
         assert push["status"]["phase"] == "Succeeded", push["status"]
         with bench.gitea.admin() as gitea:
@@ -666,8 +671,12 @@ def test_a_push_touching_several_apps_lands_as_one_commit_each_application_on_it
             },
             "the three again; one build breaks",
         )
-        push = cluster.wait(
-            "the second push's write-back to end", lambda: _pushed(cluster, second), timeout=420
+        push = until(
+            "the second push's write-back to end",
+            lambda: _pushed(cluster, second),
+            420,
+            every=0.5,
+            detail=lambda: _pushing(cluster, second),
         )
         assert push["status"]["phase"] == "Succeeded", push["status"]
         with bench.gitea.admin() as gitea:
@@ -691,6 +700,28 @@ def test_a_push_touching_several_apps_lands_as_one_commit_each_application_on_it
     finally:
         cluster.apply_tree(render(bench.values, bench.folder / "manifests"))
         cluster.http.close()
+
+
+def _pushing(cluster: Cluster, after: str) -> str:
+    """Where the push of ``after`` is: its Workflow's nodes, and its builds' phases."""
+    said = []
+    for found in cluster.items(f"/apis/argoproj.io/v1alpha1/namespaces/{CONTROL}/workflows"):
+        if found["metadata"]["name"].startswith(f"fabrique-push-{after[:12]}-"):
+            status = found.get("status") or {}
+            said.append(
+                f"{found['metadata']['name']}: {status.get('phase')} {status.get('message')}"
+            )
+            said += [
+                f"  {n.get('displayName')}: {n.get('phase')} {n.get('message', '')}"
+                for n in (status.get("nodes") or {}).values()
+            ]
+    for found in cluster.items(
+        "/apis/argoproj.io/v1alpha1/namespaces/fabrique-build/workflows",
+        f"fabrique.io/revision={after[:12]}",
+    ):
+        status = found.get("status") or {}
+        said.append(f"{found['metadata']['name']}: {status.get('phase')} {status.get('message')}")
+    return "; ".join(said) or "no push Workflow, no build"
 
 
 def _pushed(cluster: Cluster, after: str) -> dict[str, Any] | None:
