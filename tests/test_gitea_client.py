@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import httpx
+import pytest
 from click.testing import Result
 
 from fabrique.clients.gitea import FILES_PAGE, FileContent, GiteaClient
@@ -74,9 +75,14 @@ def test_a_protected_branch_or_path_is_named_not_blamed_on_the_token(
     assert code_repo.head() == revision, "nothing written"
 
 
+@pytest.mark.parametrize("answer", ["out-of-date", "lock"])
 def test_a_write_racing_gitea_s_own_push_is_read_again_until_it_lands(
-    code_repo: Repo, gitea: GiteaDouble, tmp_path: Path
+    code_repo: Repo, gitea: GiteaDouble, tmp_path: Path, answer: str
 ) -> None:
+    """Gitea's push of its commit lost the branch to another: a 500 (ErrPushOutOfDate),
+    or a 403 whose message is the ref lock's (ErrPushRejected), which is no refused
+    token: both are read again and retried."""
+    gitea.push_race_answer = answer
     revision = code_repo.commit({f"{CONTEXT}/app.txt": "v2\n"})
     rivals = iter(range(6))  # more than the HTTP retries of one request
 

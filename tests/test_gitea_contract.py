@@ -22,8 +22,10 @@ import base64
 import os
 import re
 import subprocess
+import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -579,6 +581,35 @@ def test_commits_by_path_come_in_pages_of_50_with_gitea_s_headers(
     assert client.last_change(repo.slug, "main", "nowhere", frozenset()) is None
     assert client.files_changed(repo.slug, made[-1], repo.head(), APP) == []
     assert client.files_changed(repo.slug, made[0], made[1], APP) == [f"{APP}/app.txt"]
+
+
+def test_writers_of_one_branch_at_once_each_land_their_file(
+    server: Server, client: GiteaClient
+) -> None:
+    """Twelve writes of one branch at the same moment, each its own file, as twelve builds
+    of one push writing per app: Gitea's pushes of its own race at the branch's ref, and
+    each loser is told so (a 500, or a 403 with the ref lock's message: never a refused
+    token), so that a re-read lands it."""
+    repo = server.repo(SEED)
+    writers = 12
+
+    def write(n: int) -> int:
+        for attempt in range(1, 40):
+            try:
+                client.create_file(
+                    repo.slug, f"deploy/w{n}.txt", "main", f"{n}\n", f"writer {n}", AUTHOR
+                )
+                return attempt
+            except StaleWrite:
+                time.sleep(0.05 * attempt)
+        raise AssertionError(f"writer {n} never landed")
+
+    with ThreadPoolExecutor(writers) as pool:
+        attempts = list(pool.map(write, range(writers)))
+    repo.pull()
+    for n in range(writers):
+        assert repo.show(f"deploy/w{n}.txt") == f"{n}\n"
+    print(f"attempts per writer: {attempts}")
 
 
 def test_a_missing_start_of_a_listing_is_an_error_not_no_change(

@@ -673,6 +673,11 @@ class GiteaClient(JsonApi):
             raise StaleWrite(
                 f"{what}: Gitea answered HTTP 500 (its push raced another write, or it failed)"
             )
+        if response.status_code == 403 and REF_LOCK_MESSAGE.search(message):
+            # two of its pushes at one ref at once: the loser's ref update finds the ref
+            # moved, and git.ErrPushRejected is answered 403 with that line; no token
+            # was refused, and a re-read lands it
+            raise StaleWrite(f"{what}: Gitea's push lost the branch to another write ({message})")
         if response.status_code == 403 and PROTECTION_MESSAGE.search(message):
             raise GiteaError(
                 f"{what}: branch protection refused the write ({message}); let the token's "
@@ -746,6 +751,9 @@ STALE_MESSAGE = re.compile(
 SCOPE_MESSAGE = re.compile(
     r"required scope\(s\), required=\[(?P<required>[^\]]*)\], token scope=(?P<has>\S*)"
 )
+# git's line when a ref moved under an update that expected it elsewhere (receive-pack's
+# "cannot lock ref 'refs/heads/main': is at <sha> but expected <sha>")
+REF_LOCK_MESSAGE = re.compile(r"cannot lock ref '[^']+': is at [0-9a-f]+ but expected [0-9a-f]+")
 # Gitea's 403 messages for a protected branch or path (not a refused token)
 PROTECTION_MESSAGE = re.compile(
     r"cannot commit to repo|path is protected|permission to write to the target branch", re.I

@@ -184,6 +184,10 @@ class GiteaDouble:
         # head or base moved: Gitea is checking it (PullRequestStatusChecking) until then
         self.check_answers = 0
         self.push_races = 0  # writes answered 500: the branch moved under Gitea's push
+        # how Gitea answers a push of its own that lost the branch: "out-of-date" (a tip
+        # that moved before it pushed: 500) or "lock" (two pushes at once: 403, the ref
+        # lock's message, git.ErrPushRejected); which one depends on the moment
+        self.push_race_answer = "out-of-date"
         self.before_push: Callable[[str, str], None] | None = None  # a rival, in a test
         self.max_blob_size = 10 * 1024 * 1024  # [api] DEFAULT_MAX_BLOB_SIZE
         self.max_response_size = 100 * 1024 * 1024  # [api] DEFAULT_MAX_RESPONSE_SIZE
@@ -1153,6 +1157,13 @@ class GiteaDouble:
                 git(self._bare(repo), "update-ref", f"refs/heads/{onto}", commit)
         except subprocess.CalledProcessError:
             self.push_races += 1
+            if self.push_race_answer == "lock":
+                # two pushes at one ref: the loser's ref transaction finds it moved, git's
+                # receive-pack says so on its remote lines, ErrPushRejected answers 403
+                moved = self._resolve(repo, f"refs/heads/{branch}")
+                return self._error(
+                    403, f"cannot lock ref 'refs/heads/{branch}': is at {moved} but expected {tip}"
+                )
             return self._error(500, "failed to push: the branch moved (ErrPushOutOfDate)")
         return commit
 
