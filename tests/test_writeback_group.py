@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from fabrique.site.errors import ConfigError, TargetError
 
 from .conftest import GITEA_TOKEN, Repo, run_cli
 from .doubles.gitea import GiteaDouble
+from .test_commit_signing import ssh_key
 
 DIGESTS = ["sha256:" + c * 64 for c in "abcdef0123"]
 SEED = """\
@@ -399,3 +401,40 @@ def test_the_push_s_write_back_starts_the_look_a_build_of_its_own_would_have_mad
     lines = {one.app: one.line() for one in landed}
     assert lines["alpha"].endswith("; verifying in bench")
     assert "verifying" not in lines["gamma"]
+
+
+def test_a_group_over_git_is_one_commit_signed_with_the_site_s_key(
+    gitea: GiteaDouble, code_repo: Repo, seeded: str, git_daemon: Any, tmp_path: Path
+) -> None:
+    """Signed write-back commits hold inside a group: one commit of every file, signed
+    with fabrique's SSH key, which git verifies."""
+    key = ssh_key(tmp_path / "keys")
+    values = _site(
+        gitea.url,
+        NAMES,
+        transport="git",
+        gitUrl=f"git://127.0.0.1:{git_daemon.port}",
+        signing={"keySecret": {"name": "fabrique-writeback-signing", "key": "key"}},
+    ).to_values()
+    (tmp_path / "values.json").write_text(json.dumps(values))
+    listed = [{"app": d.app, "revision": d.revision, "digest": d.digest} for d in _deploys(seeded)]
+    (tmp_path / "deploys.json").write_text(json.dumps(listed))
+    before = code_repo.head()
+    result = run_cli(
+        "--values", str(tmp_path / "values.json"), "writeback-group",
+        "--from", str(tmp_path / "deploys.json"),
+        env={"FABRIQUE_GITEA_TOKEN": GITEA_TOKEN, "FABRIQUE_WRITEBACK_SIGNING_KEY": str(key)},
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert len(_commits_since(code_repo, before)) == 1
+    signers = tmp_path / "allowed_signers"
+    public = key.with_suffix(".pub").read_text().split()
+    signers.write_text(f"fabrique@fabrique.invalid {public[0]} {public[1]}\n")
+    verified = subprocess.run(
+        ["git", "-C", str(code_repo.bare), "-c", f"gpg.ssh.allowedSignersFile={signers}",
+         "verify-commit", "main"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert verified.returncode == 0, verified.stderr
+    for i, name in enumerate(NAMES):
+        assert f"digest: {DIGESTS[i]}" in code_repo.show(_target(name))
