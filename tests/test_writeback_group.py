@@ -438,3 +438,59 @@ def test_a_group_over_git_is_one_commit_signed_with_the_site_s_key(
     assert verified.returncode == 0, verified.stderr
     for i, name in enumerate(NAMES):
         assert f"digest: {DIGESTS[i]}" in code_repo.show(_target(name))
+
+
+# ----------------------------------------------------------------------- the safety net
+
+
+def test_the_pass_leaves_a_grouped_build_to_its_push_while_it_may_wait(
+    gitea: GiteaDouble,
+) -> None:
+    """A build that meets its push's others is written by the push's Workflow: the pass
+    writes it only once the push had maxWait and a margin to do so, so one push stays one
+    commit, and a push whose write-back died is still written."""
+    from datetime import UTC, datetime
+
+    from fabrique.decisions.reconcile import Reconciler, decide
+
+    from .test_reconcile import VERIFIED, _facts
+
+    site = _site(gitea.url, NAMES)  # maxWait 5m
+    now = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
+    pass_ = Reconciler(site, None, None, None, clock=lambda: now)  # type: ignore[arg-type]
+
+    def build(finished: str, group: str = "fabrique-push-x") -> WorkflowState:
+        return WorkflowState(
+            "fabrique-alpha-x", "Succeeded", "b" * 40, DIGESTS[0], "", "alpha", group, finished
+        )
+
+    assert pass_._grouped(build("2026-12-06T11:59:00Z")) == "fabrique-push-x"
+    assert pass_._grouped(build("2026-12-06T11:53:30Z")) == "fabrique-push-x"
+    assert pass_._grouped(build("2026-12-06T11:52:00Z")) == "", "past maxWait and a margin"
+    assert pass_._grouped(build("2026-12-06T11:59:00Z", group="")) == "", "a build of its own"
+    assert pass_._grouped(build("")) == "", "no end said: the pass writes it"
+    action, detail = decide(_facts(**VERIFIED, grouped="fabrique-push-x"))
+    assert action == "in-flight"
+    assert "the push's Workflow fabrique-push-x writes it" in detail
+    assert decide(_facts(**VERIFIED))[0] == "write-back"
+
+
+def test_the_pass_reads_a_build_s_group_and_its_end_from_its_workflow() -> None:
+    from fabrique.clients.kube import workflow_state
+
+    body = {
+        "spec": {
+            "arguments": {
+                "parameters": [
+                    {"name": "app", "value": "alpha"},
+                    {"name": "revision", "value": "b" * 40},
+                    {"name": "group", "value": "fabrique-push-x"},
+                ]
+            }
+        },
+        "status": {"phase": "Succeeded", "finishedAt": "2026-12-06T11:59:00Z"},
+    }
+    state = workflow_state("fabrique-alpha-x", body)
+    assert (state.group, state.finished_at) == ("fabrique-push-x", "2026-12-06T11:59:00Z")
+    alone = workflow_state("fabrique-alpha-y", {"spec": {}, "status": {"phase": "Running"}})
+    assert (alone.group, alone.finished_at) == ("", "")

@@ -54,6 +54,8 @@ class WorkflowState:
     verified_digest: str | None  # what its verify-digest stage recorded (the pod's output)
     reason: str  # why it is in that phase, from the failed step or the Workflow ("" if none)
     app: str | None = None  # its ``app`` argument
+    group: str = ""  # its ``group`` argument: the push's Workflow that writes it, or ""
+    finished_at: str = ""  # when it ended (RFC 3339), as the controller says; "" if it runs
 
 
 def workflow_state(name: str, body: dict[str, Any]) -> WorkflowState:
@@ -63,6 +65,7 @@ def workflow_state(name: str, body: dict[str, Any]) -> WorkflowState:
     params = (spec.get("arguments") or {}).get("parameters") or []
     revision = next((p.get("value") for p in params if p.get("name") == "revision"), None)
     app = next((p.get("value") for p in params if p.get("name") == "app"), None)
+    group = next((p.get("value") for p in params if p.get("name") == "group"), None) or ""
     digests: set[str] = set()
     reasons: list[str] = []
     for node in (status.get("nodes") or {}).values():
@@ -97,6 +100,8 @@ def workflow_state(name: str, body: dict[str, Any]) -> WorkflowState:
         verified_digest=verified,
         reason=reason.strip().rstrip(":"),
         app=str(app) if app is not None else None,
+        group=str(group),
+        finished_at=str(status.get("finishedAt") or ""),
     )
 
 

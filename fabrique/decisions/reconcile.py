@@ -51,12 +51,13 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from fabrique.clients.gitea import CommitStatus
 from fabrique.clients.kube import KubeClient, WorkflowState
 from fabrique.clients.registry import RegistryClient
-from fabrique.site.config import AppConfig, Site
+from fabrique.site.config import AppConfig, Site, seconds_of
 from fabrique.site.errors import (
     FabriqueError,
     ImageNotFound,
@@ -139,6 +140,9 @@ class Facts:
     review: str | None = None  # the pull request that proposes want (pull-request mode)
     review_number: int = 0
     review_closed: bool = False  # a person closed it unmerged
+    # the push's Workflow that writes this build with the push's others
+    # (writeback.batch), while it may still be waiting: the pass leaves it the write
+    grouped: str = ""
 
 
 @dataclass(frozen=True)
@@ -217,13 +221,24 @@ def decide(facts: Facts) -> tuple[Action, str]:
             f"{want} was verified ({facts.verified_digest}) but is not deployed: "
             f"{facts.frozen}; the first pass after the window writes it",
         )
+    if facts.grouped:
+        return (
+            "in-flight",
+            f"{want} was verified ({facts.verified_digest}); the push's Workflow "
+            f"{facts.grouped} writes it with the push's other builds",
+        )
     return "write-back", f"{want} was verified ({facts.verified_digest}) but is not deployed"
+
+
+# beyond maxWait, what a push's write-back may take to write a build that has ended (its
+# list of the builds once a second, a window, the commit): the pass leaves it that long
+GROUP_MARGIN = timedelta(minutes=2)
 
 
 class Reconciler:
     """One pass: survey Git for every app at once, ask the registry and the Kubernetes
     API about the apps that are not current, decide each app, then act: one commit per
-    target file for all the write-backs into it, one Workflow per app to build."""
+    repository and branch for all the write-backs into it, one Workflow per app to build."""
 
     def __init__(
         self,
@@ -233,6 +248,7 @@ class Reconciler:
         kube: KubeClient,
         memory: MemoryStore | None = None,
         statuses: StatusReporter | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.site = site
         self.transport = transport
@@ -240,6 +256,7 @@ class Reconciler:
         self.kube = kube
         self.memory = memory or NoMemory()
         self.statuses = statuses
+        self.clock = clock
 
     def facts(self, app: AppConfig, seen: Seen, *, status: bool = True) -> Facts:
         """``seen`` (what Git says), completed by the registry and the Kubernetes API when
@@ -286,8 +303,22 @@ class Reconciler:
             review=proposed[0] if proposed else None,
             review_number=proposed[1] if proposed else 0,
             review_closed=proposed[2] if proposed else False,
+            grouped=self._grouped(state),
             **self._status(app, want, read=status or not seen.current),
         )
+
+    def _grouped(self, state: WorkflowState | None) -> str:
+        """The push's Workflow that writes ``state``'s build (``writeback.batch``) while it
+        may still be waiting for the push's other builds: ``maxWait`` and a margin from
+        the build's end. Past it, the pass writes it, as any build's."""
+        if state is None or not state.group or state.phase != "Succeeded":
+            return ""
+        try:
+            ended = datetime.fromisoformat(state.finished_at.replace("Z", "+00:00"))
+        except ValueError:
+            return ""  # not said: the pass writes it
+        bound = timedelta(seconds=seconds_of(self.site.writeback.batch.max_wait)) + GROUP_MARGIN
+        return state.group if self.clock() - ended < bound else ""
 
     def _tend_review(self, app: AppConfig, action: Action, facts: Facts) -> str:
         """In review: ask Gitea again to merge it (autoMerge), a schedule lost to a
