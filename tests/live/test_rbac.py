@@ -44,8 +44,9 @@ ALLOWED = [
     (SENSOR, "create", "workflows", CONTROL, G),
     (SENSOR, "get", "workflows", CONTROL, G),
     (SENSOR, "patch", "workflows", CONTROL, G),
-    # a push's step creates its builds
+    # a push's step creates its builds; its write-back lists those that meet there
     (PLANNER, "create", "workflows", BUILD, G),
+    (PLANNER, "list", "workflows", BUILD, G),
     # the reconciler reads and creates build Workflows, and keeps its memory
     (RECONCILER, "create", "workflows", BUILD, G),
     (RECONCILER, "get", "workflows", BUILD, G),
@@ -71,7 +72,8 @@ DENIED = [
     (SENSOR, "list", "workflows", CONTROL, G),
     (SENSOR, "create", "workflows", BUILD, G),
     (SENSOR, "patch", "workflows", BUILD, G),
-    # the planner creates builds and nothing else: it reads, changes and deletes none
+    # the planner creates and lists builds, nothing else: it reads none by name,
+    # changes and deletes none
     (PLANNER, "get", "workflows", BUILD, G),
     (PLANNER, "patch", "workflows", BUILD, G),
     (PLANNER, "delete", "workflows", BUILD, G),
