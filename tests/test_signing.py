@@ -439,7 +439,7 @@ def test_without_signing_there_is_no_sign_step() -> None:
 def test_one_commit_for_several_apps_checks_every_signature(
     tmp_path: Path, code_repo: Repo, gitea: GiteaDouble, registry: Registry
 ) -> None:
-    """The safety net writes the apps of one target file in one commit: an unsigned
+    """The safety net writes the apps of one repository in one commit: an unsigned
     digest is never written (fail closed), and holds back no signed one."""
     from fabrique.decisions.signature import signature_gate
     from fabrique.decisions.writeback import Deploy, Outcome, open_transport, write_back_many

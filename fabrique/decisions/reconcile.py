@@ -25,6 +25,9 @@ while the registry still holds it. Then exactly one action (``decide``, a pure f
     Workflow Succeeded, verified digest held       -> written-back (that digest only)
       ... and the target is in a freeze window     -> frozen       (written by the first
                                                                     pass after it)
+      ... a push's build, its push still writing   -> in-flight    (its push's Workflow
+                                                                    writes it: maxWait and
+                                                                    a margin after its end)
     Workflow Succeeded, anything else              -> failed       (delete it to rebuild)
     no Workflow (an image under the tag or not)    -> submitted    (the Sensor's very
                                                                     Workflow; it verifies)
