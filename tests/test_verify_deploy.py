@@ -18,7 +18,6 @@ import pytest
 import yaml
 
 from fabrique.decisions.workflow import verify_workflow
-from fabrique.gestures import verify as verify_gesture
 from fabrique.render import render_tree, write_tree
 from fabrique.site.config import load_site, parse_site
 from netpol import policies
@@ -31,8 +30,8 @@ from .manifests import documents, find
 from .oci import built_labels, push_image
 from .servers import Registry
 from .test_promote import _application, _passed, env, values  # noqa: F401
-from .test_rollback import APP_FILE, _built
-from .test_verify_gesture import _pods
+from .test_rollback import APP_FILE, _built, fab
+from .test_verify_gesture import _at_the_third_look, _pods
 
 BUILD_DEADLINE = 3600  # build.activeDeadlineSeconds, the default site's
 
@@ -293,6 +292,7 @@ def test_nothing_of_it_where_promotions_go_to_another_cluster(tmp_path: Path) ->
     assert ("NetworkPolicy", "verifier") not in names
     assert ("ValidatingAdmissionPolicy", "fabrique-reconciler-starts-verifications") not in names
     assert ("Role", "fabrique-reconciler-start-verifications") not in names
+    assert ("WorkflowTemplate", "fabrique-build") in names, "a tree was rendered"
 
 
 def test_a_push_s_write_back_starts_the_look_at_what_it_wrote_in_this_cluster(
@@ -317,6 +317,33 @@ def test_a_push_s_write_back_starts_the_look_at_what_it_wrote_in_this_cluster(
     )
 
 
+def _prod_in_this_cluster(path: Path, **prod: str) -> None:
+    """Prod's Argo CD runs in fabrique's cluster (bench's context), its Application and
+    namespace its own; ``prod``: more of its fields."""
+    site = yaml.safe_load(path.read_text())
+    site["targets"]["prod"] = {"context": "bench", "inCluster": True}
+    site["apps"][0]["environments"][1] |= {
+        "application": "argocd/citation-prod", "namespace": "dagster-prod", **prod,
+    }  # fmt: skip
+    path.write_text(yaml.safe_dump(site))
+
+
+def _passed_on_bench(
+    code_repo: Repo,
+    registry: Registry,
+    gitea: GiteaDouble,
+    kube: KubeApiDouble,
+    path: Path,
+    environ: dict[str, str],
+) -> str:
+    """A build written back to bench, Synced and Healthy there, and passed: its digest."""
+    revision, digest = _built(code_repo, registry, gitea.url, "v1\n", path, environ)
+    reference = f"{registry.host}/citation-dagster:{revision[:12]}@{digest}"
+    _application(kube, "Synced", "Healthy", [reference])
+    _passed(gitea, revision, digest)
+    return digest
+
+
 def test_promote_into_this_cluster_starts_the_look_and_a_replay_starts_none(
     values: Path,  # noqa: F811
     code_repo: Repo,
@@ -325,20 +352,10 @@ def test_promote_into_this_cluster_starts_the_look_and_a_replay_starts_none(
     kube: KubeApiDouble,
     env: dict[str, str],  # noqa: F811
 ) -> None:
-    site = yaml.safe_load(values.read_text())
-    site["targets"]["prod"] = {"context": "bench", "inCluster": True}
-    site["apps"][0]["environments"][1] |= {
-        "application": "argocd/citation-prod",
-        "namespace": "dagster-prod",
-    }
-    values.write_text(yaml.safe_dump(site))
-    revision, digest = _built(code_repo, registry, gitea.url, "v1\n", values, env)
-    _application(
-        kube, "Synced", "Healthy", [f"{registry.host}/citation-dagster:{revision[:12]}@{digest}"]
-    )
-    _passed(gitea, revision, digest)
-    promote = ["--values", str(values), "promote", "--app", "citation", "--to", "prod"]
-    done = run_cli(*promote, env=env)
+    _prod_in_this_cluster(values)
+    digest = _passed_on_bench(code_repo, registry, gitea, kube, values, env)
+    promote = ["promote", "--app", "citation", "--to", "prod"]
+    done = fab(values, env, *promote)
     assert done.exit_code == 0, done.stdout + done.stderr
     body = verify_workflow(load_site(values, env={}), "citation", "prod", digest)
     name = body["metadata"]["name"]
@@ -347,7 +364,7 @@ def test_promote_into_this_cluster_starts_the_look_and_a_replay_starts_none(
     assert made["spec"] == body["spec"]
     assert made["metadata"]["labels"]["fabrique.io/environment"] == "prod"
     # a replay writes nothing, and starts nothing
-    again = run_cli(*promote, env=env)
+    again = fab(values, env, *promote)
     assert again.exit_code == 0 and again.stdout.startswith("unchanged: "), again.stdout
     assert [k for k in kube.objects if k[0] == "fabrique"] == [("fabrique", name)]
 
@@ -364,29 +381,18 @@ def test_verify_wait_looks_again_until_the_application_is_there(
     """A promotion's look starts before the environment's first Application exists (seed
     makes it once the first promotion wrote a pin): it waits for it, posting nothing,
     where a single look says so and exits 8."""
-    monkeypatch.setattr(verify_gesture, "VERIFY_EVERY", 0.05)
     revision, digest = _built(code_repo, registry, gitea.url, "v1\n", values, env)
     reference = f"{registry.host}/citation-dagster:{revision[:12]}@{digest}"
-    once = run_cli(
-        "--values", str(values), "verify", "--app", "citation", "--env", "bench", env=env
-    )
+    once = fab(values, env, "verify", "--app", "citation", "--env", "bench")
     assert once.exit_code == 8, once.stdout + once.stderr
     assert "Application argocd/citation not found" in once.stderr
-    looks: list[int] = []
-    looked = verify_gesture.look
 
-    def there_at_the_third_look(*args: Any, **kwargs: Any) -> Any:
-        looks.append(1)
-        if len(looks) == 3:  # seed made it, Argo CD synced it
-            _application(kube, "Synced", "Healthy", [reference])
-            _pods(kube, registry, digest)
-        return looked(*args, **kwargs)
+    def seeded_and_synced() -> None:
+        _application(kube, "Synced", "Healthy", [reference])
+        _pods(kube, registry, digest)
 
-    monkeypatch.setattr(verify_gesture, "look", there_at_the_third_look)
-    done = run_cli(
-        "--values", str(values), "verify", "--app", "citation", "--env", "bench", "--wait",
-        env=env,
-    )  # fmt: skip
+    _at_the_third_look(monkeypatch, seeded_and_synced)
+    done = fab(values, env, "verify", "--app", "citation", "--env", "bench", "--wait")
     assert done.exit_code == 0, done.stdout + done.stderr
     assert done.stdout.strip() == (
         f"citation/bench: verified: {digest}: Synced and Healthy, 1 pod(s) run it"
@@ -403,19 +409,10 @@ def test_the_pass_starts_the_look_after_its_own_promotion(
     kube: KubeApiDouble,
     env: dict[str, str],  # noqa: F811
 ) -> None:
-    site = yaml.safe_load(values.read_text())
-    site["targets"]["bench"]["inCluster"] = True
-    site["targets"]["prod"] = {"context": "bench", "inCluster": True}
-    site["apps"][0]["environments"][1] |= {
-        "promote": "auto", "application": "argocd/citation-prod", "namespace": "dagster-prod",
-    }  # fmt: skip
-    values.write_text(yaml.safe_dump(site))
-    revision, digest = _built(code_repo, registry, gitea.url, "v1\n", values, env)
-    _application(
-        kube, "Synced", "Healthy", [f"{registry.host}/citation-dagster:{revision[:12]}@{digest}"]
-    )
-    _passed(gitea, revision, digest)
-    done = run_cli("--values", str(values), "reconcile", env=env)
+    _in_cluster(values)
+    _prod_in_this_cluster(values, promote="auto")
+    digest = _passed_on_bench(code_repo, registry, gitea, kube, values, env)
+    done = fab(values, env, "reconcile")
     assert done.exit_code == 0, done.stdout + done.stderr
     name = verify_workflow(load_site(values, env={}), "citation", "prod", digest)["metadata"][
         "name"

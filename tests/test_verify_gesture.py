@@ -8,6 +8,8 @@ their status as Argo CD and the kubelet write it.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +61,21 @@ def _pods(kube: KubeApiDouble, registry: Registry, digest: str, **state: Any) ->
             "containerStatuses": [container],
         },
     }  # fmt: skip
+
+
+def _at_the_third_look(monkeypatch: pytest.MonkeyPatch, meanwhile: Callable[[], None]) -> None:
+    """``fabrique verify --wait`` looks again at once, and ``meanwhile`` happens (as Argo CD
+    or seed would make it) just before its third look."""
+    monkeypatch.setattr(verify_gesture, "VERIFY_EVERY", 0.05)
+    looks = itertools.count(1)
+    looked = verify_gesture.look
+
+    def look(*args: Any, **kwargs: Any) -> Any:
+        if next(looks) == 3:
+            meanwhile()
+        return looked(*args, **kwargs)
+
+    monkeypatch.setattr(verify_gesture, "look", look)
 
 
 def _on_failure(path: Path, action: str) -> None:
@@ -213,21 +230,11 @@ def test_verify_wait_looks_again_until_the_verdict(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """What a job runs after a deploy: it returns with the verdict, saying each look."""
-    monkeypatch.setattr(verify_gesture, "VERIFY_EVERY", 0.05)
     revision, digest = _built(code_repo, registry, gitea.url, "v1\n", values, env)
     reference = f"{registry.host}/citation-dagster:{revision[:12]}@{digest}"
     _application(kube, "Synced", "Progressing", [reference])
     _pods(kube, registry, digest)
-    looks: list[int] = []
-    looked = verify_gesture.look
-
-    def healthy_at_the_third_look(*args: Any, **kwargs: Any) -> Any:
-        looks.append(1)
-        if len(looks) == 3:  # as Argo CD would say it meanwhile
-            _application(kube, "Synced", "Healthy", [reference])
-        return looked(*args, **kwargs)
-
-    monkeypatch.setattr(verify_gesture, "look", healthy_at_the_third_look)
+    _at_the_third_look(monkeypatch, lambda: _application(kube, "Synced", "Healthy", [reference]))
     done = fab(values, env, "verify", "--app", "citation", "--env", "bench", "--wait")
     assert done.exit_code == 0, done.stdout + done.stderr
     assert done.stdout.strip() == (
