@@ -260,44 +260,15 @@ def write_back(
         if frozen is not None:
             log.warning("%s: %s; not writing %s", where, frozen.describe(), pin.reference)
             return Outcome("frozen", app.name, where, pin, detail=frozen.describe())
-    gated: list[bool] = []
+    signed = signature_check(site, gate)
+
+    def newer_than(built: str, tag: str) -> str | None:
+        return _newer_deployed(site, transport, built, tag)
 
     def edit(old: str | None) -> str | Outcome:
-        held = None
-        if old is None:
-            if not target.create:
-                raise TargetError(
-                    f"{where}: file not found (set apps[].writeback.create: true to create it)"
-                )
-            old_text, deployed = "", None
-            new_text = new_target(target.kind, pin, where=where)
-        else:
-            old_text = old
-            held = read_hold(old_text, where, app.name)
-            if held is not None and rollback is None:
-                log.warning("%s: %s; not writing %s", where, held.describe(), pin.reference)
-                return Outcome("held", app.name, where, pin, detail=held.describe())
-            deployed = target_pin(old_text, target, pin, where=where)
-            new_text = pin_target(old_text, target, pin, where=where)
-        if rollback is not None and (new_text != old_text or held is None):
-            # a replay of the same rollback keeps the hold it made: no commit
-            new_text = apply_hold(new_text, rollback, where=where, app=app.name)
-        if new_text == old_text:
-            return Outcome("unchanged", app.name, where, pin)
-        if rollback is None and deployed is not None and deployed.tag and deployed.tag != pin.tag:
-            newer = _newer_deployed(site, transport, revision, deployed.tag)
-            if newer:
-                log.warning("%s: %s; not rolling back", where, newer)
-                return Outcome("superseded", app.name, where, pin, detail=newer)
-        if site.signing.enabled and not gated:
-            if gate is None:  # a caller that cannot check must not write
-                raise ProvenanceError(
-                    f"{where}: signing is on, and this write-back has no signature check; "
-                    "nothing written"
-                )
-            gate(app.image, pin.digest or "")
-            gated.append(True)
-        return new_text
+        texts = {target.path: old}
+        judged = _judge(site, app, revision, where, pin, texts, newer_than, signed, rollback)
+        return judged if judged is not None else texts[target.path] or ""
 
     if rollback is None and review.in_review(site, app):
         return _propose(
@@ -421,18 +392,7 @@ def _write_group(
             Outcome("frozen", app.name, where, pin, detail=frozen[app.name].describe())
             for (app, _), where, pin in zip(members, wheres, pins, strict=True)
         ]
-    gated: set[str] = set()
-
-    def signed(app: AppConfig, pin: ImagePin) -> None:
-        if site.signing.enabled and app.name not in gated:
-            if gate is None:  # a caller that cannot check must not write
-                raise ProvenanceError(
-                    f"{target_where(site, app)}: signing is on, and this write-back has no "
-                    "signature check; nothing written"
-                )
-            gate(app.image, pin.digest or "")
-            gated.add(app.name)
-
+    signed = signature_check(site, gate)
     where_all = f"{repo}@{branch}"
     for attempt in range(1, site.writeback.attempts + 1):
         # asked once per attempt: a push's apps share their revision, and mostly what
@@ -444,10 +404,12 @@ def _write_group(
         texts = {path: snapshots[path].text for path in paths}
         decided: list[Outcome | FabriqueError | None] = []
         for (app, d), where, pin in zip(members, wheres, pins, strict=True):
+            if app.name in frozen:
+                detail = frozen[app.name].describe()
+                decided.append(Outcome("frozen", app.name, where, pin, detail=detail))
+                continue
             try:
-                decided.append(
-                    _judge(site, app, d, where, pin, texts, frozen.get(app.name), newer, signed)
-                )
+                decided.append(_judge(site, app, d.revision, where, pin, texts, newer, signed))
             except (TargetError, ProvenanceError) as err:  # this app's alone
                 log.warning("%s", err)
                 decided.append(err)
@@ -482,43 +444,71 @@ def _write_group(
 def _judge(
     site: Site,
     app: AppConfig,
-    d: Deploy,
+    revision: str,
     where: str,
     pin: ImagePin,
     texts: dict[str, str | None],
-    frozen: Frozen | None,
     newer: Callable[[str, str], str | None],
     signed: Callable[[AppConfig, ImagePin], None],
+    rollback: Hold | None = None,
 ) -> Outcome | None:
-    """One app of a group, judged as ``write_back`` judges it: its outcome, or None when
-    its pin is applied to ``texts`` (edited in place)."""
-    if frozen is not None:
-        return Outcome("frozen", app.name, where, pin, detail=frozen.describe())
+    """One app's pin against its target's text in ``texts`` (None: no such file), as
+    every write-back judges it (``held``, ``unchanged``, ``superseded``, the signature):
+    its outcome, or None when the pin is applied to ``texts`` (edited in place).
+    ``rollback``: the operator's gesture, written whatever is deployed or held, with
+    that hold."""
     target = app.writeback
     text = texts[target.path]
-    held = None if text is None else read_hold(text, where, app.name)
-    if held is not None:  # this app's hold, or the file-wide one: the others go on
-        log.warning("%s: %s; not writing %s", where, held.describe(), pin.reference)
-        return Outcome("held", app.name, where, pin, detail=held.describe())
+    held = None
     if text is None:
         if not target.create:
             raise TargetError(
                 f"{where}: file not found (set apps[].writeback.create: true to create it)"
             )
-        deployed, new_text = None, new_target(target.kind, pin, where=where)
+        old_text, deployed = "", None
+        new_text = new_target(target.kind, pin, where=where)
     else:
+        old_text = text
+        held = read_hold(text, where, app.name)
+        if held is not None and rollback is None:  # its own hold, or the file-wide one
+            log.warning("%s: %s; not writing %s", where, held.describe(), pin.reference)
+            return Outcome("held", app.name, where, pin, detail=held.describe())
         deployed = target_pin(text, target, pin, where=where)
         new_text = pin_target(text, target, pin, where=where)
-    if new_text == text:
+    if rollback is not None and (new_text != old_text or held is None):
+        # a replay of the same rollback keeps the hold it made: no commit
+        new_text = apply_hold(new_text, rollback, where=where, app=app.name)
+    if new_text == old_text:
         return Outcome("unchanged", app.name, where, pin)
-    if deployed is not None and deployed.tag and deployed.tag != pin.tag:
-        why = newer(d.revision, deployed.tag)
+    if rollback is None and deployed is not None and deployed.tag and deployed.tag != pin.tag:
+        why = newer(revision, deployed.tag)
         if why:
             log.warning("%s: %s; not rolling back", where, why)
             return Outcome("superseded", app.name, where, pin, detail=why)
     signed(app, pin)
     texts[target.path] = new_text
     return None
+
+
+def signature_check(
+    site: Site, gate: Callable[[str, str], None] | None
+) -> Callable[[AppConfig, ImagePin], None]:
+    """Where the site signs, ``gate(image, digest)`` (``signature.signature_gate``) asked
+    once per app before its pin is written; a caller that cannot check must not write."""
+    checked: set[str] = set()
+
+    def check(app: AppConfig, pin: ImagePin) -> None:
+        if not site.signing.enabled or app.name in checked:
+            return
+        if gate is None:
+            raise ProvenanceError(
+                f"{target_where(site, app)}: signing is on, and this write-back has no "
+                "signature check; nothing written"
+            )
+        gate(app.image, pin.digest or "")
+        checked.add(app.name)
+
+    return check
 
 
 def group_message(
