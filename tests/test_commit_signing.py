@@ -33,6 +33,19 @@ def ssh_key(folder: Path, name: str = "signing", passphrase: str = "") -> Path:
     return key
 
 
+def verify_commit(repo: Repo, key: Path, folder: Path) -> subprocess.CompletedProcess[str]:
+    """``git verify-commit main`` of ``repo``, trusting ``key``'s public half as
+    fabrique's write-back author."""
+    signers = folder / "allowed_signers"
+    public = key.with_suffix(".pub").read_text().split()
+    signers.write_text(f"fabrique@fabrique.invalid {public[0]} {public[1]}\n")
+    return subprocess.run(
+        ["git", "-C", str(repo.bare), "-c", f"gpg.ssh.allowedSignersFile={signers}",
+         "verify-commit", "main"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+
 @pytest.fixture()
 def signed_values(tmp_path: Path, git_daemon: GitDaemon) -> Path:
     return write_values(
@@ -64,14 +77,7 @@ def test_each_write_back_commit_is_signed_and_git_verifies_it(
     result = _writeback(signed_values, revision, key)
     assert result.exit_code == 0, result.stdout + result.stderr
     assert result.stdout.startswith("changed:")
-    signers = tmp_path / "allowed_signers"
-    public = key.with_suffix(".pub").read_text().split()
-    signers.write_text(f"fabrique@fabrique.invalid {public[0]} {public[1]}\n")
-    verified = subprocess.run(
-        ["git", "-C", str(code_repo.bare), "-c", f"gpg.ssh.allowedSignersFile={signers}",
-         "verify-commit", "main"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    verified = verify_commit(code_repo, key, tmp_path)
     assert verified.returncode == 0, verified.stderr
     assert 'Good "git" signature for fabrique@fabrique.invalid' in verified.stderr
     assert yaml.safe_load(code_repo.show(KUSTOMIZATION))["images"][-1]["digest"] == DIGEST

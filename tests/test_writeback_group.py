@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from fabrique.site.errors import ConfigError, TargetError
 
 from .conftest import GITEA_TOKEN, Repo, run_cli
 from .doubles.gitea import GiteaDouble
-from .test_commit_signing import ssh_key
+from .test_commit_signing import ssh_key, verify_commit
 
 DIGESTS = ["sha256:" + c * 64 for c in "abcdef0123"]
 SEED = """\
@@ -427,14 +426,7 @@ def test_a_group_over_git_is_one_commit_signed_with_the_site_s_key(
     )  # fmt: skip
     assert result.exit_code == 0, result.stdout + result.stderr
     assert len(_commits_since(code_repo, before)) == 1
-    signers = tmp_path / "allowed_signers"
-    public = key.with_suffix(".pub").read_text().split()
-    signers.write_text(f"fabrique@fabrique.invalid {public[0]} {public[1]}\n")
-    verified = subprocess.run(
-        ["git", "-C", str(code_repo.bare), "-c", f"gpg.ssh.allowedSignersFile={signers}",
-         "verify-commit", "main"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    verified = verify_commit(code_repo, key, tmp_path)
     assert verified.returncode == 0, verified.stderr
     for i, name in enumerate(NAMES):
         assert f"digest: {DIGESTS[i]}" in code_repo.show(_target(name))
