@@ -613,20 +613,7 @@ def test_a_push_touching_several_apps_lands_as_one_commit_each_application_on_it
         hooked = _fabrique(bench, values, "seed-webhook")
         assert hooked.returncode == 0, hooked.stdout + hooked.stderr
         first = bench.gitea.commit(CODE_REPO, BRANCH, files, "three apps of one repository")
-        push = until(
-            "the push's write-back to end",
-            lambda: _pushed(cluster, first),
-            420,
-            every=0.5,
-            detail=lambda: _pushing(cluster, first),
-        )
-        assert push["status"]["phase"] == "Succeeded", push["status"]
-        with bench.gitea.admin() as gitea:
-            listed = gitea.get(
-                f"/repos/{CODE_REPO}/commits", params={"sha": BRANCH, "not": first, "stat": "false"}
-            ).json()
-        (commit,) = listed
-        message = commit["commit"]["message"]
+        message, said = _landed(bench, cluster, first)
         assert message.startswith("fabrique: deploy 3 images into 3 files of atlas/atlas"), message
         digests = {}
         for name in SHELF:
@@ -638,9 +625,6 @@ def test_a_push_touching_several_apps_lands_as_one_commit_each_application_on_it
             assert f"digest: {digests[name]}" in _read(
                 bench, apps[SHELF.index(name)]["writeback"]["path"]
             )
-        with bench.gitea.admin() as gitea:
-            statuses = gitea.get(f"/repos/{CODE_REPO}/commits/{first}/status").json()["statuses"]
-        said = {s["context"]: (s["status"], s["description"]) for s in statuses}
         for name in SHELF:
             state, description = said[f"fabrique/{name}"]
             assert state == "success" and description.startswith(f"deployed {digests[name]}"), said
@@ -672,28 +656,12 @@ def test_a_push_touching_several_apps_lands_as_one_commit_each_application_on_it
             },
             "the three again; one build breaks",
         )
-        push = until(
-            "the second push's write-back to end",
-            lambda: _pushed(cluster, second),
-            420,
-            every=0.5,
-            detail=lambda: _pushing(cluster, second),
-        )
-        assert push["status"]["phase"] == "Succeeded", push["status"]
-        with bench.gitea.admin() as gitea:
-            (commit,) = gitea.get(
-                f"/repos/{CODE_REPO}/commits",
-                params={"sha": BRANCH, "not": second, "stat": "false"},
-            ).json()
-        message = commit["commit"]["message"]
+        message, said = _landed(bench, cluster, second)
         assert message.startswith("fabrique: deploy 2 images into 2 files"), message
         assert f"App: {broken}\n" not in message
         assert f"newTag: {second[:12]}" not in _read(bench, apps[1]["writeback"]["path"])
         # the broken build reported its failure itself (its exit handler); the others
         # are reported by the push's write-back
-        with bench.gitea.admin() as gitea:
-            statuses = gitea.get(f"/repos/{CODE_REPO}/commits/{second}/status").json()["statuses"]
-        said = {s["context"]: (s["status"], s["description"]) for s in statuses}
         assert said[f"fabrique/{broken}"][0] == "failure", said
         for name in SHELF:
             if name != broken:
@@ -701,6 +669,26 @@ def test_a_push_touching_several_apps_lands_as_one_commit_each_application_on_it
     finally:
         cluster.apply_tree(render(bench.values, bench.folder / "manifests"))
         cluster.http.close()
+
+
+def _landed(bench: Bench, cluster: Cluster, after: str) -> tuple[str, dict[str, tuple[str, str]]]:
+    """Once the push of ``after`` has ended, Succeeded: the message of the one commit
+    written after it, and each context's state and description on it."""
+    push = until(
+        f"the push of {after[:12]} and its write-back to end",
+        lambda: _pushed(cluster, after),
+        420,
+        every=0.5,
+        detail=lambda: _pushing(cluster, after),
+    )
+    assert push["status"]["phase"] == "Succeeded", push["status"]
+    with bench.gitea.admin() as gitea:
+        (commit,) = gitea.get(
+            f"/repos/{CODE_REPO}/commits", params={"sha": BRANCH, "not": after, "stat": "false"}
+        ).json()
+        statuses = gitea.get(f"/repos/{CODE_REPO}/commits/{after}/status").json()["statuses"]
+    said = {s["context"]: (s["status"], s["description"]) for s in statuses}
+    return str(commit["commit"]["message"]), said
 
 
 def _pushing(cluster: Cluster, after: str) -> str:
