@@ -406,7 +406,7 @@ def plan_push(
     """
     from fabrique.clients.gitea import GiteaClient, token_from_env
     from fabrique.clients.kube import KubeClient
-    from fabrique.decisions.plan import write_atomic
+    from fabrique.decisions.plan import write_files
     from fabrique.decisions.push import (
         ask_builds,
         check_push,
@@ -434,11 +434,7 @@ def plan_push(
             click.echo(f"{one.app}: {word}: workflow {site.namespaces.build}/{one.name}{said}")
         raise_for_failures(asked)
     if out is not None:
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-            write_atomic(out / "grouped", str(len(meets)))
-        except OSError as exc:
-            raise InputError(f"--out {out}: {exc.strerror}") from None
+        write_files(out, {"grouped": str(len(meets))}, "--out")
     click.echo(f"{len(found.apps)} of {len(site.apps)} app(s): {found.reason}")
     if meets:
         click.echo(f"{len(meets)} build(s) write back together, through {group}")
@@ -562,7 +558,7 @@ def writeback(
     """Write a verified digest into the app's target: changed, unchanged, superseded or held
     (with writeback.mode pull-request: proposed, in-review or rejected)."""
     from fabrique.clients.gitea import token_from_env
-    from fabrique.decisions.plan import write_atomic
+    from fabrique.decisions.plan import write_files
     from fabrique.decisions.writeback import open_transport, write_back
     from fabrique.site.names import check_digest, check_revision
 
@@ -586,13 +582,9 @@ def writeback(
     if outcome.diff:
         click.echo(outcome.diff, nl=False)
     if out is not None:
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-            write_atomic(out / "outcome", outcome.state)
-            write_atomic(out / "commit", outcome.commit or "")
-            write_atomic(out / "verify", _verify_after(site, app, outcome.state))
-        except OSError as exc:
-            raise InputError(f"--out {out}: {exc.strerror}") from None
+        verify = _verify_after(site, app, outcome.state)
+        written = {"outcome": outcome.state, "commit": outcome.commit or "", "verify": verify}
+        write_files(out, written, "--out")
     click.echo(outcome.line())
 
 
@@ -1157,7 +1149,7 @@ def reconcile(
     per environment it promotes into (promote: auto; promoted, waiting, held), then a
     summary. Exits non-zero only when a check itself failed.
     """
-    from fabrique.decisions.plan import write_atomic
+    from fabrique.decisions.plan import write_files
     from fabrique.decisions.reconcile import (
         AppResult,
         decision_counts,
@@ -1196,12 +1188,8 @@ def reconcile(
         click.echo(f"{result.app}: {result.state}: {result.detail}")
     click.echo(summary(results))
     if counts is not None:  # before raising: a pass with errors is counted too
-        try:
-            counts.mkdir(parents=True, exist_ok=True)
-            for decision, count in decision_counts(results).items():
-                write_atomic(counts / decision, str(count))
-        except OSError as exc:
-            raise InputError(f"--counts {counts}: {exc.strerror}") from None
+        counted = {decision: str(n) for decision, n in decision_counts(results).items()}
+        write_files(counts, counted, "--counts")
     raise_for_errors(results)
 
 

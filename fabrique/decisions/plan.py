@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -60,12 +61,18 @@ def write_outputs(plan: BuildPlan, directory: Path, *, build: bool, reason: str)
     ``build`` is ``true`` or ``false``: the later steps run only when it is ``true``.
     """
     outputs = plan.outputs() | {"build": "true" if build else "false", "reason": reason}
+    write_files(directory, outputs, "plan output directory")
+
+
+def write_files(directory: Path, files: Mapping[str, str], what: str) -> None:
+    """A step's outputs: one file per name in ``directory`` (made if missing), each
+    written whole; InputError naming ``what`` (the option) when it cannot be."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        for name, value in outputs.items():
+        for name, value in files.items():
             write_atomic(directory / name, value)
     except OSError as exc:
-        raise InputError(f"plan output directory {directory}: {exc.strerror}") from None
+        raise InputError(f"{what} {directory}: {exc.strerror}") from None
 
 
 def write_atomic(path: Path, text: str) -> None:
