@@ -1575,6 +1575,12 @@ def exchanges(server: Server, tmp_path: Path) -> dict[str, Any]:
         now = raw.get(f"{r}/contents/{TARGET}", params={"ref": "main"}).json()["sha"]
         call("propose", "PUT", f"{r}/contents/{TARGET}", json={**propose, "sha": now})
         call("propose again", "PUT", f"{r}/contents/{TARGET}", json={**propose, "sha": now})
+        # a push's proposal: several files, one commit on main forced onto its branch
+        now = raw.get(f"{r}/contents/{TARGET}", params={"ref": "main"}).json()["sha"]
+        both = [{**update, "sha": now}, {**add, "path": "deploy/push.yaml"}]
+        forced = {**batch, "new_branch": "fabrique/push.0123456789ab.main", "force_push": True}
+        call("propose files", "POST", f"{r}/contents", json={**forced, "files": both})
+        call("propose files again", "POST", f"{r}/contents", json={**forced, "files": both})
         pull = {"base": "main", "head": "fabrique/shape", "title": "t", "body": "b"}
         call("pull", "POST", f"{r}/pulls", json=pull)
         call("pull again", "POST", f"{r}/pulls", json=pull)

@@ -94,6 +94,7 @@ class PullRequest:
     body: str
     base_sha: str = ""  # the base branch's head now
     merge_base: str = ""  # where Gitea last found head and base to part
+    head: str = ""  # the branch it proposes from (head.ref)
 
 
 STATUS_STATES = frozenset({"pending", "success", "error", "failure", "warning", "skipped"})
@@ -484,10 +485,15 @@ class GiteaClient(JsonApi):
                     return status
         return None
 
-    def _pulls(self, repo: str, base: str, head: str, state: str) -> Iterator[PullRequest]:
-        """The pull requests in ``state`` from branch ``head`` of ``repo`` into ``base``,
-        the most recently updated first, listed page by page (whatever the page size
-        Gitea keeps: a page with none, or the count X-Total-Count gives, ends it)."""
+    def open_pulls(self, repo: str, base: str) -> list[PullRequest]:
+        """The open pull requests from branches of ``repo`` itself into ``base``."""
+        return list(self._pulls(repo, base, None, "open"))
+
+    def _pulls(self, repo: str, base: str, head: str | None, state: str) -> Iterator[PullRequest]:
+        """The pull requests in ``state`` from branch ``head`` (None: any) of ``repo``
+        into ``base``, the most recently updated first, listed page by page (whatever the
+        page size Gitea keeps: a page with none, or the count X-Total-Count gives, ends
+        it)."""
         what = f"{state} pull requests into {base} of {repo}"
         seen = 0
         for page in range(1, MAX_PULL_PAGES + 1):
@@ -500,7 +506,7 @@ class GiteaClient(JsonApi):
             for item in batch:
                 same_repo = str(_get(item, "head", "repo", "full_name") or "").lower()
                 if (
-                    _get(item, "head", "ref") == head
+                    head in (None, _get(item, "head", "ref"))
                     and _get(item, "base", "ref") == base
                     and same_repo == repo.lower()
                 ):
@@ -613,10 +619,13 @@ class GiteaClient(JsonApi):
         changes: Sequence[FileChange],
         message: str,
         author: Identity,
+        *,
+        onto: str | None = None,
     ) -> str:
         """Create and update ``changes`` in one commit on ``branch``; all or none.
         StaleWrite if any file changed since it was read (or appeared, for a create).
-        Returns the commit."""
+        ``onto``: the commit is made on ``branch``'s head and forced onto branch ``onto``
+        instead (a proposal), ``branch`` left as it is. Returns the commit."""
         paths = [change.path for change in changes]
         if not paths or len(set(paths)) != len(paths):
             raise ValueError(f"change_files: no change, or a path twice: {paths}")
@@ -629,7 +638,7 @@ class GiteaClient(JsonApi):
             | ({} if change.sha is None else {"sha": change.sha})
             for change in changes
         ]
-        body = self._commit_fields(branch, message, author) | {"files": files}
+        body = self._commit_fields(branch, message, author, onto) | {"files": files}
         named = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
         response = self.request(
             "POST", f"/repos/{repo}/contents", json=body, answered=frozenset({500})
@@ -638,16 +647,20 @@ class GiteaClient(JsonApi):
         return self._written(response, f"{named} in {repo}@{branch}", branch, named, update)
 
     @staticmethod
-    def _commit_fields(branch: str, message: str, author: Identity) -> dict[str, Any]:
+    def _commit_fields(
+        branch: str, message: str, author: Identity, onto: str | None = None
+    ) -> dict[str, Any]:
         person = {"name": author.name, "email": author.email}
-        return {"branch": branch, "message": message, "author": person, "committer": person}
+        forced = {"new_branch": onto, "force_push": True} if onto else {}
+        return {"branch": branch, "message": message, "author": person, "committer": person} | (
+            forced
+        )
 
     @classmethod
     def _write_body(
         cls, branch: str, text: str, message: str, author: Identity, onto: str | None = None
     ) -> dict[str, Any]:
-        forced = {"new_branch": onto, "force_push": True} if onto else {}
-        return cls._commit_fields(branch, message, author) | {"content": _base64(text)} | forced
+        return cls._commit_fields(branch, message, author, onto) | {"content": _base64(text)}
 
     def _write(self, method: str, repo: str, path: str, branch: str, body: dict[str, Any]) -> str:
         response = self.request(
@@ -847,6 +860,7 @@ def _pull(data: Any, what: str) -> PullRequest:
         str(_get(data, "body") or ""),
         str(_get(data, "base", "sha") or ""),
         str(_get(data, "merge_base") or ""),
+        str(_get(data, "head", "ref") or ""),
     )
 
 
