@@ -192,6 +192,153 @@ def test_a_dry_run_says_the_one_diff_and_writes_nothing(
     assert code_repo.head() == before
 
 
+# ------------------------------------------------------------------- pull requests
+
+GROUP_HEAD = "fabrique/push.{rev}.main"
+
+
+def _pulls(gitea: GiteaDouble) -> list[dict[str, Any]]:
+    return gitea.pulls.get("atlas/atlas", [])
+
+
+def _records(site: Site, transport: Any, revision: str) -> dict[str, str]:
+    """Each app's proposal record on the built commit: the pull request it names."""
+    found = transport.reviews.latest_statuses(site.gitea.code_repo, revision)
+    return {c: s.target_url for c, s in found.items() if c.startswith("proposal: ")}
+
+
+def test_a_push_s_apps_that_take_pull_requests_are_proposed_in_one(
+    gitea: GiteaDouble, code_repo: Repo, seeded: str, transport_kind: str, git_daemon: Any
+) -> None:
+    more = {"transport": "git", "gitUrl": f"git://127.0.0.1:{git_daemon.port}"}
+    site = _site(gitea.url, NAMES, mode="pull-request", **(more if transport_kind == "git" else {}))
+    before = code_repo.head()
+    with open_transport(site, GITEA_TOKEN) as transport:
+        outcomes = write_back_many(site, transport, _deploys(seeded))
+        records = _records(site, transport, seeded)
+    assert [getattr(o, "state", o) for o in outcomes] == ["proposed"] * 3
+    (pull,) = _pulls(gitea)
+    head = GROUP_HEAD.format(rev=seeded[:12])
+    assert (pull["head"], pull["state"]) == (head, "open")
+    assert pull["title"].startswith("fabrique: deploy 3 images into 3 files of atlas/atlas")
+    assert code_repo.head() == before, "the base waits for the merge"
+    proposed = code_repo.git("rev-parse", head).strip()
+    assert {o.commit for o in outcomes if isinstance(o, Outcome)} == {proposed}
+    assert code_repo.git("rev-parse", f"{proposed}~1").strip() == before, "one commit on base"
+    for i, name in enumerate(NAMES):
+        assert DIGESTS[i] in code_repo.show(_target(name), ref=head)
+        # each app's record, under its own branch's name, names the push's pull request
+        assert records[f"proposal: fabrique/{name}"].endswith(f"/pulls/{pull['number']}")
+    # a replay proposes nothing again: every app is in review in that pull request
+    with open_transport(site, GITEA_TOKEN) as transport:
+        again = write_back_many(site, transport, _deploys(seeded))
+    assert [getattr(o, "state", o) for o in again] == ["in-review"] * 3
+    assert code_repo.git("rev-parse", head).strip() == proposed
+    assert len(_pulls(gitea)) == 1
+
+
+def _deploying_older(code_repo: Repo, seeded: str) -> None:
+    """Each app deploys a build older than the push: a hold's commit, since, leaves the
+    push no longer the branch's head, and its pins still replace theirs."""
+    older = code_repo.git("rev-parse", f"{seeded}~1").strip()[:12]
+    targets = {_target(a): SEED.format(app=a).replace('"0.1"', older) for a in NAMES}
+    code_repo.commit(targets, "the apps deploy an older build")
+
+
+def test_a_held_app_is_left_out_of_its_push_s_pull_request(
+    gitea: GiteaDouble, code_repo: Repo, seeded: str
+) -> None:
+    _deploying_older(code_repo, seeded)
+    site = _site(gitea.url, NAMES, mode="pull-request")
+    with open_transport(site, GITEA_TOKEN) as transport:
+        set_hold(site, transport, "alpha", Hold("ops", "2026-12-06T10:00:00Z", "INC-1"), by="ops")
+        outcomes = write_back_many(site, transport, _deploys(seeded))
+    assert [getattr(o, "state", o) for o in outcomes] == ["held", "proposed", "proposed"]
+    (pull,) = _pulls(gitea)
+    assert "alpha" not in pull["title"] and "App: alpha" not in pull["body"]
+    head = GROUP_HEAD.format(rev=seeded[:12])
+    assert "digest:" not in code_repo.show(_target("alpha"), ref=head)
+
+
+def test_a_hold_closes_its_push_s_pull_request_and_the_others_are_proposed_again(
+    gitea: GiteaDouble, code_repo: Repo, seeded: str
+) -> None:
+    _deploying_older(code_repo, seeded)
+    site = _site(gitea.url, NAMES, mode="pull-request")
+    hold = Hold("ops", "2026-12-06T10:00:00Z", "INC-1")
+    with open_transport(site, GITEA_TOKEN) as transport:
+        write_back_many(site, transport, _deploys(seeded))
+        set_hold(site, transport, "alpha", hold, by="ops")
+        (first,) = _pulls(gitea)
+        # closed by fabrique, saying why: no person refused the others' pins
+        assert first["state"] == "closed" and "alpha is held" in first["body"]
+        again = write_back_many(site, transport, _deploys(seeded))
+    assert [getattr(o, "state", o) for o in again] == ["held", "proposed", "proposed"]
+    second = _pulls(gitea)[1]
+    assert second["state"] == "open" and second["head"] == first["head"]
+    assert "App: alpha" not in second["body"] and "App: beta" in second["body"]
+
+
+def test_a_push_s_pull_request_a_person_closed_is_not_proposed_again(
+    gitea: GiteaDouble, code_repo: Repo, seeded: str
+) -> None:
+    site = _site(gitea.url, NAMES, mode="pull-request")
+    with open_transport(site, GITEA_TOKEN) as transport:
+        write_back_many(site, transport, _deploys(seeded))
+        (pull,) = _pulls(gitea)
+        transport.reviews.edit_pull("atlas/atlas", pull["number"], state="closed")
+        again = write_back_many(site, transport, _deploys(seeded))
+    assert [getattr(o, "state", o) for o in again] == ["rejected"] * 3
+    assert len(_pulls(gitea)) == 1
+
+
+def test_a_push_s_pull_request_is_made_again_once_the_base_leaves_it_behind(
+    gitea: GiteaDouble, code_repo: Repo, seeded: str
+) -> None:
+    _deploying_older(code_repo, seeded)
+    site = _site(gitea.url, NAMES, mode="pull-request")
+    with open_transport(site, GITEA_TOKEN) as transport:
+        write_back_many(site, transport, _deploys(seeded))
+        moved = code_repo.commit({"README.md": "moved\n"}, "the base moves")
+        again = write_back_many(site, transport, _deploys(seeded))
+    assert [getattr(o, "state", o) for o in again] == ["proposed"] * 3
+    head = GROUP_HEAD.format(rev=seeded[:12])
+    assert code_repo.git("rev-parse", f"{head}~1").strip() == moved
+    assert len(_pulls(gitea)) == 1, "the one pull request, updated in place"
+
+
+def test_the_pass_finds_an_app_in_review_in_its_push_s_pull_request(
+    gitea: GiteaDouble, code_repo: Repo, seeded: str
+) -> None:
+    """The safety net reads the app's record: in review in its push's pull request, it
+    is neither built nor proposed again alone; closed by a person, it is rejected."""
+    from fabrique.decisions.reconcile import Reconciler
+
+    site = _site(gitea.url, NAMES, mode="pull-request")
+    with open_transport(site, GITEA_TOKEN) as transport:
+        write_back_many(site, transport, _deploys(seeded))
+        (pull,) = _pulls(gitea)
+        pass_ = Reconciler(site, transport, None, None)  # type: ignore[arg-type]
+        found = pass_._proposed(site.app("beta"), seeded)
+        assert found is not None and found[1:] == (pull["number"], False)
+        assert found[0].endswith(f"/pulls/{pull['number']}")
+        newer = code_repo.commit({"src/beta/app.txt": "v3\n"}, "beta again")
+        assert pass_._proposed(site.app("beta"), newer) is None, "another build: not it"
+        transport.reviews.edit_pull("atlas/atlas", pull["number"], state="closed")
+        closed = pass_._proposed(site.app("beta"), seeded)
+        assert closed is not None and closed[1:] == (pull["number"], True)
+
+
+def test_a_dry_run_of_a_push_s_proposal_writes_nothing(
+    gitea: GiteaDouble, code_repo: Repo, seeded: str
+) -> None:
+    site = _site(gitea.url, NAMES, mode="pull-request")
+    with open_transport(site, GITEA_TOKEN, writes=False) as transport:
+        outcomes = write_back_many(site, transport, _deploys(seeded), dry_run=True)
+    assert {getattr(o, "state", o) for o in outcomes} == {"would-change"}
+    assert _pulls(gitea) == []
+
+
 # ----------------------------------------------------------------------- who meets
 
 
@@ -206,6 +353,9 @@ def test_a_push_s_apps_meet_when_they_write_into_one_repository_and_branch(
     # gamma proposes a pull request of its own; solo is alone in cluster/apps
     assert meeting(site, [*NAMES, "solo"]) == {"alpha", "beta"}
     assert meeting(site, ["alpha"]) == frozenset()
+    # two apps that propose into one repository and branch meet: one pull request
+    values["apps"][1]["writeback"]["mode"] = "pull-request"
+    assert meeting(parse_site(values), [*NAMES, "solo"]) == {"beta", "gamma"}
     values["writeback"]["batch"] = {"enabled": False}
     assert meeting(parse_site(values), NAMES) == frozenset()
 

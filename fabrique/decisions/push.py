@@ -116,18 +116,17 @@ class Asked:
 
 def meeting(site: Site, apps: Sequence[str]) -> frozenset[str]:
     """The apps of a push whose write-backs meet in the push's own Workflow
-    (``writeback.batch``): those that commit (a pull request is proposed per app) into a
-    repository and branch that another of them writes too. An app alone there writes its
-    own commit, from its build, as a single-app push does."""
+    (``writeback.batch``): those that write into a repository and branch that another of
+    them writes too, the same way (one commit; or one pull request). An app alone there
+    writes its own, from its build, as a single-app push does."""
     if not site.writeback.batch.enabled:
         return frozenset()
-    by_branch: dict[tuple[str, str], list[str]] = {}
+    by_branch: dict[tuple[str, str, bool], list[str]] = {}
     for name in apps:
         app = site.app(name)
-        if review.in_review(site, app):
-            continue
         target = app.writeback
-        by_branch.setdefault((target.repo, site.branch_of(target)), []).append(name)
+        key = (target.repo, site.branch_of(target), review.in_review(site, app))
+        by_branch.setdefault(key, []).append(name)
     return frozenset(name for names in by_branch.values() if len(names) > 1 for name in names)
 
 

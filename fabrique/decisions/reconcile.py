@@ -88,6 +88,7 @@ from .status import (
     verdict,
 )
 from .survey import PassTransport, Seen, survey
+from .targets import target_pin
 from .workflow import build_workflow
 from .writeback import (
     Deploy,
@@ -353,7 +354,7 @@ class Reconciler:
                     *(self.site, self.transport, app.name, None, facts.hold),
                     lambda: facts.deployed_digest,
                 )
-                own = f"; closed pull request #{closed}" if closed else ""
+                own = "".join(f"; closed pull request #{n}" for n in closed)
                 return own + "".join(f"; closed {env}'s pull request #{n}" for env, n in withdrawn)
         except FabriqueError as err:
             log.warning("%s: its pull request was not tended: %s", app.name, err)
@@ -376,10 +377,25 @@ class Reconciler:
             and not review.left_behind(reviews, target.repo, found.pull)
         ):
             return found.pull.url, found.pull.number, False
+        # proposed with the other apps of its push (its record names that pull request);
         # refused by a person, whatever the branch proposes since; else (made again on the
         # base's head when it left the proposal behind) proposed as any pin
         record = review.proposal_record(reviews, self.site, want, head)
-        closed = review.rejection(reviews, target.repo, record)
+        pull = review.recorded(reviews, target.repo, record)
+        if (
+            pull is not None
+            and pull.state == "open"
+            and review.is_group_branch(self.site, pull.head)
+        ):
+            text = self.transport.read(target.repo, pull.head, target.path).text
+            there = None if text is None else target_pin(text, target, probe, where=pull.head)
+            if (
+                there is not None
+                and there.tag == short_sha(want)
+                and not review.left_behind(reviews, target.repo, pull)
+            ):
+                return pull.url, pull.number, False
+        closed = review.refused(pull)
         return (closed.url, closed.number, True) if closed is not None else None
 
     def _status(self, app: AppConfig, want: str | None, *, read: bool) -> dict[str, Any]:

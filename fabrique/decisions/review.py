@@ -20,6 +20,10 @@ commit, where the refusal is read).
 With ``autoMerge``, Gitea is asked to merge the proposed commit once the checks its
 branch protection requires pass (``merge_when_checks_succeed``), and deletes the
 branch when it has.
+
+The apps of one push that propose into one repository and branch share one pull request
+from the push's branch (``group_branch``); each app's record keeps its own branch's
+context and links that pull request, where the refusal and the safety net read it.
 """
 
 from __future__ import annotations
@@ -49,9 +53,13 @@ class Reviews(Protocol):
 
     def open_pull(self, repo: str, base: str, head: str) -> PullRequest | None: ...
 
+    def open_pulls(self, repo: str, base: str) -> list[PullRequest]: ...
+
     def pull(self, repo: str, number: int) -> PullRequest | None: ...
 
     def latest_status(self, repo: str, sha: str, context: str) -> CommitStatus | None: ...
+
+    def latest_statuses(self, repo: str, sha: str) -> dict[str, CommitStatus]: ...
 
     def create_status(self, repo: str, sha: str, status: CommitStatus) -> None: ...
 
@@ -81,6 +89,23 @@ def review_branch(site: Site, app: str, environment: Environment | None = None) 
     first = site.app(app).environments[:1]
     suffix = "" if environment is None or [environment] == first else f".{environment.name}"
     return f"{site.writeback.pull_request.branch_prefix}{app}{suffix}"
+
+
+GROUP_MARK = "push."
+
+
+def group_branch(site: Site, revision: str, base: str) -> str:
+    """The branch that proposes, in one pull request into ``base``, the pins of the
+    apps of one push (built at ``revision``) whose targets are files of one repository
+    and ``base``: ``<prefix>push.<revision12>.<base>``. Two dots, where an app's branch
+    holds at most one (``review_branch``): never one app's."""
+    return f"{site.writeback.pull_request.branch_prefix}{GROUP_MARK}{revision[:12]}.{base}"
+
+
+def is_group_branch(site: Site, head: str) -> bool:
+    """Whether ``head`` is a push's proposal branch (``group_branch``)."""
+    prefix = site.writeback.pull_request.branch_prefix + GROUP_MARK
+    return head.startswith(prefix) and "." in head[len(prefix) :]
 
 
 def reviews_of(transport: object) -> Reviews:
@@ -207,16 +232,23 @@ def proposal_record(reviews: Reviews, site: Site, revision: str, head: str) -> C
     return reviews.latest_status(site.gitea.code_repo, revision, record_context(head))
 
 
-def rejection(reviews: Reviews, repo: str, record: CommitStatus | None) -> PullRequest | None:
-    """The pull request a person closed unmerged that ``record`` names, if so: one that
-    is open, merged, or closed by fabrique (a hold) is no refusal; nor is one reopened."""
+def recorded(reviews: Reviews, repo: str, record: CommitStatus | None) -> PullRequest | None:
+    """The pull request ``record`` names (the app's own or its push's), if any."""
     found = PULL_URL.search(record.target_url) if record is not None else None
-    if found is None:
-        return None
-    pull = reviews.pull(repo, int(found[1]))
+    return reviews.pull(repo, int(found[1])) if found is not None else None
+
+
+def refused(pull: PullRequest | None) -> PullRequest | None:
+    """``pull`` if a person closed it unmerged: one that is open, merged, or closed by
+    fabrique (a hold) is no refusal; nor is one reopened."""
     if pull is None or pull.state != "closed" or pull.merged:
         return None
     return None if pull.body.startswith(CLOSED_BY_FABRIQUE) else pull
+
+
+def rejection(reviews: Reviews, repo: str, record: CommitStatus | None) -> PullRequest | None:
+    """The pull request a person closed unmerged that ``record`` names, if so."""
+    return refused(recorded(reviews, repo, record))
 
 
 def record_proposal(
@@ -228,12 +260,14 @@ def record_proposal(
     record: CommitStatus | None,
 ) -> None:
     """Record on the built commit that ``pull`` proposes its pin (unless ``record``, read
-    before, says so already)."""
+    before, says so already). ``head`` is the app's own proposal branch, whatever branch
+    ``pull`` proposes from (its push's, ``group_branch``): the record is read by it."""
     if record is not None and record.target_url == pull.url:
         return
-    status = CommitStatus(
-        record_context(head), RECORD_STATE, f"proposed in pull request #{pull.number}", pull.url
-    )
+    said = f"proposed in pull request #{pull.number}"
+    if pull.head != head and pull.head:
+        said += " with the other apps of its push"
+    status = CommitStatus(record_context(head), RECORD_STATE, said, pull.url)
     reviews.create_status(site.gitea.code_repo, revision, status)
 
 

@@ -98,14 +98,12 @@ class PassTransport:
         repo: str,
         base: str,
         head: str,
-        path: str,
-        text: str,
-        snapshot: Snapshot,
+        files: Sequence[tuple[str, str, Snapshot]],
         message: str,
         head_tip: str | None,
     ) -> str:
         try:
-            return self.inner.propose(repo, base, head, path, text, snapshot, message, head_tip)
+            return self.inner.propose(repo, base, head, files, message, head_tip)
         finally:
             # the proposal branch moved, or the write was lost to another writer of the
             # base: what was read of either is stale, and every branch head with it

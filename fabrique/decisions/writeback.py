@@ -37,7 +37,14 @@ from pathlib import Path
 from typing import Literal, Protocol, TypeVar
 
 from fabrique.clients.git import SIGNING_KEY_ENV, Author, GitRemote, ssh_signing_key
-from fabrique.clients.gitea import Commit, FileChange, FileContent, GiteaClient, Identity
+from fabrique.clients.gitea import (
+    Commit,
+    FileChange,
+    FileContent,
+    GiteaClient,
+    Identity,
+    PullRequest,
+)
 from fabrique.site.config import AppConfig, Environment, Site
 from fabrique.site.errors import FabriqueError, ProvenanceError, StaleWrite, TargetError
 from fabrique.site.freeze import Frozen
@@ -116,14 +123,13 @@ class Transport(Protocol):
         repo: str,
         base: str,
         head: str,
-        path: str,
-        text: str,
-        snapshot: Snapshot,
+        files: Sequence[tuple[str, str, Snapshot]],
         message: str,
         head_tip: str | None,
     ) -> str:
-        """Commit ``text`` on what ``snapshot`` read of ``base``, and force branch
-        ``head`` (at ``head_tip``, None: none yet) to that commit."""
+        """One commit, on what the snapshots read of ``base``, in which each ``(path,
+        text, snapshot)`` holds its text; branch ``head`` (at ``head_tip``, None: none
+        yet) is forced to it, ``base`` left as it is."""
         ...
 
 
@@ -318,7 +324,9 @@ def write_back_many(
     ``superseded``, or its pin applied), and the pins applied into the target files of
     one repository and branch make one commit, whose message names every app, image, tag
     and digest it writes. One app alone gets the very commit ``write_back`` makes. Apps
-    written through pull requests are proposed each in its own, as ``write_back`` does.
+    written through pull requests, built at one revision (a push's), are proposed in one
+    pull request per repository and branch (``_propose_group``); one alone, in its own,
+    as ``write_back`` proposes it.
     The results follow ``deploys``: an app refused on its own (its deployed tag names no
     commit, its target cannot take the pin, its digest is unsigned) gets its error, and
     holds back no other."""
@@ -326,19 +334,20 @@ def write_back_many(
     for d in deploys:
         check_revision(d.revision)
     outcomes: dict[int, Outcome | FabriqueError] = {}
-    groups: dict[tuple[str, str], list[int]] = {}
+    # commits: one per repository and branch; pull requests: one per push (revision) too
+    groups: dict[tuple[str, str, str], list[int]] = {}
     for i, app in enumerate(apps):
-        if review.in_review(site, app):
-            outcomes[i] = _alone(site, transport, deploys[i], dry_run, sleep, gate)
-            continue
-        groups.setdefault((app.writeback.repo, site.branch_of(app.writeback)), []).append(i)
-    for (repo, branch), members in groups.items():
+        proposed = deploys[i].revision if review.in_review(site, app) else ""
+        key = (app.writeback.repo, site.branch_of(app.writeback), proposed)
+        groups.setdefault(key, []).append(i)
+    for (repo, branch, proposed), members in groups.items():
         if len(members) == 1:
             outcomes[members[0]] = _alone(
                 site, transport, deploys[members[0]], dry_run, sleep, gate
             )
             continue
-        written = _write_group(
+        write = functools.partial(_propose_group, revision=proposed) if proposed else _write_group
+        written = write(
             *(site, transport, repo, branch),
             [(apps[i], deploys[i]) for i in members],
             dry_run=dry_run,
@@ -436,6 +445,133 @@ def _write_group(
         log.info("%s: %s (commit %s)", where_all, message.splitlines()[0], commit)
         return [
             o or Outcome("changed", app.name, where, pin, commit=commit)
+            for (app, _), where, pin, o in zip(members, wheres, pins, decided, strict=True)
+        ]
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _propose_group(
+    site: Site,
+    transport: Transport,
+    repo: str,
+    base: str,
+    members: Sequence[tuple[AppConfig, Deploy]],
+    *,
+    revision: str,
+    dry_run: bool,
+    sleep: Callable[[float], None],
+    gate: Callable[[str, str], None] | None,
+) -> list[Outcome | FabriqueError]:
+    """The pins of ``members``, apps of one push (built at ``revision``) whose targets
+    are files of ``repo@base`` and take pull requests, proposed in one pull request from
+    the push's branch (``review.group_branch``): one commit on the base's head, made
+    again when the base leaves it behind. Each app is judged as ``_propose`` judges it
+    (frozen, held: its own pull request closed, unchanged, superseded by what the base
+    deploys, rejected: a person closed the pull request that proposed it); each app it
+    proposes is recorded on the built commit under its own branch's context, so that
+    the refusal, the safety net and a hold find it there."""
+    reviews = review.reviews_of(transport)
+    head = review.group_branch(site, revision, base)
+    pins = [desired_pin(site, app, d.revision, d.digest) for app, d in members]
+    wheres = [target_where(site, app) for app, _ in members]
+    paths = list(dict.fromkeys(app.writeback.path for app, _ in members))
+    frozen = {app.name: f for app, _ in members if (f := site.frozen(app, None)) is not None}
+    soon = next((f for app, _ in members if (f := site.frozen_soon(app, None))), None)
+    wait = soon.describe() if soon is not None else None
+    signed = signature_check(site, gate)
+    backoff = backoff_of(site)
+    # a pin a person refused stays refused: each app's record, all read at once
+    records = reviews.latest_statuses(site.gitea.code_repo, revision)
+    own = {app.name: review.review_branch(site, app.name) for app, _ in members}
+    seen: dict[str, PullRequest | None] = {}  # a push's apps share their pull request
+
+    def refusal(app: AppConfig) -> PullRequest | None:
+        record = records.get(review.record_context(own[app.name]))
+        if record is None:
+            return None
+        if record.target_url not in seen:
+            seen[record.target_url] = review.recorded(reviews, repo, record)
+        return review.refused(seen[record.target_url])
+
+    refused = {app.name: closed.url for app, _ in members if (closed := refusal(app))}
+    for attempt in range(1, site.writeback.attempts + 1):
+        newer = functools.lru_cache(maxsize=None)(
+            lambda built, tag: _newer_deployed(site, transport, built, tag)
+        )
+        snapshots = transport.read_many(repo, base, paths)
+        texts = {path: snapshots[path].text for path in paths}
+        decided: list[Outcome | FabriqueError | None] = []
+        for (app, d), where, pin in zip(members, wheres, pins, strict=True):
+            if app.name in frozen:
+                detail = frozen[app.name].describe()
+                decided.append(Outcome("frozen", app.name, where, pin, detail=detail))
+            elif app.name in refused:
+                log.warning("%s: %s was closed unmerged; not proposing it again", where,
+                            refused[app.name])  # fmt: skip
+                decided.append(Outcome("rejected", app.name, where, pin, detail=refused[app.name]))
+            else:
+                try:
+                    decided.append(_judge(site, app, d.revision, where, pin, texts, newer, signed))
+                except (TargetError, ProvenanceError) as err:  # this app's alone
+                    log.warning("%s", err)
+                    decided.append(err)
+        if not dry_run:
+            for (app, _), o in zip(members, decided, strict=True):
+                if isinstance(o, Outcome) and o.state == "held":
+                    review.close_review(
+                        site, reviews, app.name, repo, base, own[app.name], o.detail
+                    )
+        changed = [p for p in paths if texts[p] != snapshots[p].text]
+        if not changed:
+            return [o for o in decided if o is not None]
+        pull = reviews.open_pull(repo, base, head)
+        tip = pull.head_sha if pull is not None else reviews.branch_tip(repo, head)
+        proposed = transport.read_many(repo, head, paths) if pull is not None else {}
+        if (
+            pull is not None
+            and all(proposed[p].text == texts[p] for p in paths)
+            and not review.left_behind(reviews, repo, pull)
+        ):  # a replay: this very proposal is there, on the base's head
+            merge = "" if dry_run else review.schedule_merge(
+                site, reviews, repo, pull.number, pull.head_sha, backoff, sleep, wait=wait
+            )  # fmt: skip
+            return [
+                o or Outcome("in-review", app.name, where, pin, detail=_said(pull.url, merge))
+                for (app, _), where, pin, o in zip(members, wheres, pins, decided, strict=True)
+            ]
+        if dry_run:
+            diff = "".join(diff_of(p, snapshots[p].text, texts[p] or "") for p in changed)
+            return [
+                o or Outcome("would-change", app.name, where, pin, diff=diff, detail=head)
+                for (app, _), where, pin, o in zip(members, wheres, pins, decided, strict=True)
+            ]
+        written = [
+            (a, p, d) for (a, d), p, o in zip(members, pins, decided, strict=True) if o is None
+        ]
+        message = group_message(written, repo, changed)
+        files = [(p, texts[p] or "", snapshots[p]) for p in changed]
+        try:
+            commit = transport.propose(repo, base, head, files, message, tip)
+        except StaleWrite as exc:
+            lost_race(site, f"{repo}@{base}", attempt, exc, sleep, f"{len(paths)} file(s)")
+            continue
+        title, body = review.pull_text(message, site, revision)
+        if pull is None:
+            pull = reviews.create_pull(repo, base, head, title, body)
+            log.info("%s@%s: opened pull request #%d (%s)", repo, base, pull.number, pull.url)
+        elif (pull.title, pull.body) != (title, body):
+            pull = reviews.edit_pull(repo, pull.number, title=title, body=body)
+        for app, _, _ in written:
+            context = review.record_context(own[app.name])
+            review.record_proposal(
+                reviews, site, revision, own[app.name], pull, records.get(context)
+            )
+        merge = review.schedule_merge(
+            site, reviews, repo, pull.number, commit, backoff, sleep, wait=wait
+        )
+        detail = _said(pull.url, merge)
+        return [
+            o or Outcome("proposed", app.name, where, pin, commit=commit, detail=detail)
             for (app, _), where, pin, o in zip(members, wheres, pins, decided, strict=True)
         ]
     raise AssertionError("unreachable")  # pragma: no cover
@@ -598,7 +734,7 @@ def _propose(
             return Outcome("would-change", app.name, where, pin, diff=diff, detail=head)
         try:
             commit = transport.propose(
-                target.repo, base, head, target.path, edited, snapshot, message, found.tip
+                target.repo, base, head, [(target.path, edited, snapshot)], message, found.tip
             )
         except StaleWrite as exc:
             if attempt == site.writeback.attempts:
@@ -797,21 +933,44 @@ def set_hold(
 
 def close_held_review(
     site: Site, transport: Transport, app_name: str, environment: Environment | None, hold: Hold
-) -> int | None:
+) -> list[int]:
     """A held app proposes nothing: its open pull request (if any) is closed, saying who
-    holds it and why. The number of the one closed."""
+    holds it and why, and so is each open pull request of a push (``review.group_branch``)
+    that proposes a pin of it other than the one its target holds: the whole of it (a
+    proposal is one commit), the push's other apps proposed again, without it, by the
+    next pass. The numbers of those closed."""
     app = site.app(app_name)
     if environment is not None:
         app = app.at(environment)
     if not review.in_review(site, app):
-        return None
+        return []
     target = app.writeback
-    return review.close_review(
-        *(site, review.reviews_of(transport), app.name, target.repo),
-        site.branch_of(target),
+    base = site.branch_of(target)
+    reviews = review.reviews_of(transport)
+    why = hold.describe()
+    own = review.close_review(
+        *(site, reviews, app.name, target.repo, base),
         review.review_branch(site, app.name, environment),
-        hold.describe(),
+        why,
     )
+    closed = [own] if own is not None else []
+    if environment is not None and [environment] != site.app(app_name).environments[:1]:
+        return closed  # a promotion is proposed alone
+    pushes = [
+        p for p in reviews.open_pulls(target.repo, base) if review.is_group_branch(site, p.head)
+    ]
+    if not pushes:
+        return closed
+    text = transport.read(target.repo, base, target.path).text
+    held = deployed_pin(site, app, text) if text is not None else None
+    for pull in pushes:
+        there = transport.read(target.repo, pull.head, target.path).text
+        proposed = deployed_pin(site, app, there) if there is not None else None
+        if proposed is None or proposed == held:
+            continue
+        said = f"{why}; the push's other apps are proposed again without it"
+        closed.append(review.close_pull(reviews, app.name, target.repo, pull.head, pull, said))
+    return closed
 
 
 def withdraw_later(
@@ -953,30 +1112,36 @@ class GiteaTransport:
     ) -> str:
         if len(files) == 1:  # one file: the very request a single write-back makes
             return self.write(repo, branch, files[0][0], files[0][1], files[0][2], message)
-        changes = [
-            FileChange(path, text, s.lease.sha if isinstance(s.lease, FileContent) else None)
-            for path, text, s in files
-        ]
-        return self.client.change_files(repo, branch, changes, message, self.author)
+        return self.client.change_files(repo, branch, self._changes(files), message, self.author)
 
     def propose(
         self,
         repo: str,
         base: str,
         head: str,
-        path: str,
-        text: str,
-        snapshot: Snapshot,
+        files: Sequence[tuple[str, str, Snapshot]],
         message: str,
         head_tip: str | None,
     ) -> str:
         # the Contents API forces the new branch with no lease on it: a rival proposal's
         # commit may be replaced, and the next pass proposes again what it wants
-        if isinstance(snapshot.lease, FileContent):
-            return self.client.update_file(
-                repo, base, snapshot.lease, text, message, self.author, onto=head
-            )
-        return self.client.create_file(repo, path, base, text, message, self.author, onto=head)
+        if len(files) == 1:  # one file: the very request a single proposal makes
+            path, text, snapshot = files[0]
+            if isinstance(snapshot.lease, FileContent):
+                return self.client.update_file(
+                    repo, base, snapshot.lease, text, message, self.author, onto=head
+                )
+            return self.client.create_file(repo, path, base, text, message, self.author, onto=head)
+        return self.client.change_files(
+            repo, base, self._changes(files), message, self.author, onto=head
+        )
+
+    @staticmethod
+    def _changes(files: Sequence[tuple[str, str, Snapshot]]) -> list[FileChange]:
+        return [
+            FileChange(path, text, s.lease.sha if isinstance(s.lease, FileContent) else None)
+            for path, text, s in files
+        ]
 
     def head(self, repo: str, branch: str) -> str:
         return self.client.branch_head(repo, branch)
@@ -1099,17 +1264,21 @@ class GitTransport:
         repo: str,
         base: str,
         head: str,
-        path: str,
-        text: str,
-        snapshot: Snapshot,
+        files: Sequence[tuple[str, str, Snapshot]],
         message: str,
         head_tip: str | None,
     ) -> str:
         self._signed()
+        tips = {str(s.lease) for _, _, s in files}
+        if len(tips) != 1:  # read at several tips: the proposal would mix them
+            raise StaleWrite(f"{repo}@{base}: files read at different tips; read again")
         remote = self._remote(repo, base)
         author = self.site.writeback.author
-        commit = remote.commit_file(
-            str(snapshot.lease), path, text, message, Author(author.name, author.email)
+        commit = remote.commit_files(
+            tips.pop(),
+            {path: text for path, text, _ in files},
+            message,
+            Author(author.name, author.email),
         )
         remote.push(commit, head_tip or "", branch=head)
         return commit

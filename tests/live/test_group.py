@@ -1,5 +1,5 @@
 """A push that touches twenty apps of one repository, on the live plane: one write-back
-commit (``writeback.batch``).
+commit (``writeback.batch``), or one pull request where the apps take pull requests.
 
 The real programs judge what this path adds: the push's Workflow from the rendered
 template, run by the real Argo controller (its ``plan-push`` step's ``grouped`` output,
@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,28 @@ class Monorepo:
     def show(self, path: str) -> str:
         with self.gitea.admin() as admin:
             return str(admin.get(f"/repos/{CODE_REPO}/raw/{path}", params={"ref": BRANCH}).text)
+
+    @contextmanager
+    def proposing(self) -> Iterator[None]:
+        """The apps take pull requests meanwhile (the planner's commands read the file)."""
+        kept = self.values.read_text()
+        values = yaml.safe_load(kept)
+        values["writeback"]["mode"] = "pull-request"
+        self.values.write_text(yaml.safe_dump(values))
+        try:
+            yield
+        finally:
+            self.values.write_text(kept)
+
+    def open_pulls(self) -> list[dict[str, Any]]:
+        with self.gitea.admin() as admin:
+            listed = admin.get(f"/repos/{CODE_REPO}/pulls", params={"state": "open"})
+        assert listed.status_code == 200, listed.text
+        return list(listed.json())
+
+    def show_at(self, path: str, ref: str) -> str:
+        with self.gitea.admin() as admin:
+            return str(admin.get(f"/repos/{CODE_REPO}/raw/{path}", params={"ref": ref}).text)
 
     def statuses(self, sha: str) -> dict[str, dict[str, Any]]:
         with self.gitea.admin() as admin:
@@ -254,3 +277,26 @@ def test_a_push_whose_one_build_fails_writes_the_other_nineteen(
     assert json.dumps(sorted(s for s in statuses if statuses[s]["status"] == "success")) == (
         json.dumps(sorted(f"fabrique/{a}" for a in digests))
     )
+
+
+def test_a_push_touching_twenty_apps_that_take_pull_requests_opens_one(
+    cluster: Cluster, monorepo: Monorepo, planner: Planner
+) -> None:
+    with monorepo.proposing():
+        before, after = monorepo.push("the shared base, proposed for review")
+        push = _push_workflow(cluster, before, after)
+        digests = _run_builds(cluster, monorepo, push, after)
+        said = _written(cluster, planner, push)
+    assert f"{APPS} build(s) of the push: {APPS} proposed" in said, said
+    assert monorepo.commits_after(after) == [], "the base waits for the merge"
+    (pull,) = monorepo.open_pulls()
+    head = f"fabrique/push.{after[:12]}.{BRANCH}"
+    assert pull["head"]["ref"] == head and pull["base"]["ref"] == BRANCH
+    assert pull["title"].startswith(f"fabrique: deploy {APPS} images into {APPS} files")
+    statuses = monorepo.statuses(after)
+    for app, digest in digests.items():
+        assert f"App: {app}\n" in pull["body"] and f"Digest: {digest}\n" in pull["body"]
+        assert f"digest: {digest}" in monorepo.show_at(_target(app), head)
+        # its status says so, and its record names the one pull request
+        assert statuses[f"fabrique/{app}"]["description"].startswith(f"built {digest}; proposed")
+        assert statuses[f"proposal: fabrique/{app}"]["target_url"] == pull["html_url"]
