@@ -1,6 +1,7 @@
 """One push, one commit: a push's write-backs grouped beside one commit per app.
 
-    python bench/writeback_group.py [--apps 1,20,200] [--concurrency 20] [--json]
+    python bench/writeback_group.py [--apps 1,20,200] [--concurrency 20]
+                                    [--mode commit|pull-request] [--json]
 
 A real Gitea (the live tier's peer: needs Go, ``make peers`` builds it) behind a proxy
 that counts its API requests and holds them to Gitea's swagger. For each number of apps
@@ -25,7 +26,11 @@ branch, the Gitea API requests (those of the write-back, and those of the commit
 statuses apart), the apps whose write-back failed, whether every digest is in its file
 afterwards (read back from Gitea), and the CPU time Gitea and the fabrique processes
 spent (the machine's cores are shared by both, where a cluster's build pods would not
-share Gitea's). Figures only: no pass/fail. See bench/RESULTS.md.
+share Gitea's). With ``--mode pull-request`` the apps take pull requests: per app, one
+pull request each (``<prefix><app>``); grouped, one for the push
+(``<prefix>push.<commit12>.main``); the pull requests opened are counted, and each
+digest is read back from the branch that proposes it. Figures only: no pass/fail. See
+bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, redirect_stdout
 from pathlib import Path
@@ -57,7 +63,9 @@ from tests.doubles.proxy import SpecProxy  # noqa: E402
 from tests.live.gitea import Gitea  # noqa: E402
 
 VARIANTS = ("per-app", "grouped")
+MODES = ("commit", "pull-request")
 BRANCH = "main"
+PREFIX = "fabrique/"  # the default writeback.pullRequest.branchPrefix
 TIMES = "\u00d7"  # a ratio's sign
 # a commit status is posted to …/statuses/{sha} and read from …/commits/{ref}/status(es)
 STATUS_PATH = re.compile(r"/status(?:es)?(?:/|$)")
@@ -89,12 +97,13 @@ def digest(app: str) -> str:
     return "sha256:" + hashlib.sha256(f"push {app}".encode()).hexdigest()
 
 
-def site_values(slug: str, apps: list[str], api_url: str) -> dict[str, Any]:
+def site_values(slug: str, apps: list[str], api_url: str, mode: str = "commit") -> dict[str, Any]:
     """The values of one variant: ``apps`` written into ``slug``, also the code
     repository (where the never-roll-back guard resolves the deployed tags), the API
-    reached through the counting proxy at ``api_url``."""
+    reached through the counting proxy at ``api_url``, in writeback ``mode``."""
     return {
         "gitea": {"url": api_url, "codeRepo": slug},
+        "writeback": {"mode": mode},
         "apps": [
             {
                 "name": app,
@@ -154,12 +163,29 @@ def commits(gitea: Gitea, slug: str) -> int:
     return int(listed.headers["X-Total-Count"])
 
 
-def missing_digests(gitea: Gitea, slug: str, apps: list[str]) -> list[str]:
-    """The apps whose digest is not in their file on the branch, read back from Gitea."""
+def pull_requests(gitea: Gitea, slug: str) -> int:
+    """The open pull requests of ``slug`` (Gitea's count of them)."""
+    with gitea.admin() as admin:
+        listed = admin.get(f"/repos/{slug}/pulls", params={"state": "open", "limit": 1})
+    listed.raise_for_status()
+    return int(listed.headers["X-Total-Count"])
+
+
+def proposal_ref(mode: str, variant: str, app: str, revision: str) -> str:
+    """Where ``app``'s digest is written: the branch, or the branch that proposes it."""
+    if mode == "commit":
+        return BRANCH
+    return f"{PREFIX}{app}" if variant == "per-app" else f"{PREFIX}push.{revision[:12]}.{BRANCH}"
+
+
+def missing_digests(
+    gitea: Gitea, slug: str, apps: list[str], ref: Callable[[str], str] = lambda _: BRANCH
+) -> list[str]:
+    """The apps whose digest is not in their file on ``ref(app)``, read back from Gitea."""
     missing = []
     with gitea.admin() as admin:
         for app in apps:
-            text = admin.get(f"/repos/{slug}/raw/{target(app)}", params={"ref": BRANCH})
+            text = admin.get(f"/repos/{slug}/raw/{target(app)}", params={"ref": ref(app)})
             if text.status_code != 200 or f"digest: {digest(app)}" not in text.text:
                 missing.append(app)
     return missing
@@ -252,7 +278,13 @@ def grouped(
 
 
 def measure(
-    gitea: Gitea, proxy: SpecProxy, work: Path, n: int, name: str, concurrency: int
+    gitea: Gitea,
+    proxy: SpecProxy,
+    work: Path,
+    n: int,
+    name: str,
+    concurrency: int,
+    mode: str = "commit",
 ) -> dict[str, Any]:
     """One variant at ``n`` apps: seeded, then its write-backs run and counted."""
     apps = names(n)
@@ -261,7 +293,7 @@ def measure(
     folder = work / f"{n}-{name}"
     folder.mkdir()
     values = folder / "values.yaml"
-    values.write_text(yaml.safe_dump(site_values(slug, apps, proxy.url)))
+    values.write_text(yaml.safe_dump(site_values(slug, apps, proxy.url, mode)))
     # the processes run this tree's fabrique, whatever the environment imports
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "FABRIQUE_GITEA_TOKEN": gitea.token, "PYTHONPATH": path}
@@ -277,12 +309,15 @@ def measure(
         "apps": n,
         "variant": name,
         "commits": commits(gitea, slug) - before,
+        "pull_requests": pull_requests(gitea, slug),
         "writeback_requests": writeback,
         "status_requests": statuses,
         **figures,
         "gitea_cpu_s": round(spent[0], 1),
         "clients_cpu_s": round(spent[1], 1),
-        "missing_digests": missing_digests(gitea, slug, apps),
+        "missing_digests": missing_digests(
+            gitea, slug, apps, lambda app: proposal_ref(mode, name, app, revision)
+        ),
     }
 
 
@@ -311,13 +346,14 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def table(rows: list[dict[str, Any]]) -> list[str]:
     """The rows as RESULTS' table prints them."""
     lines = [
-        "| apps | variant | commits | write-back requests | status requests | seconds | failed "
-        "| digests not in Git | Gitea CPU (s) | fabrique CPU (s) |",
-        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| apps | variant | commits | pull requests | write-back requests | status requests "
+        "| seconds | failed | digests not in Git | Gitea CPU (s) | fabrique CPU (s) |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         lines.append(
-            f"| {r['apps']} | {r['variant']} | {r['commits']} | {r['writeback_requests']} | "
+            f"| {r['apps']} | {r['variant']} | {r['commits']} | {r.get('pull_requests', 0)} | "
+            f"{r['writeback_requests']} | "
             f"{r['status_requests']} | {r['seconds']:.2f} | {len(r['failed'])} | "
             f"{len(r['missing_digests'])} | {r['gitea_cpu_s']:.1f} | {r['clients_cpu_s']:.1f} |"
         )
@@ -343,6 +379,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--concurrency", type=int, default=20, help="per app: builds writing back at once"
     )
+    parser.add_argument(
+        "--mode", choices=MODES, default="commit", help="writeback.mode of the apps"
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
     try:
@@ -358,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
         with redirect_stdout(sys.stderr):  # the peer's build notes: not into --json
             gitea, proxy = stack.enter_context(real_gitea(work))
         rows = [
-            measure(gitea, proxy, work, n, name, args.concurrency)
+            measure(gitea, proxy, work, n, name, args.concurrency, args.mode)
             for n in sizes
             for name in VARIANTS
         ]
@@ -366,6 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     found = ratios(rows)
     if args.json:
         figures = {"rows": rows, "ratios": found, "concurrency": args.concurrency}
+        figures["mode"] = args.mode
         print(json.dumps(figures | {"violations": violations}, indent=2))
         return 0
     print("\n".join(table(rows)))

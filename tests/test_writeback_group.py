@@ -329,6 +329,22 @@ def test_the_pass_finds_an_app_in_review_in_its_push_s_pull_request(
         assert closed is not None and closed[1:] == (pull["number"], True)
 
 
+def test_a_push_s_pull_request_is_merged_once_for_all_its_apps(
+    gitea: GiteaDouble, code_repo: Repo, seeded: str
+) -> None:
+    """With autoMerge, Gitea is asked to merge the push's pull request: one merge, once
+    its checks pass, for every app in it."""
+    site = _site(gitea.url, NAMES, mode="pull-request", pullRequest={"autoMerge": True})
+    with open_transport(site, GITEA_TOKEN) as transport:
+        outcomes = write_back_many(site, transport, _deploys(seeded))
+    said = {getattr(o, "detail", "").split(", ")[-1] for o in outcomes}
+    assert said == {"merges once its checks pass"}
+    (pull,) = _pulls(gitea)
+    assert pull["scheduled"] == "merge" and pull["merged"], "no check is required here"
+    for i, name in enumerate(NAMES):
+        assert DIGESTS[i] in code_repo.show(_target(name))
+
+
 def test_a_dry_run_of_a_push_s_proposal_writes_nothing(
     gitea: GiteaDouble, code_repo: Repo, seeded: str
 ) -> None:

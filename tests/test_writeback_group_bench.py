@@ -60,8 +60,8 @@ def _row(
 def test_the_rows_make_the_table_and_the_ratios() -> None:
     rows = [_row(20, "per-app", 20, 100, 40, 9.0), _row(20, "grouped", 1, 5, 40, 3.0)]
     assert table(rows)[2:] == [
-        "| 20 | per-app | 20 | 100 | 40 | 9.00 | 0 | 0 | 2.0 | 20.0 |",
-        "| 20 | grouped | 1 | 5 | 40 | 3.00 | 0 | 0 | 2.0 | 20.0 |",
+        "| 20 | per-app | 20 | 0 | 100 | 40 | 9.00 | 0 | 0 | 2.0 | 20.0 |",
+        "| 20 | grouped | 1 | 0 | 5 | 40 | 3.00 | 0 | 0 | 2.0 | 20.0 |",
     ]
     assert ratios(rows) == [
         {"apps": 20, "writeback_requests": 20.0, "all_requests": 3.1, "seconds": 3.0}
@@ -90,3 +90,23 @@ def test_a_push_of_three_apps_lands_as_one_commit_grouped_and_three_per_app() ->
     assert rows[3, "grouped"]["writeback_requests"] < rows[3, "per-app"]["writeback_requests"]
     # each app's status is posted either way
     assert rows[3, "grouped"]["status_requests"] > 0 and rows[3, "per-app"]["status_requests"] > 0
+
+
+@pytest.mark.live
+def test_a_push_of_three_apps_that_take_pull_requests_opens_one_grouped_and_three_per_app() -> None:
+    need_go()
+    done = run_bench(
+        *("writeback_group.py", "--apps", "3", "--concurrency", "1"),
+        *("--mode", "pull-request", "--json"),
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads(done.stdout)
+    rows = {r["variant"]: r for r in figures["rows"]}
+    assert figures["violations"] == [] and figures["mode"] == "pull-request"
+    for row in rows.values():
+        # each digest on the branch that proposes it; the base waits for the merge
+        assert row["missing_digests"] == [] and row["failed"] == [] and row["commits"] == 0
+        assert row["outcomes"] == {"proposed": 3}
+    assert (rows["grouped"]["pull_requests"], rows["per-app"]["pull_requests"]) == (1, 3)
+    assert rows["grouped"]["writeback_requests"] < rows["per-app"]["writeback_requests"]

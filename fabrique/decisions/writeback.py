@@ -378,6 +378,90 @@ def _alone(
         return err
 
 
+class _Group:
+    """The apps of one group (``members``, whose targets are files of ``repo@branch``),
+    as each attempt reads and judges them."""
+
+    def __init__(
+        self,
+        site: Site,
+        transport: Transport,
+        repo: str,
+        branch: str,
+        members: Sequence[tuple[AppConfig, Deploy]],
+        gate: Callable[[str, str], None] | None,
+    ) -> None:
+        self.site, self.transport, self.repo, self.branch = site, transport, repo, branch
+        self.members = members
+        self.pins = [desired_pin(site, app, d.revision, d.digest) for app, d in members]
+        self.wheres = [target_where(site, app) for app, _ in members]
+        self.paths = list(dict.fromkeys(app.writeback.path for app, _ in members))
+        # the apps whose first environment is in a freeze: judged once, before any read
+        self.frozen = {app.name: f for app, _ in members if (f := site.frozen(app, None))}
+        self.signed = signature_check(site, gate)
+
+    def judge(
+        self, refused: dict[str, str] | None = None
+    ) -> tuple[dict[str, Snapshot], dict[str, str | None], list[Outcome | FabriqueError | None]]:
+        """One attempt: the files read at once, their texts with every pin applied, and
+        each app's outcome (None: its pin applied). ``refused``: the apps whose pin a
+        person refused, with the pull request they closed."""
+        site, transport = self.site, self.transport
+        # asked once per attempt: a push's apps share their revision, and mostly what
+        # they deploy; the branch head it may ask moves between attempts
+        newer = functools.lru_cache(maxsize=None)(
+            lambda revision, tag: _newer_deployed(site, transport, revision, tag)
+        )
+        snapshots = transport.read_many(self.repo, self.branch, self.paths)
+        texts = {path: snapshots[path].text for path in self.paths}
+        decided: list[Outcome | FabriqueError | None] = []
+        for (app, d), where, pin in zip(self.members, self.wheres, self.pins, strict=True):
+            if app.name in self.frozen:
+                detail = self.frozen[app.name].describe()
+                decided.append(Outcome("frozen", app.name, where, pin, detail=detail))
+            elif refused and app.name in refused:
+                closed = refused[app.name]
+                log.warning("%s: %s was closed unmerged; not proposing it again", where, closed)
+                decided.append(Outcome("rejected", app.name, where, pin, detail=closed))
+            else:
+                try:
+                    decided.append(
+                        _judge(site, app, d.revision, where, pin, texts, newer, self.signed)
+                    )
+                except (TargetError, ProvenanceError) as err:  # this app's alone
+                    log.warning("%s", err)
+                    decided.append(err)
+        return snapshots, texts, decided
+
+    def all_frozen(self) -> list[Outcome | FabriqueError]:
+        """Every app in a freeze: said without a read."""
+        return [
+            Outcome("frozen", app.name, where, pin, detail=self.frozen[app.name].describe())
+            for (app, _), where, pin in zip(self.members, self.wheres, self.pins, strict=True)
+        ]
+
+    def rest(
+        self, decided: Sequence[Outcome | FabriqueError | None], state: State, **fields: str
+    ) -> list[Outcome | FabriqueError]:
+        """Each app's outcome: as decided, or ``state`` for the apps whose pin was applied."""
+        return [
+            o or Outcome(state, app.name, where, pin, **fields)
+            for (app, _), where, pin, o in zip(
+                self.members, self.wheres, self.pins, decided, strict=True
+            )
+        ]
+
+    def written(
+        self, decided: Sequence[Outcome | FabriqueError | None]
+    ) -> list[tuple[AppConfig, ImagePin, Deploy]]:
+        """The apps whose pin was applied, for the message."""
+        return [
+            (a, p, d)
+            for (a, d), p, o in zip(self.members, self.pins, decided, strict=True)
+            if o is None
+        ]
+
+
 def _write_group(
     site: Site,
     transport: Transport,
@@ -391,62 +475,28 @@ def _write_group(
 ) -> list[Outcome | FabriqueError]:
     """The pins of ``members``, whose targets are files of ``repo@branch``, in one
     commit; re-read, re-judged and retried whole when someone wrote first."""
-    pins = [desired_pin(site, app, d.revision, d.digest) for app, d in members]
-    wheres = [target_where(site, app) for app, _ in members]
-    paths = list(dict.fromkeys(app.writeback.path for app, _ in members))
-    # the apps whose first environment is in a freeze: judged once, before any read
-    frozen = {app.name: f for app, _ in members if (f := site.frozen(app, None)) is not None}
-    if len(frozen) == len(members):
-        return [
-            Outcome("frozen", app.name, where, pin, detail=frozen[app.name].describe())
-            for (app, _), where, pin in zip(members, wheres, pins, strict=True)
-        ]
-    signed = signature_check(site, gate)
+    group = _Group(site, transport, repo, branch, members, gate)
+    if len(group.frozen) == len(members):
+        return group.all_frozen()
     where_all = f"{repo}@{branch}"
     for attempt in range(1, site.writeback.attempts + 1):
-        # asked once per attempt: a push's apps share their revision, and mostly what
-        # they deploy; the branch head it may ask moves between attempts
-        newer = functools.lru_cache(maxsize=None)(
-            lambda revision, tag: _newer_deployed(site, transport, revision, tag)
-        )
-        snapshots = transport.read_many(repo, branch, paths)
-        texts = {path: snapshots[path].text for path in paths}
-        decided: list[Outcome | FabriqueError | None] = []
-        for (app, d), where, pin in zip(members, wheres, pins, strict=True):
-            if app.name in frozen:
-                detail = frozen[app.name].describe()
-                decided.append(Outcome("frozen", app.name, where, pin, detail=detail))
-                continue
-            try:
-                decided.append(_judge(site, app, d.revision, where, pin, texts, newer, signed))
-            except (TargetError, ProvenanceError) as err:  # this app's alone
-                log.warning("%s", err)
-                decided.append(err)
-        changed = [p for p in paths if texts[p] != snapshots[p].text]
+        snapshots, texts, decided = group.judge()
+        changed = [p for p in group.paths if texts[p] != snapshots[p].text]
         if not changed:
             return [o for o in decided if o is not None]
         if dry_run:
             diff = "".join(diff_of(p, snapshots[p].text, texts[p] or "") for p in changed)
-            return [
-                o or Outcome("would-change", app.name, where, pin, diff=diff)
-                for (app, _), where, pin, o in zip(members, wheres, pins, decided, strict=True)
-            ]
-        written = [
-            (a, p, d) for (a, d), p, o in zip(members, pins, decided, strict=True) if o is None
-        ]
-        message = group_message(written, repo, changed)
+            return group.rest(decided, "would-change", diff=diff)
+        message = group_message(group.written(decided), repo, changed)
         try:
             commit = transport.write_many(
                 repo, branch, [(p, texts[p] or "", snapshots[p]) for p in changed], message
             )
         except StaleWrite as exc:
-            lost_race(site, where_all, attempt, exc, sleep, f"{len(paths)} file(s)")
+            lost_race(site, where_all, attempt, exc, sleep, f"{len(group.paths)} file(s)")
             continue
         log.info("%s: %s (commit %s)", where_all, message.splitlines()[0], commit)
-        return [
-            o or Outcome("changed", app.name, where, pin, commit=commit)
-            for (app, _), where, pin, o in zip(members, wheres, pins, decided, strict=True)
-        ]
+        return group.rest(decided, "changed", commit=commit)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -472,13 +522,12 @@ def _propose_group(
     the refusal, the safety net and a hold find it there."""
     reviews = review.reviews_of(transport)
     head = review.group_branch(site, revision, base)
-    pins = [desired_pin(site, app, d.revision, d.digest) for app, d in members]
-    wheres = [target_where(site, app) for app, _ in members]
-    paths = list(dict.fromkeys(app.writeback.path for app, _ in members))
-    frozen = {app.name: f for app, _ in members if (f := site.frozen(app, None)) is not None}
+    group = _Group(site, transport, repo, base, members, gate)
+    if len(group.frozen) == len(members):
+        return group.all_frozen()
+    paths = group.paths
     soon = next((f for app, _ in members if (f := site.frozen_soon(app, None))), None)
     wait = soon.describe() if soon is not None else None
-    signed = signature_check(site, gate)
     backoff = backoff_of(site)
     # a pin a person refused stays refused: each app's record, all read at once
     records = reviews.latest_statuses(site.gitea.code_repo, revision)
@@ -495,26 +544,7 @@ def _propose_group(
 
     refused = {app.name: closed.url for app, _ in members if (closed := refusal(app))}
     for attempt in range(1, site.writeback.attempts + 1):
-        newer = functools.lru_cache(maxsize=None)(
-            lambda built, tag: _newer_deployed(site, transport, built, tag)
-        )
-        snapshots = transport.read_many(repo, base, paths)
-        texts = {path: snapshots[path].text for path in paths}
-        decided: list[Outcome | FabriqueError | None] = []
-        for (app, d), where, pin in zip(members, wheres, pins, strict=True):
-            if app.name in frozen:
-                detail = frozen[app.name].describe()
-                decided.append(Outcome("frozen", app.name, where, pin, detail=detail))
-            elif app.name in refused:
-                log.warning("%s: %s was closed unmerged; not proposing it again", where,
-                            refused[app.name])  # fmt: skip
-                decided.append(Outcome("rejected", app.name, where, pin, detail=refused[app.name]))
-            else:
-                try:
-                    decided.append(_judge(site, app, d.revision, where, pin, texts, newer, signed))
-                except (TargetError, ProvenanceError) as err:  # this app's alone
-                    log.warning("%s", err)
-                    decided.append(err)
+        snapshots, texts, decided = group.judge(refused)
         if not dry_run:
             for (app, _), o in zip(members, decided, strict=True):
                 if isinstance(o, Outcome) and o.state == "held":
@@ -535,19 +565,11 @@ def _propose_group(
             merge = "" if dry_run else review.schedule_merge(
                 site, reviews, repo, pull.number, pull.head_sha, backoff, sleep, wait=wait
             )  # fmt: skip
-            return [
-                o or Outcome("in-review", app.name, where, pin, detail=_said(pull.url, merge))
-                for (app, _), where, pin, o in zip(members, wheres, pins, decided, strict=True)
-            ]
+            return group.rest(decided, "in-review", detail=_said(pull.url, merge))
         if dry_run:
             diff = "".join(diff_of(p, snapshots[p].text, texts[p] or "") for p in changed)
-            return [
-                o or Outcome("would-change", app.name, where, pin, diff=diff, detail=head)
-                for (app, _), where, pin, o in zip(members, wheres, pins, decided, strict=True)
-            ]
-        written = [
-            (a, p, d) for (a, d), p, o in zip(members, pins, decided, strict=True) if o is None
-        ]
+            return group.rest(decided, "would-change", diff=diff, detail=head)
+        written = group.written(decided)
         message = group_message(written, repo, changed)
         files = [(p, texts[p] or "", snapshots[p]) for p in changed]
         try:
@@ -569,11 +591,7 @@ def _propose_group(
         merge = review.schedule_merge(
             site, reviews, repo, pull.number, commit, backoff, sleep, wait=wait
         )
-        detail = _said(pull.url, merge)
-        return [
-            o or Outcome("proposed", app.name, where, pin, commit=commit, detail=detail)
-            for (app, _), where, pin, o in zip(members, wheres, pins, decided, strict=True)
-        ]
+        return group.rest(decided, "proposed", commit=commit, detail=_said(pull.url, merge))
     raise AssertionError("unreachable")  # pragma: no cover
 
 
