@@ -168,8 +168,9 @@ class Peer:
             pkg = "sigs.k8s.io/release-utils/version"
             return f"-X {pkg}.gitVersion={self.required('github.com/sigstore/cosign/v2')}"
         if self.name == "promtool":
-            # its .promu.yml's ldflags: `promtool --version` says the release, whose
-            # module version v0.3XY.Z is Prometheus 3.XY.Z (its VERSION file)
+            # its .promu.yml's ldflags, for both its binaries: `promtool --version` and
+            # `prometheus --version` say the release, whose module version v0.3XY.Z is
+            # Prometheus 3.XY.Z (its VERSION file)
             module = self.required("github.com/prometheus/prometheus")
             minor, patch = module.removeprefix("v0.").split(".", 1)
             version = f"{int(minor) // 100}.{int(minor) % 100}.{patch}"
@@ -187,8 +188,11 @@ class Peer:
             # Makefile always sets it
             return "no_btrfs urfave_cli_no_docs"
         if self.name == "promtool":
-            # its .promu.yml's tags (builtinassets touches the web UI only, not promtool)
-            return "netgo builtinassets"
+            # its .promu.yml's tags but builtinassets: that one embeds the web UI, which the
+            # module zip lacks (web/ui/embed.go and static/ are made by its npm build), so
+            # prometheus does not compile with it. Without it only the UI's pages are gone
+            # (the HTTP API, /api/v1/..., is the same); promtool never imports web/ui
+            return "netgo"
         return ""
 
     def toolchain(self) -> str | None:
