@@ -171,11 +171,13 @@ def pull_requests(gitea: Gitea, slug: str) -> int:
     return int(listed.headers["X-Total-Count"])
 
 
-def proposal_ref(mode: str, variant: str, app: str, revision: str) -> str:
-    """Where ``app``'s digest is written: the branch, or the branch that proposes it."""
+def proposal_ref(mode: str, variant: str, apps: list[str], app: str, revision: str) -> str:
+    """Where ``app``'s digest is written: the branch, or the branch that proposes it (an
+    app alone proposes from its own, grouped or not)."""
     if mode == "commit":
         return BRANCH
-    return f"{PREFIX}{app}" if variant == "per-app" else f"{PREFIX}push.{revision[:12]}.{BRANCH}"
+    alone = variant == "per-app" or len(apps) == 1
+    return f"{PREFIX}{app}" if alone else f"{PREFIX}push.{revision[:12]}.{BRANCH}"
 
 
 def missing_digests(
@@ -316,7 +318,7 @@ def measure(
         "gitea_cpu_s": round(spent[0], 1),
         "clients_cpu_s": round(spent[1], 1),
         "missing_digests": missing_digests(
-            gitea, slug, apps, lambda app: proposal_ref(mode, name, app, revision)
+            gitea, slug, apps, lambda app: proposal_ref(mode, name, apps, app, revision)
         ),
     }
 

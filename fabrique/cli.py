@@ -6,6 +6,7 @@ and the exit code comes from the exception tree (see ``pipelines.errors``).
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections.abc import Iterator
@@ -203,6 +204,29 @@ def alerts(state: _State, out: Path | None) -> None:
     except OSError as exc:
         raise InputError(f"--out {out}: cannot write it ({exc.strerror})") from None
     click.echo(f"wrote {len(text.splitlines())} lines of rules into {out}", err=True)
+
+
+@cli.command()
+@click.option(
+    "--out",
+    "-o",
+    type=click.Path(path_type=Path),
+    help="Write the dashboard's JSON here (default: stdout).",
+)
+@pass_state
+def dashboard(state: _State, out: Path | None) -> None:
+    """Print the factory's Grafana dashboard (JSON), over the series the alerts read."""
+    from fabrique.decisions.dashboard import dashboard as model
+
+    text = json.dumps(model(state.site), indent=2) + "\n"
+    if out is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        out.write_text(text, "utf-8")
+    except OSError as exc:
+        raise InputError(f"--out {out}: cannot write it ({exc.strerror})") from None
+    click.echo(f"wrote the dashboard into {out}", err=True)
 
 
 @cli.command()
@@ -591,8 +615,6 @@ def writeback(
 def _deploys_file(source: Any) -> list[Any]:
     """``--from``'s JSON list of deploys, as the builds' records they stand for; a
     one-line error naming the entry and field otherwise."""
-    import json
-
     from fabrique.clients.kube import WorkflowState
     from fabrique.site.names import check_digest, check_revision, workflow_name
 
@@ -1208,7 +1230,6 @@ def status(state: _State, app: str | None, output: str, kube_context: str | None
     are shown; the exit code is then non-zero when any row is an error: 75 when each
     of them may pass on a later run (a server unreachable, 5xx), else 3.
     """
-    import json
     from dataclasses import asdict, replace
 
     from fabrique.decisions.reconcile import error_result, raise_for_errors, selected, table

@@ -32,6 +32,7 @@ NEEDS: dict[str, str | None] = {
     "render": None,
     "validate": None,
     "alerts": None,
+    "dashboard": None,
     "vendor --check": None,
     "submit": "Gitea (--head) and the Kubernetes API",
     "vendor --update": "Internet access (the upstream release sites)",

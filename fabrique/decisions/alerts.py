@@ -69,7 +69,7 @@ def _decided(decisions: str | None, window: str) -> str:
     if decisions is None:
         return f"sum({grown(DECIDED, window)})"
     assert all(d in DECISIONS for d in decisions.split("|")), decisions
-    return f"sum({grown(_selector(DECIDED, decision=decisions), window)})"
+    return f"sum({grown(selector(DECIDED, decision=decisions), window)})"
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ class Alert:
         return self.name.lower()
 
 
-def _selector(metric: str, **matchers: str) -> str:
+def selector(metric: str, **matchers: str) -> str:
     """``metric{label="value", …}``; a value with ``|`` is a regex match."""
     inner = ", ".join(
         f'{label}{"=~" if "|" in value else "="}"{value}"' for label, value in matchers.items()
@@ -102,7 +102,7 @@ def _span(seconds: int) -> str:
 
 
 def _builds(by: str, t: AlertThresholds, **matchers: str) -> str:
-    return f"sum{by} ({grown(_selector(BUILDS, **matchers), t.window)})"
+    return f"sum{by} ({grown(selector(BUILDS, **matchers), t.window)})"
 
 
 def _builds_failing(site: Site) -> str:
@@ -134,8 +134,8 @@ def _events_lost(site: Site) -> str:
 
 def _sensor_dropped(site: Site) -> str:
     t = site.monitoring.alerts
-    selector = _selector(SENSOR_GAVE_UP, namespace=site.namespaces.control, sensor_name=SENSOR)
-    return f"sum({grown(selector, t.window)}) > 0"
+    counted = selector(SENSOR_GAVE_UP, namespace=site.namespaces.control, sensor_name=SENSOR)
+    return f"sum({grown(counted, t.window)}) > 0"
 
 
 def _safety_net_down(site: Site) -> str:
@@ -147,8 +147,8 @@ def _safety_net_down(site: Site) -> str:
 
 def _writeback_refused(site: Site) -> str:
     t = site.monitoring.alerts
-    selector = _selector(WRITEBACKS, outcome="failed|rejected")
-    return f"sum by (app) ({grown(selector, t.window)}) >= {t.writeback_refusals}"
+    counted = selector(WRITEBACKS, outcome="failed|rejected")
+    return f"sum by (app) ({grown(counted, t.window)}) >= {t.writeback_refusals}"
 
 
 def _verify_failed(site: Site) -> str:
