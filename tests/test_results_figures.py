@@ -188,6 +188,7 @@ def _render(apps: str, commit: str = "f261fa7") -> Cell:
 
 
 GROUP = "One push, one commit"
+PULLS = "One push, one pull request"
 
 
 def _group(column: str, apps: str, variant: str) -> Cell:
@@ -196,6 +197,10 @@ def _group(column: str, apps: str, variant: str) -> Cell:
 
 def _group_ratio(column: str) -> Cell:
     return Cell(GROUP, f"{column}, per app / grouped", {"apps": "200"})
+
+
+def _pulls(column: str, apps: str, variant: str) -> Cell:
+    return Cell(PULLS, column, {"apps": apps, "variant": variant})
 
 
 def _group_run(column: str, run: str) -> Cell:
@@ -384,6 +389,14 @@ TIES: dict[str, list[tuple[str, Tie]]] = {
         (f"149.1{TIMES}", _group_ratio("write-back requests")),
         (f"11.0{TIMES}", _group_ratio("all requests")),
         ("201 requests", _group("status requests", "200", "grouped")),
+    ],
+    PULLS: [
+        ("30.33 s", _pulls("seconds", "200", "grouped")),
+        ("305.77 s", _pulls("seconds", "200", "per-app")),
+        (f"114.6{TIMES}", Cell(PULLS, "write-back requests, per app / grouped", {"apps": "200"})),
+        (f"9.0{TIMES}", Cell(PULLS, "all requests, per app / grouped", {"apps": "200"})),
+        ("405 requests", _pulls("status requests", "200", "grouped")),
+        (f"4.8{TIMES}", Cell(PULLS, "all requests, per app / grouped", {"apps": "20"})),
     ],
 }
 
