@@ -196,6 +196,11 @@ def alerts(state: _State, out: Path | None) -> None:
     from .render import dump_documents
 
     text = dump_documents([rules_file(state.site)], header=False)
+    _emit(text, out, f"{len(text.splitlines())} lines of rules")
+
+
+def _emit(text: str, out: Path | None, what: str) -> None:
+    """``text`` on stdout, or into ``--out`` (saying ``what`` was written there)."""
     if out is None:
         click.echo(text, nl=False)
         return
@@ -203,7 +208,7 @@ def alerts(state: _State, out: Path | None) -> None:
         out.write_text(text, "utf-8")
     except OSError as exc:
         raise InputError(f"--out {out}: cannot write it ({exc.strerror})") from None
-    click.echo(f"wrote {len(text.splitlines())} lines of rules into {out}", err=True)
+    click.echo(f"wrote {what} into {out}", err=True)
 
 
 @cli.command()
@@ -218,15 +223,7 @@ def dashboard(state: _State, out: Path | None) -> None:
     """Print the factory's Grafana dashboard (JSON), over the series the alerts read."""
     from fabrique.decisions.dashboard import dashboard as model
 
-    text = json.dumps(model(state.site), indent=2) + "\n"
-    if out is None:
-        click.echo(text, nl=False)
-        return
-    try:
-        out.write_text(text, "utf-8")
-    except OSError as exc:
-        raise InputError(f"--out {out}: cannot write it ({exc.strerror})") from None
-    click.echo(f"wrote the dashboard into {out}", err=True)
+    _emit(json.dumps(model(state.site), indent=2) + "\n", out, "the dashboard")
 
 
 @cli.command()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 from click.testing import Result
 
 from fabrique.clients.kube import WorkflowState
-from fabrique.decisions.holds import Hold
+from fabrique.decisions.holds import Hold, apply_hold
 from fabrique.decisions.push import meeting
 from fabrique.decisions.workflow import build_workflow
 from fabrique.decisions.writeback import (
@@ -320,13 +321,13 @@ def test_the_pass_finds_an_app_in_review_in_its_push_s_pull_request(
         (pull,) = _pulls(gitea)
         pass_ = Reconciler(site, transport, None, None)  # type: ignore[arg-type]
         found = pass_._proposed(site.app("beta"), seeded)
-        assert found is not None and found[1:] == (pull["number"], False)
+        assert found is not None and found[1:] == (pull["number"], False, True), "its push's"
         assert found[0].endswith(f"/pulls/{pull['number']}")
         newer = code_repo.commit({"src/beta/app.txt": "v3\n"}, "beta again")
         assert pass_._proposed(site.app("beta"), newer) is None, "another build: not it"
         transport.reviews.edit_pull("atlas/atlas", pull["number"], state="closed")
         closed = pass_._proposed(site.app("beta"), seeded)
-        assert closed is not None and closed[1:] == (pull["number"], True)
+        assert closed is not None and closed[1:3] == (pull["number"], True)
 
 
 def test_a_push_s_pull_request_is_merged_once_for_all_its_apps(
@@ -343,6 +344,83 @@ def test_a_push_s_pull_request_is_merged_once_for_all_its_apps(
     assert pull["scheduled"] == "merge" and pull["merged"], "no check is required here"
     for i, name in enumerate(NAMES):
         assert DIGESTS[i] in code_repo.show(_target(name))
+
+
+def test_no_merge_of_a_push_s_pull_request_falls_into_a_freeze(
+    gitea: GiteaDouble, code_repo: Repo, seeded: str
+) -> None:
+    """A freeze that opens before the next pass: the push's pull request gets no merge
+    asked, and one already scheduled is cancelled by the pass (``pause_merges``)."""
+    from fabrique.decisions.review import pause_merges
+
+    auto = {"autoMerge": True}
+    required = {"checks": ["ci/test"]}
+    gitea.protect("atlas/atlas", "main", **required)  # the merge waits for a check
+    site = _site(gitea.url, NAMES, mode="pull-request", pullRequest=auto)
+    with open_transport(site, GITEA_TOKEN) as transport:
+        write_back_many(site, transport, _deploys(seeded))
+        (pull,) = _pulls(gitea)
+        assert pull["scheduled"] == "merge" and not pull["merged"]
+        values = site.to_values()
+        soon = datetime.now(UTC) + timedelta(minutes=1)
+        window = {"start": soon.isoformat(), "duration": "1h", "reason": "release"}
+        values["freeze"] = [window]
+        frozen = parse_site(values)
+        paused = pause_merges(frozen, transport, list(frozen.apps))
+    assert pull["scheduled"] is None, "the push's scheduled merge is cancelled"
+    assert any(f"pulls/{pull['number']}" in said for _, said in paused), paused
+
+
+def test_an_app_left_alone_of_its_push_is_proposed_in_the_push_s_pull_request(
+    gitea: GiteaDouble, code_repo: Repo, seeded: str
+) -> None:
+    """The safety net proposing one app of a push whose pull request holds it: the push's
+    pull request is made again (without the others it no longer wants), never a second
+    pull request from the app's own branch."""
+    _deploying_older(code_repo, seeded)
+    site = _site(gitea.url, NAMES, mode="pull-request")
+    with open_transport(site, GITEA_TOKEN) as transport:
+        write_back_many(site, transport, _deploys(seeded))
+        code_repo.commit({"README.md": "moved\n"}, "the base moves: the proposal is behind")
+        (alone,) = write_back_many(site, transport, _deploys(seeded, ["beta"]))
+    assert isinstance(alone, Outcome) and alone.state == "proposed"
+    open_pulls = [p for p in _pulls(gitea) if p["state"] == "open"]
+    assert [p["head"] for p in open_pulls] == [GROUP_HEAD.format(rev=seeded[:12])]
+
+
+def test_a_held_app_s_pin_does_not_stay_in_its_push_s_pull_request(
+    gitea: GiteaDouble, code_repo: Repo, seeded: str
+) -> None:
+    """Held by hand after the proposal (the hold found by the push's write-back run again,
+    every other app unchanged): its push's pull request closes, whatever else is done."""
+    _deploying_older(code_repo, seeded)
+    site = _site(gitea.url, ["alpha", "beta"], mode="pull-request")
+    with open_transport(site, GITEA_TOKEN) as transport:
+        write_back_many(site, transport, _deploys(seeded, ["alpha", "beta"]))
+        text = code_repo.show(_target("alpha"))
+        hold = Hold("ops", "2026-12-06T10:00:00Z", "INC-2")
+        code_repo.commit({_target("alpha"): apply_hold(text, hold, where="t", app="alpha")})
+        # beta deployed meanwhile (its pin merged by hand): only alpha's hold is left
+        code_repo.commit(
+            {
+                _target("beta"): code_repo.show(
+                    _target("beta"), ref=GROUP_HEAD.format(rev=seeded[:12])
+                )
+            }
+        )
+        again = write_back_many(site, transport, _deploys(seeded, ["alpha", "beta"]))
+    assert [getattr(o, "state", o) for o in again] == ["held", "unchanged"]
+    (pull,) = _pulls(gitea)
+    assert pull["state"] == "closed" and "alpha is held" in pull["body"]
+
+
+def test_a_base_whose_push_branch_gitea_would_refuse_is_said_when_the_site_loads(
+    gitea: GiteaDouble,
+) -> None:
+    values = _site(gitea.url, NAMES, mode="pull-request").to_values()
+    values["gitea"]["branch"] = "release/" + "x" * 80
+    with pytest.raises(ConfigError, match=r"gitea\.branch.*100"):
+        parse_site(values)
 
 
 def test_a_dry_run_of_a_push_s_proposal_writes_nothing(

@@ -57,7 +57,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from fabrique.clients.gitea import CommitStatus
+from fabrique.clients.gitea import CommitStatus, PullRequest
 from fabrique.clients.kube import KubeClient, WorkflowState
 from fabrique.clients.registry import RegistryClient
 from fabrique.site.config import AppConfig, Site, seconds_of
@@ -96,7 +96,6 @@ from .writeback import (
     backoff_of,
     close_held_review,
     desired_pin,
-    target_where,
     withdraw_later,
     write_back_many,
 )
@@ -144,6 +143,7 @@ class Facts:
     review: str | None = None  # the pull request that proposes want (pull-request mode)
     review_number: int = 0
     review_closed: bool = False  # a person closed it unmerged
+    review_push: bool = False  # it is its push's, shared with the push's other apps
     # the push's Workflow that writes this build with the push's others
     # (writeback.batch), while it may still be waiting: the pass leaves it the write
     grouped: str = ""
@@ -271,7 +271,7 @@ class Reconciler:
         built = name = None
         state: WorkflowState | None = None
         held = False
-        proposed: tuple[str, int, bool] | None = None
+        proposed: tuple[str, int, bool, bool] | None = None
         # a held app is held whatever a pull request proposes (the pass closes it)
         if (
             want is not None
@@ -307,6 +307,7 @@ class Reconciler:
             review=proposed[0] if proposed else None,
             review_number=proposed[1] if proposed else 0,
             review_closed=proposed[2] if proposed else False,
+            review_push=proposed[3] if proposed else False,
             grouped=self._grouped(state),
             **self._status(app, want, read=status or not seen.current),
         )
@@ -333,19 +334,23 @@ class Reconciler:
         try:
             if action == "in-review" and not facts.review_closed:
                 reviews = review.reviews_of(self.transport)
-                frozen = self.site.frozen_soon(app, None)  # no merge may fall into it
+                target = app.writeback
+                # no merge may fall into a freeze: a push's waits for any of its apps'
+                frozen = (
+                    review.push_freeze(self.site, target.repo, self.site.branch_of(target))
+                    if facts.review_push
+                    else self.site.frozen_soon(app, None)
+                )
                 merge = review.schedule_merge(
                     self.site,
                     reviews,
-                    app.writeback.repo,
+                    target.repo,
                     facts.review_number,
                     "",
                     backoff_of(self.site),
                     time.sleep,
                     attempts=1,  # a 'try again later' is the next pass's to ask
-                    wait=frozen.describe()
-                    if (frozen := self.site.frozen_soon(app, None))
-                    else None,
+                    wait=frozen.describe() if frozen is not None else None,
                 )
                 return f"; {merge}" if merge else ""
             if action == "held" and facts.hold is not None:
@@ -360,23 +365,29 @@ class Reconciler:
             log.warning("%s: its pull request was not tended: %s", app.name, err)
         return ""
 
-    def _proposed(self, app: AppConfig, want: str) -> tuple[str, int, bool] | None:
+    def _proposed(self, app: AppConfig, want: str) -> tuple[str, int, bool, bool] | None:
         """The pull request that proposes ``want`` for ``app``, if any: its page, its
-        number, and whether a person closed it unmerged."""
+        number, whether a person closed it unmerged, and whether it is its push's."""
         reviews = review.reviews_of(self.transport)
         target = app.writeback
         base = self.site.branch_of(target)
         head = review.review_branch(self.site, app.name)
-        found = review.find_proposal(reviews, self.transport, target, base, head)
         probe = desired_pin(self.site, app, want, "sha256:" + "0" * 64)
-        proposed = found.pin(target, probe, target_where(self.site, app))
-        if (
-            found.pull is not None
-            and proposed is not None
-            and proposed.tag == short_sha(want)
-            and not review.left_behind(reviews, target.repo, found.pull)
-        ):
-            return found.pull.url, found.pull.number, False
+
+        def proposes(pull: PullRequest | None, text: str | None, branch: str) -> bool:
+            """Whether open ``pull``, whose branch holds ``text``, proposes ``want`` on
+            the base's head."""
+            there = None if text is None else target_pin(text, target, probe, where=branch)
+            return (
+                pull is not None
+                and there is not None
+                and there.tag == short_sha(want)
+                and not review.left_behind(reviews, target.repo, pull)
+            )
+
+        found = review.find_proposal(reviews, self.transport, target, base, head)
+        if found.pull is not None and proposes(found.pull, found.text, head):
+            return found.pull.url, found.pull.number, False, False
         # proposed with the other apps of its push (its record names that pull request);
         # refused by a person, whatever the branch proposes since; else (made again on the
         # base's head when it left the proposal behind) proposed as any pin
@@ -388,15 +399,10 @@ class Reconciler:
             and review.is_group_branch(self.site, pull.head)
         ):
             text = self.transport.read(target.repo, pull.head, target.path).text
-            there = None if text is None else target_pin(text, target, probe, where=pull.head)
-            if (
-                there is not None
-                and there.tag == short_sha(want)
-                and not review.left_behind(reviews, target.repo, pull)
-            ):
-                return pull.url, pull.number, False
+            if proposes(pull, text, pull.head):
+                return pull.url, pull.number, False, True
         closed = review.refused(pull)
-        return (closed.url, closed.number, True) if closed is not None else None
+        return (closed.url, closed.number, True, False) if closed is not None else None
 
     def _status(self, app: AppConfig, want: str | None, *, read: bool) -> dict[str, Any]:
         """The wanted commit's status; a Gitea that fails here fails no decision."""

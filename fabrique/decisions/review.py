@@ -37,6 +37,7 @@ from typing import Any, Protocol
 from fabrique.clients.gitea import CommitStatus, PullRequest
 from fabrique.site.config import AppConfig, Environment, Site, WriteBackTarget
 from fabrique.site.errors import ConfigError
+from fabrique.site.freeze import Frozen
 from fabrique.site.retry import RetryPolicy
 
 from .targets import ImagePin, target_pin
@@ -102,6 +103,20 @@ def group_branch(site: Site, revision: str, base: str) -> str:
     return f"{site.writeback.pull_request.branch_prefix}{GROUP_MARK}{revision[:12]}.{base}"
 
 
+def push_freeze(site: Site, repo: str, base: str) -> Frozen | None:
+    """The freeze a push's pull request into ``repo@base`` must not be merged in: the
+    first that an app proposing into that branch (its first environment) is in, or
+    enters before the next pass. Any of them may be in the pull request: it waits for
+    all."""
+    for app in site.apps:
+        target = app.writeback
+        if in_review(site, app) and (target.repo, site.branch_of(target)) == (repo, base):
+            frozen = site.frozen_soon(app, None)
+            if frozen is not None:
+                return frozen
+    return None
+
+
 def is_group_branch(site: Site, head: str) -> bool:
     """Whether ``head`` is a push's proposal branch (``group_branch``)."""
     prefix = site.writeback.pull_request.branch_prefix + GROUP_MARK
@@ -156,6 +171,27 @@ def find_proposal(
     tip = pull.head_sha if pull is not None else reviews.branch_tip(target.repo, head)
     text = transport.read(target.repo, head, target.path).text if tip else None
     return Proposal(head, pull, tip, text)
+
+
+def open_or_update(
+    reviews: Reviews,
+    site: Site,
+    repo: str,
+    base: str,
+    head: str,
+    pull: PullRequest | None,
+    message: str,
+    revision: str,
+) -> PullRequest:
+    """The pull request from ``head`` once its branch holds the proposal made with
+    ``message``: opened, or ``pull`` with its title and description said again."""
+    title, body = pull_text(message, site, revision)
+    if pull is None:
+        pull = reviews.create_pull(repo, base, head, title, body)
+        log.info("%s@%s: opened pull request #%d (%s)", repo, base, pull.number, pull.url)
+    elif (pull.title, pull.body) != (title, body):
+        pull = reviews.edit_pull(repo, pull.number, title=title, body=body)
+    return pull
 
 
 def left_behind(reviews: Reviews, repo: str, pull: PullRequest) -> bool:
@@ -309,6 +345,7 @@ def pause_merges(site: Site, transport: object, apps: list[AppConfig]) -> list[t
         return []
     reviews: Reviews | None = None
     paused = []
+    pushes: set[tuple[str, str]] = set()  # the branches whose pushes' pull requests wait
     for app in apps:
         environments: list[Environment | None] = [*app.environments] or [None]
         for env in environments:
@@ -329,4 +366,19 @@ def pause_merges(site: Site, transport: object, apps: list[AppConfig]) -> list[t
                 app.name if env is None or env == app.environments[0] else f"{app.name}/{env.name}"
             )
             paused.append((name, f"the merge of {pull.url} waits: {frozen.describe()}"))
+    for app in apps:  # a push's pull request: any of its apps' freezes holds it
+        target = app.writeback
+        where = (target.repo, site.branch_of(target))
+        if not in_review(site, app) or where in pushes:
+            continue
+        pushes.add(where)
+        frozen = push_freeze(site, *where)
+        if frozen is None:
+            continue
+        reviews = reviews or reviews_of(transport)
+        for pull in reviews.open_pulls(*where):
+            if is_group_branch(site, pull.head):
+                reviews.cancel_merge(target.repo, pull.number)
+                said = f"the merge of {pull.url} waits: {frozen.describe()}"
+                paused.append((f"push pull request #{pull.number}", said))
     return paused

@@ -341,7 +341,10 @@ def write_back_many(
         key = (app.writeback.repo, site.branch_of(app.writeback), proposed)
         groups.setdefault(key, []).append(i)
     for (repo, branch, proposed), members in groups.items():
-        if len(members) == 1:
+        alone = len(members) == 1
+        if alone and proposed and _in_push(site, transport, apps[members[0]], proposed, branch):
+            alone = False  # its push's pull request holds it: made again, never a second
+        if alone:
             outcomes[members[0]] = _alone(
                 site, transport, deploys[members[0]], dry_run, sleep, gate
             )
@@ -356,6 +359,19 @@ def write_back_many(
         )
         outcomes |= dict(zip(members, written, strict=True))
     return [outcomes[i] for i in range(len(deploys))]
+
+
+def _in_push(site: Site, transport: Transport, app: AppConfig, revision: str, base: str) -> bool:
+    """Whether the pull request ``app``'s record names for ``revision`` is its push's,
+    still open: proposing the app alone would open a second one beside it."""
+    reviews = review.reviews_of(transport)
+    record = review.proposal_record(reviews, site, revision, review.review_branch(site, app.name))
+    pull = review.recorded(reviews, app.writeback.repo, record)
+    return (
+        pull is not None
+        and pull.state == "open"
+        and pull.head == review.group_branch(site, revision, base)
+    )
 
 
 def _alone(
@@ -526,7 +542,7 @@ def _propose_group(
     if len(group.frozen) == len(members):
         return group.all_frozen()
     paths = group.paths
-    soon = next((f for app, _ in members if (f := site.frozen_soon(app, None))), None)
+    soon = review.push_freeze(site, repo, base)
     wait = soon.describe() if soon is not None else None
     backoff = backoff_of(site)
     # a pin a person refused stays refused: each app's record, all read at once
@@ -547,10 +563,8 @@ def _propose_group(
         snapshots, texts, decided = group.judge(refused)
         if not dry_run:
             for (app, _), o in zip(members, decided, strict=True):
-                if isinstance(o, Outcome) and o.state == "held":
-                    review.close_review(
-                        site, reviews, app.name, repo, base, own[app.name], o.detail
-                    )
+                if isinstance(o, Outcome) and o.state == "held":  # its pin is proposed nowhere
+                    _close_held(site, transport, app.name, None, o.detail)
         changed = [p for p in paths if texts[p] != snapshots[p].text]
         if not changed:
             return [o for o in decided if o is not None]
@@ -577,12 +591,7 @@ def _propose_group(
         except StaleWrite as exc:
             lost_race(site, f"{repo}@{base}", attempt, exc, sleep, f"{len(paths)} file(s)")
             continue
-        title, body = review.pull_text(message, site, revision)
-        if pull is None:
-            pull = reviews.create_pull(repo, base, head, title, body)
-            log.info("%s@%s: opened pull request #%d (%s)", repo, base, pull.number, pull.url)
-        elif (pull.title, pull.body) != (title, body):
-            pull = reviews.edit_pull(repo, pull.number, title=title, body=body)
+        pull = review.open_or_update(reviews, site, repo, base, head, pull, message, revision)
         for app, _, _ in written:
             context = review.record_context(own[app.name])
             review.record_proposal(
@@ -762,12 +771,9 @@ def _propose(
                 ) from exc
             sleep(backoff.delay(attempt))
             continue
-        title, body = review.pull_text(message, site, revision)
-        if pull is None:
-            pull = reviews.create_pull(target.repo, base, head, title, body)
-            log.info("%s: opened pull request #%d (%s)", where, pull.number, pull.url)
-        elif (pull.title, pull.body) != (title, body):
-            pull = reviews.edit_pull(target.repo, pull.number, title=title, body=body)
+        pull = review.open_or_update(
+            reviews, site, target.repo, base, head, pull, message, revision
+        )
         review.record_proposal(reviews, site, revision, head, pull, record)
         merge = review.schedule_merge(
             site, reviews, target.repo, pull.number, commit, backoff, sleep, wait=wait
@@ -957,6 +963,12 @@ def close_held_review(
     that proposes a pin of it other than the one its target holds: the whole of it (a
     proposal is one commit), the push's other apps proposed again, without it, by the
     next pass. The numbers of those closed."""
+    return _close_held(site, transport, app_name, environment, hold.describe())
+
+
+def _close_held(
+    site: Site, transport: Transport, app_name: str, environment: Environment | None, why: str
+) -> list[int]:
     app = site.app(app_name)
     if environment is not None:
         app = app.at(environment)
@@ -965,7 +977,6 @@ def close_held_review(
     target = app.writeback
     base = site.branch_of(target)
     reviews = review.reviews_of(transport)
-    why = hold.describe()
     own = review.close_review(
         *(site, reviews, app.name, target.repo, base),
         review.review_branch(site, app.name, environment),

@@ -1258,6 +1258,25 @@ class Site(_Model):
     apps: Annotated[list[AppConfig], Field(min_length=1)]
 
     @model_validator(mode="after")
+    def _push_branches(self) -> Site:
+        """A push's proposal branch (``<branchPrefix>push.<commit12>.<base>``) must be a
+        name Gitea takes: at most 100 characters (its new_branch)."""
+        prefix = self.writeback.pull_request.branch_prefix
+        for index, app in enumerate(self.apps):
+            target = app.writeback
+            if self.writeback.mode_of(target) != "pull-request":
+                continue
+            base = self.branch_of(target)
+            if len(f"{prefix}push.{'0' * 12}.{base}") > 100:
+                field = f"apps[{index}].writeback.branch" if target.branch else "gitea.branch"
+                raise ValueError(
+                    f"{field}: {base!r} is too long for a push's proposal branch "
+                    f"({prefix}push.<commit12>.{base}: Gitea takes 100 characters at most); "
+                    "shorten it or writeback.pullRequest.branchPrefix"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _creatable_targets(self) -> Site:
         for index, app in enumerate(self.apps):
             if app.writeback.create and app.writeback.kind != "kustomize-images":
