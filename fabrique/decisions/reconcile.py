@@ -49,6 +49,7 @@ itself failed (Gitea, the registry or the Kubernetes API).
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -261,6 +262,11 @@ class Reconciler:
         self.memory = memory or NoMemory()
         self.statuses = statuses
         self.clock = clock
+        # a push's freeze is every app's of its branch: asked once a pass per branch, not
+        # once per app in review (each asking every app of the site)
+        self._push_freeze = functools.lru_cache(maxsize=None)(
+            lambda repo, base: review.push_freeze(site, repo, base)
+        )
 
     def facts(self, app: AppConfig, seen: Seen, *, status: bool = True) -> Facts:
         """``seen`` (what Git says), completed by the registry and the Kubernetes API when
@@ -337,7 +343,7 @@ class Reconciler:
                 target = app.writeback
                 # no merge may fall into a freeze: a push's waits for any of its apps'
                 frozen = (
-                    review.push_freeze(self.site, target.repo, self.site.branch_of(target))
+                    self._push_freeze(target.repo, self.site.branch_of(target))
                     if facts.review_push
                     else self.site.frozen_soon(app, None)
                 )
