@@ -342,6 +342,8 @@ def test_a_push_s_pull_request_is_merged_once_for_all_its_apps(
     assert said == {"merges once its checks pass"}
     (pull,) = _pulls(gitea)
     assert pull["scheduled"] == "merge" and pull["merged"], "no check is required here"
+    merges = [r for r in gitea.requests if r.method == "POST" and r.path.endswith("/merge")]
+    assert len(merges) == 1, "asked once for the push, not once per app"
     for i, name in enumerate(NAMES):
         assert DIGESTS[i] in code_repo.show(_target(name))
 

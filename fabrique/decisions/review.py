@@ -38,6 +38,7 @@ from fabrique.clients.gitea import CommitStatus, PullRequest
 from fabrique.site.config import AppConfig, Environment, Site, WriteBackTarget
 from fabrique.site.errors import ConfigError
 from fabrique.site.freeze import Frozen
+from fabrique.site.names import PUSH_BRANCH_MARK, push_branch
 from fabrique.site.retry import RetryPolicy
 
 from .targets import ImagePin, target_pin
@@ -92,15 +93,11 @@ def review_branch(site: Site, app: str, environment: Environment | None = None) 
     return f"{site.writeback.pull_request.branch_prefix}{app}{suffix}"
 
 
-GROUP_MARK = "push."
-
-
 def group_branch(site: Site, revision: str, base: str) -> str:
     """The branch that proposes, in one pull request into ``base``, the pins of the
     apps of one push (built at ``revision``) whose targets are files of one repository
-    and ``base``: ``<prefix>push.<revision12>.<base>``. Two dots, where an app's branch
-    holds at most one (``review_branch``): never one app's."""
-    return f"{site.writeback.pull_request.branch_prefix}{GROUP_MARK}{revision[:12]}.{base}"
+    and ``base`` (``names.push_branch``)."""
+    return push_branch(site.writeback.pull_request.branch_prefix, revision, base)
 
 
 def push_freeze(site: Site, repo: str, base: str) -> Frozen | None:
@@ -119,7 +116,7 @@ def push_freeze(site: Site, repo: str, base: str) -> Frozen | None:
 
 def is_group_branch(site: Site, head: str) -> bool:
     """Whether ``head`` is a push's proposal branch (``group_branch``)."""
-    prefix = site.writeback.pull_request.branch_prefix + GROUP_MARK
+    prefix = site.writeback.pull_request.branch_prefix + PUSH_BRANCH_MARK
     return head.startswith(prefix) and "." in head[len(prefix) :]
 
 

@@ -559,12 +559,15 @@ def _propose_group(
         return review.refused(seen[record.target_url])
 
     refused = {app.name: closed.url for app, _ in members if (closed := refusal(app))}
+    closed_for: set[str] = set()  # the held apps whose pull requests were closed
     for attempt in range(1, site.writeback.attempts + 1):
         snapshots, texts, decided = group.judge(refused)
-        if not dry_run:
-            for (app, _), o in zip(members, decided, strict=True):
-                if isinstance(o, Outcome) and o.state == "held":  # its pin is proposed nowhere
-                    _close_held(site, transport, app.name, None, o.detail)
+        for (app, _), o in zip(members, decided, strict=True):
+            if dry_run or app.name in closed_for or not isinstance(o, Outcome):
+                continue
+            if o.state == "held":  # its pin is proposed nowhere, once per app
+                _close_held(site, transport, app.name, None, o.detail)
+                closed_for.add(app.name)
         changed = [p for p in paths if texts[p] != snapshots[p].text]
         if not changed:
             return [o for o in decided if o is not None]

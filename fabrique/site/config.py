@@ -52,8 +52,10 @@ from .names import (
     DNS_LABEL_RE,
     DNS_SUBDOMAIN_RE,
     MAX_APP_NAME_LEN,
+    MAX_BRANCH_LEN,
     REPOSITORY_RE,
     ImageRef,
+    push_branch,
     redact_urls,
 )
 from .retry import RetryPolicy
@@ -1267,11 +1269,12 @@ class Site(_Model):
             if self.writeback.mode_of(target) != "pull-request":
                 continue
             base = self.branch_of(target)
-            if len(f"{prefix}push.{'0' * 12}.{base}") > 100:
+            branch = push_branch(prefix, "0" * 40, base)
+            if len(branch) > MAX_BRANCH_LEN:
                 field = f"apps[{index}].writeback.branch" if target.branch else "gitea.branch"
                 raise ValueError(
                     f"{field}: {base!r} is too long for a push's proposal branch "
-                    f"({prefix}push.<commit12>.{base}: Gitea takes 100 characters at most); "
+                    f"({len(branch)} characters; Gitea takes {MAX_BRANCH_LEN} at most); "
                     "shorten it or writeback.pullRequest.branchPrefix"
                 )
         return self

@@ -89,6 +89,17 @@ def short_sha(revision: str) -> str:
     return check_revision(revision)[:SHORT_SHA_LEN]
 
 
+PUSH_BRANCH_MARK = "push."
+MAX_BRANCH_LEN = 100  # Gitea's new_branch (MaxSize(100))
+
+
+def push_branch(prefix: str, revision: str, base: str) -> str:
+    """The branch that proposes a push's pins into ``base`` in one pull request:
+    ``<prefix>push.<revision12>.<base>``. Two dots, where an app's branch
+    (``<prefix><app>[.<env>]``) holds at most one: never one app's."""
+    return f"{prefix}{PUSH_BRANCH_MARK}{revision[:SHORT_SHA_LEN]}.{base}"
+
+
 def workflow_name(app: str, revision: str) -> str:
     """``fabrique-<app>-<sha12>``: the one name every caller gives a build of a commit."""
     return f"{WORKFLOW_PREFIX}{app}-{short_sha(revision)}"
