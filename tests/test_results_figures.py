@@ -245,11 +245,11 @@ TIES: dict[str, list[tuple[str, Tie]]] = {
         ("5 s", SETTING),  # the look's period (VERIFY_EVERY)
         ("0.3 s", SETTING),  # the poll of the pods
         ("60 s", SETTING),  # the target
-        ("7.2 s", _undone("every pod of the app Ready on it again", "p50")),
-        ("7.3 s", _undone("every pod of the app Ready on it again", "max")),
+        ("6.7 s", _undone("every pod of the app Ready on it again", "p50")),
+        ("7.1 s", _undone("every pod of the app Ready on it again", "max")),
         ("5 s", SETTING),
-        ("6.0 s", Difference(_good(VERDICT), _good(POD_READY))),
-        ("11.0 s", Difference(_good("the build's Workflow done"), _good(POD_READY))),
+        ("4.0 s", Difference(_good(VERDICT), _good(POD_READY))),
+        ("9.0 s", Difference(_good("the build's Workflow done"), _good(POD_READY))),
     ],
     "": [
         ("200 MB", SETTING),
